@@ -1,0 +1,602 @@
+"""FlashAttention-2 forward and backward as Triton kernels.
+
+Layout: Q is (batch, n_queries, d), K and V are (batch, n_keys, d), O is like
+Q and L (the logsumexp of each query's scores) is (batch, n_queries), float32.
+``d`` must be a power of two, at least 16.
+
+* ``flash_fwd_kernel``: grid (T_q, batch); one program owns a query tile and
+  sweeps the key tiles, keeping the running max/sum and the output accumulator
+  in float32 registers.  Scores are handled in base 2 (``exp2``), which is the
+  same softmax with ``scale * log2(e)`` folded into the scores.
+* ``flash_bwd_dkdv_kernel``: grid (T_k, batch); one program owns a key tile and
+  sweeps the query tiles, accumulating dK and dV.
+* ``flash_bwd_dq_kernel``: grid (T_q, batch); one program owns a query tile and
+  sweeps the key tiles, accumulating dQ.
+  Both backward kernels write disjoint outputs, so no atomics are needed.
+  D = rowsum(O * dO) is computed beforehand.
+
+With causal masking, key tiles entirely above the diagonal (and, in the dK/dV
+pass, query tiles entirely before the key tile) are skipped by the loop bounds.
+Ragged sequence lengths are handled with ``boundary_check`` on the loads and
+stores and an explicit validity mask on the scores.
+
+Importing this module without Triton works; the Triton entry points then raise
+``TritonUnavailableError``.  With ``TRITON_INTERPRET=1`` set before Triton is
+imported the kernels run on CPU tensors through Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+    _TRITON_IMPORT_ERROR = None
+except ImportError as _exc:  # pragma: no cover - exercised on machines without Triton
+    triton = None
+    tl = None
+    HAS_TRITON = False
+    _TRITON_IMPORT_ERROR = _exc
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _triton_version() -> tuple[int, int]:
+    if not HAS_TRITON:
+        return (0, 0)
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+# The kernels use tl.make_block_ptr, which Triton 3.9 removed.
+BLOCK_PTR_SUPPORTED = HAS_TRITON and _triton_version() < (3, 9)
+
+
+def _fix_interpreter_index() -> None:
+    """Let Triton's interpreter use scalar tensors as ``range`` bounds under NumPy >= 2.4.
+
+    Triton < 3.8 converts a scalar (stored as a 1-element array) with
+    ``int(array)``, which newer NumPy rejects for arrays with ndim > 0.
+    """
+    import numpy as np
+
+    try:
+        int(np.zeros(1, dtype=np.int32))
+        return
+    except TypeError:
+        pass
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_cs336_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._cs336_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
+if INTERPRET and BLOCK_PTR_SUPPORTED and _triton_version() < (3, 8):
+    _fix_interpreter_index()
+
+DEFAULT_Q_TILE = 64
+DEFAULT_K_TILE = 64
+DEFAULT_NUM_WARPS = 4
+DEFAULT_NUM_STAGES = 2
+
+# (Q_TILE_SIZE, K_TILE_SIZE, num_warps, num_stages) tried by the autotuner.
+AUTOTUNE_TILES = (
+    (32, 32, 4, 2),
+    (64, 32, 4, 3),
+    (64, 64, 4, 3),
+    (128, 64, 8, 3),
+    (128, 128, 8, 2),
+)
+
+# Launch configuration of the most recent forward / backward, for reporting.
+_last_config: dict[str, dict] = {}
+
+
+class TritonUnavailableError(RuntimeError):
+    """Raised when a Triton code path is requested but cannot run here."""
+
+
+def triton_available() -> bool:
+    """True when Triton imported successfully (kernels may still need a GPU or the interpreter)."""
+    return HAS_TRITON
+
+
+def last_triton_config() -> dict[str, dict]:
+    """Tile sizes / warps / stages used by the last launch of each kernel.
+
+    Keys: "fwd", "bwd_dkdv", "bwd_dq".  Each value has Q_TILE_SIZE, K_TILE_SIZE,
+    num_warps, num_stages and ``autotuned`` (whether the autotuner chose it).
+    """
+    return {name: dict(cfg) for name, cfg in _last_config.items()}
+
+
+def _require_triton(*tensors: torch.Tensor) -> None:
+    if not HAS_TRITON:
+        raise TritonUnavailableError(
+            f"Triton is not installed or failed to import ({_TRITON_IMPORT_ERROR}); "
+            "use impl='pytorch' instead"
+        )
+    if not BLOCK_PTR_SUPPORTED:
+        raise TritonUnavailableError(
+            f"Triton {triton.__version__} removed tl.make_block_ptr, which these kernels use; "
+            "install triton<3.9 (e.g. the version paired with your torch)"
+        )
+    if not INTERPRET and not all(t.is_cuda for t in tensors):
+        raise TritonUnavailableError(
+            "the Triton kernels need CUDA tensors; to run them on CPU, set TRITON_INTERPRET=1 "
+            "before Triton is imported"
+        )
+
+
+def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError("expected q, k, v of shape (batch, seq, d)")
+    d = q.shape[-1]
+    if k.shape[-1] != d or v.shape[-1] != d or k.shape[1] != v.shape[1]:
+        raise ValueError(f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if d < 16 or d & (d - 1):
+        raise ValueError(f"head dim must be a power of two >= 16, got {d}")
+
+
+def _record(name: str, q_tile: int, k_tile: int, num_warps: int, num_stages: int, autotuned: bool) -> None:
+    _last_config[name] = {
+        "Q_TILE_SIZE": int(q_tile),
+        "K_TILE_SIZE": int(k_tile),
+        "num_warps": int(num_warps),
+        "num_stages": int(num_stages),
+        "autotuned": bool(autotuned),
+    }
+
+
+def _record_autotuned(name: str, tuner) -> None:
+    cfg = tuner.best_config
+    _record(name, cfg.kwargs["Q_TILE_SIZE"], cfg.kwargs["K_TILE_SIZE"], cfg.num_warps, cfg.num_stages, True)
+
+
+if HAS_TRITON:
+    # Triton's interpreter multiplies bf16/fp16 operands of tl.dot as raw bits, so
+    # under the interpreter the operands are widened to float32 first; compiled
+    # kernels keep the narrow operands (tensor cores) with a float32 accumulator.
+    _WIDEN_DOT_OPERANDS = tl.constexpr(INTERPRET)
+
+    @triton.jit
+    def _dot(a, b, acc):
+        """acc + a @ b with a float32 accumulator."""
+        if _WIDEN_DOT_OPERANDS:
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc)
+        else:
+            return tl.dot(a, b, acc=acc)
+
+    @triton.jit
+    def flash_fwd_kernel(
+        Q_ptr, K_ptr, V_ptr,
+        O_ptr, L_ptr,
+        stride_qb, stride_qq, stride_qd,
+        stride_kb, stride_kk, stride_kd,
+        stride_vb, stride_vk, stride_vd,
+        stride_ob, stride_oq, stride_od,
+        stride_lb, stride_lq,
+        N_QUERIES, N_KEYS,
+        scale,
+        D: tl.constexpr,
+        Q_TILE_SIZE: tl.constexpr,
+        K_TILE_SIZE: tl.constexpr,
+        is_causal: tl.constexpr,
+    ):
+        q_tile = tl.program_id(0)
+        b = tl.program_id(1)
+        q_start = q_tile * Q_TILE_SIZE
+
+        Q_blk = tl.make_block_ptr(
+            Q_ptr + b * stride_qb, shape=(N_QUERIES, D), strides=(stride_qq, stride_qd),
+            offsets=(q_start, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+        )
+        K_blk = tl.make_block_ptr(
+            K_ptr + b * stride_kb, shape=(N_KEYS, D), strides=(stride_kk, stride_kd),
+            offsets=(0, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+        V_blk = tl.make_block_ptr(
+            V_ptr + b * stride_vb, shape=(N_KEYS, D), strides=(stride_vk, stride_vd),
+            offsets=(0, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+        O_blk = tl.make_block_ptr(
+            O_ptr + b * stride_ob, shape=(N_QUERIES, D), strides=(stride_oq, stride_od),
+            offsets=(q_start, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+        )
+        L_blk = tl.make_block_ptr(
+            L_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
+            offsets=(q_start,), block_shape=(Q_TILE_SIZE,), order=(0,),
+        )
+
+        q = tl.load(Q_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
+        rows = q_start + tl.arange(0, Q_TILE_SIZE)  # (Bq,)
+        cols0 = tl.arange(0, K_TILE_SIZE)  # (Bk,)
+        qk_scale = scale * 1.4426950408889634  # softmax in base 2
+
+        m_i = tl.full((Q_TILE_SIZE,), float("-inf"), dtype=tl.float32)  # running max (base 2)
+        l_i = tl.zeros((Q_TILE_SIZE,), dtype=tl.float32)  # running sum
+        acc = tl.zeros((Q_TILE_SIZE, D), dtype=tl.float32)  # unnormalised output
+
+        if is_causal:
+            k_hi = tl.minimum(N_KEYS, q_start + Q_TILE_SIZE)  # keys past the tile's last query are masked
+        else:
+            k_hi = N_KEYS
+        for j in range(0, tl.cdiv(k_hi, K_TILE_SIZE)):
+            k = tl.load(K_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
+            v = tl.load(V_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
+            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk)
+            cols = j * K_TILE_SIZE + cols0  # (Bk,)
+            valid = cols[None, :] < N_KEYS  # (1, Bk)
+            if is_causal:
+                valid = valid & (cols[None, :] <= rows[:, None])  # (Bq, Bk)
+            # The handout's -1e6 for masked pairs: finite, so a tile with no valid key never gives inf - inf.
+            s = tl.where(valid, s, -1e6)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))  # (Bq,)
+            p = tl.exp2(s - m_new[:, None])  # (Bq, Bk)
+            alpha = tl.exp2(m_i - m_new)  # (Bq,)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None]
+            acc = _dot(p.to(v.dtype), v, acc)  # (Bq, D)
+            m_i = m_new
+            K_blk = tl.advance(K_blk, (K_TILE_SIZE, 0))
+            V_blk = tl.advance(V_blk, (K_TILE_SIZE, 0))
+
+        o = acc / l_i[:, None]  # (Bq, D)
+        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp, (Bq,)
+        tl.store(O_blk, o.to(O_ptr.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(L_blk, lse, boundary_check=(0,))
+
+    @triton.jit
+    def flash_bwd_dkdv_kernel(
+        Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Dl_ptr,
+        dK_ptr, dV_ptr,
+        stride_qb, stride_qq, stride_qd,
+        stride_kb, stride_kk, stride_kd,
+        stride_vb, stride_vk, stride_vd,
+        stride_dob, stride_doq, stride_dod,
+        stride_lb, stride_lq,
+        stride_dkb, stride_dkk, stride_dkd,
+        stride_dvb, stride_dvk, stride_dvd,
+        N_QUERIES, N_KEYS,
+        scale,
+        D: tl.constexpr,
+        Q_TILE_SIZE: tl.constexpr,
+        K_TILE_SIZE: tl.constexpr,
+        is_causal: tl.constexpr,
+    ):
+        # L and Dl (= rowsum(O * dO)) share one layout: (batch, N_QUERIES), strides (stride_lb, stride_lq).
+        k_tile = tl.program_id(0)
+        b = tl.program_id(1)
+        k_start = k_tile * K_TILE_SIZE
+        if is_causal:
+            i_lo = k_start // Q_TILE_SIZE  # earlier query tiles cannot see this key tile
+        else:
+            i_lo = 0
+        q_lo = i_lo * Q_TILE_SIZE
+
+        K_blk = tl.make_block_ptr(
+            K_ptr + b * stride_kb, shape=(N_KEYS, D), strides=(stride_kk, stride_kd),
+            offsets=(k_start, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+        V_blk = tl.make_block_ptr(
+            V_ptr + b * stride_vb, shape=(N_KEYS, D), strides=(stride_vk, stride_vd),
+            offsets=(k_start, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+        Q_blk = tl.make_block_ptr(
+            Q_ptr + b * stride_qb, shape=(N_QUERIES, D), strides=(stride_qq, stride_qd),
+            offsets=(q_lo, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+        )
+        dO_blk = tl.make_block_ptr(
+            dO_ptr + b * stride_dob, shape=(N_QUERIES, D), strides=(stride_doq, stride_dod),
+            offsets=(q_lo, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+        )
+        L_blk = tl.make_block_ptr(
+            L_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
+            offsets=(q_lo,), block_shape=(Q_TILE_SIZE,), order=(0,),
+        )
+        Dl_blk = tl.make_block_ptr(
+            Dl_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
+            offsets=(q_lo,), block_shape=(Q_TILE_SIZE,), order=(0,),
+        )
+
+        k = tl.load(K_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
+        v = tl.load(V_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
+        cols = k_start + tl.arange(0, K_TILE_SIZE)  # (Bk,)
+        rows0 = tl.arange(0, Q_TILE_SIZE)  # (Bq,)
+        qk_scale = scale * 1.4426950408889634
+
+        dk = tl.zeros((K_TILE_SIZE, D), dtype=tl.float32)
+        dv = tl.zeros((K_TILE_SIZE, D), dtype=tl.float32)
+        for i in range(i_lo, tl.cdiv(N_QUERIES, Q_TILE_SIZE)):
+            q = tl.load(Q_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
+            do = tl.load(dO_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
+            lse = tl.load(L_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
+            delta = tl.load(Dl_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
+            rows = i * Q_TILE_SIZE + rows0  # (Bq,)
+            valid = (rows[:, None] < N_QUERIES) & (cols[None, :] < N_KEYS)  # (Bq, Bk)
+            if is_causal:
+                valid = valid & (cols[None, :] <= rows[:, None])
+            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk), base 2
+            p = tl.where(valid, tl.exp2(s - (lse * 1.4426950408889634)[:, None]), 0.0)  # (Bq, Bk)
+            dv = _dot(tl.trans(p.to(do.dtype)), do, dv)  # (Bk, D)
+            dp = _dot(do, tl.trans(v), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32))  # (Bq, Bk)
+            ds = p * (dp - delta[:, None])  # (Bq, Bk)
+            dk = _dot(tl.trans(ds.to(q.dtype)), q, dk)  # (Bk, D)
+            Q_blk = tl.advance(Q_blk, (Q_TILE_SIZE, 0))
+            dO_blk = tl.advance(dO_blk, (Q_TILE_SIZE, 0))
+            L_blk = tl.advance(L_blk, (Q_TILE_SIZE,))
+            Dl_blk = tl.advance(Dl_blk, (Q_TILE_SIZE,))
+
+        dK_blk = tl.make_block_ptr(
+            dK_ptr + b * stride_dkb, shape=(N_KEYS, D), strides=(stride_dkk, stride_dkd),
+            offsets=(k_start, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+        dV_blk = tl.make_block_ptr(
+            dV_ptr + b * stride_dvb, shape=(N_KEYS, D), strides=(stride_dvk, stride_dvd),
+            offsets=(k_start, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+        tl.store(dK_blk, (dk * scale).to(dK_ptr.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(dV_blk, dv.to(dV_ptr.dtype.element_ty), boundary_check=(0, 1))
+
+    @triton.jit
+    def flash_bwd_dq_kernel(
+        Q_ptr, K_ptr, V_ptr, dO_ptr, L_ptr, Dl_ptr,
+        dQ_ptr,
+        stride_qb, stride_qq, stride_qd,
+        stride_kb, stride_kk, stride_kd,
+        stride_vb, stride_vk, stride_vd,
+        stride_dob, stride_doq, stride_dod,
+        stride_lb, stride_lq,
+        stride_dqb, stride_dqq, stride_dqd,
+        N_QUERIES, N_KEYS,
+        scale,
+        D: tl.constexpr,
+        Q_TILE_SIZE: tl.constexpr,
+        K_TILE_SIZE: tl.constexpr,
+        is_causal: tl.constexpr,
+    ):
+        q_tile = tl.program_id(0)
+        b = tl.program_id(1)
+        q_start = q_tile * Q_TILE_SIZE
+
+        Q_blk = tl.make_block_ptr(
+            Q_ptr + b * stride_qb, shape=(N_QUERIES, D), strides=(stride_qq, stride_qd),
+            offsets=(q_start, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+        )
+        dO_blk = tl.make_block_ptr(
+            dO_ptr + b * stride_dob, shape=(N_QUERIES, D), strides=(stride_doq, stride_dod),
+            offsets=(q_start, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+        )
+        L_blk = tl.make_block_ptr(
+            L_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
+            offsets=(q_start,), block_shape=(Q_TILE_SIZE,), order=(0,),
+        )
+        Dl_blk = tl.make_block_ptr(
+            Dl_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
+            offsets=(q_start,), block_shape=(Q_TILE_SIZE,), order=(0,),
+        )
+        K_blk = tl.make_block_ptr(
+            K_ptr + b * stride_kb, shape=(N_KEYS, D), strides=(stride_kk, stride_kd),
+            offsets=(0, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+        V_blk = tl.make_block_ptr(
+            V_ptr + b * stride_vb, shape=(N_KEYS, D), strides=(stride_vk, stride_vd),
+            offsets=(0, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
+        )
+
+        q = tl.load(Q_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
+        do = tl.load(dO_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
+        lse2 = tl.load(L_blk, boundary_check=(0,), padding_option="zero") * 1.4426950408889634  # (Bq,)
+        delta = tl.load(Dl_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
+        rows = q_start + tl.arange(0, Q_TILE_SIZE)  # (Bq,)
+        cols0 = tl.arange(0, K_TILE_SIZE)  # (Bk,)
+        qk_scale = scale * 1.4426950408889634
+
+        if is_causal:
+            k_hi = tl.minimum(N_KEYS, q_start + Q_TILE_SIZE)
+        else:
+            k_hi = N_KEYS
+        dq = tl.zeros((Q_TILE_SIZE, D), dtype=tl.float32)
+        for j in range(0, tl.cdiv(k_hi, K_TILE_SIZE)):
+            k = tl.load(K_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
+            v = tl.load(V_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
+            cols = j * K_TILE_SIZE + cols0  # (Bk,)
+            valid = (rows[:, None] < N_QUERIES) & (cols[None, :] < N_KEYS)  # (Bq, Bk)
+            if is_causal:
+                valid = valid & (cols[None, :] <= rows[:, None])
+            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk), base 2
+            p = tl.where(valid, tl.exp2(s - lse2[:, None]), 0.0)  # (Bq, Bk)
+            dp = _dot(do, tl.trans(v), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32))  # (Bq, Bk)
+            ds = p * (dp - delta[:, None])  # (Bq, Bk)
+            dq = _dot(ds.to(k.dtype), k, dq)  # (Bq, D)
+            K_blk = tl.advance(K_blk, (K_TILE_SIZE, 0))
+            V_blk = tl.advance(V_blk, (K_TILE_SIZE, 0))
+
+        dQ_blk = tl.make_block_ptr(
+            dQ_ptr + b * stride_dqb, shape=(N_QUERIES, D), strides=(stride_dqq, stride_dqd),
+            offsets=(q_start, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+        )
+        tl.store(dQ_blk, (dq * scale).to(dQ_ptr.dtype.element_ty), boundary_check=(0, 1))
+
+    _AUTOTUNE_CONFIGS = [
+        triton.Config({"Q_TILE_SIZE": bq, "K_TILE_SIZE": bk}, num_warps=w, num_stages=st)
+        for (bq, bk, w, st) in AUTOTUNE_TILES
+    ]
+    _AUTOTUNE_KEY = ["N_QUERIES", "N_KEYS", "D", "is_causal"]
+    flash_fwd_kernel_autotuned = triton.autotune(configs=_AUTOTUNE_CONFIGS, key=_AUTOTUNE_KEY)(flash_fwd_kernel)
+    flash_bwd_dkdv_kernel_autotuned = triton.autotune(configs=_AUTOTUNE_CONFIGS, key=_AUTOTUNE_KEY)(
+        flash_bwd_dkdv_kernel
+    )
+    flash_bwd_dq_kernel_autotuned = triton.autotune(configs=_AUTOTUNE_CONFIGS, key=_AUTOTUNE_KEY)(
+        flash_bwd_dq_kernel
+    )
+
+
+def _tile_args(q_tile_size, k_tile_size, num_warps, num_stages):
+    bq = int(q_tile_size or DEFAULT_Q_TILE)
+    bk = int(k_tile_size or DEFAULT_K_TILE)
+    for name, size in (("q_tile_size", bq), ("k_tile_size", bk)):
+        if size < 16 or size & (size - 1):
+            raise ValueError(f"{name} must be a power of two >= 16, got {size}")
+    return bq, bk, int(num_warps or DEFAULT_NUM_WARPS), int(num_stages or DEFAULT_NUM_STAGES)
+
+
+def flash_forward_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = False,
+    q_tile_size: int | None = None,
+    k_tile_size: int | None = None,
+    autotune: bool = False,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+):
+    """Launch the forward kernel.
+
+    q: (batch, n_q, d); k, v: (batch, n_k, d).  Returns o (batch, n_q, d) in
+    q's dtype and L (batch, n_q) in float32.  With ``autotune`` the tile sizes
+    are chosen by ``triton.autotune`` (see :func:`last_triton_config`).
+    """
+    _require_triton(q, k, v)
+    _check_shapes(q, k, v)
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    o = torch.empty_like(q)  # (batch, n_q, d)
+    lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)  # (batch, n_q)
+    args = (
+        q, k, v, o, lse,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        lse.stride(0), lse.stride(1),
+        n_q, n_k, 1.0 / math.sqrt(d),
+    )
+    if autotune:
+        grid = lambda meta: (triton.cdiv(n_q, meta["Q_TILE_SIZE"]), batch)  # noqa: E731
+        flash_fwd_kernel_autotuned[grid](*args, D=d, is_causal=bool(is_causal))
+        _record_autotuned("fwd", flash_fwd_kernel_autotuned)
+    else:
+        bq, bk, warps, stages = _tile_args(q_tile_size, k_tile_size, num_warps, num_stages)
+        flash_fwd_kernel[(triton.cdiv(n_q, bq), batch)](
+            *args, D=d, Q_TILE_SIZE=bq, K_TILE_SIZE=bk, is_causal=bool(is_causal),
+            num_warps=warps, num_stages=stages,
+        )
+        _record("fwd", bq, bk, warps, stages, False)
+    return o, lse
+
+
+def flash_backward_triton(
+    q, k, v, o, do, lse,
+    is_causal: bool = False,
+    q_tile_size: int | None = None,
+    k_tile_size: int | None = None,
+    autotune: bool = False,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+):
+    """Two-pass backward (dK/dV kernel, then dQ kernel); no atomics.
+
+    q, o, do: (batch, n_q, d); k, v: (batch, n_k, d); lse: (batch, n_q) float32.
+    Returns dq, dk, dv in the dtypes of q, k, v.
+    """
+    _require_triton(q, k, v, do)
+    _check_shapes(q, k, v)
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    do = do.contiguous()
+    lse = lse.contiguous()
+    delta = (o.float() * do.float()).sum(dim=-1).contiguous()  # (batch, n_q), same layout as lse
+    dq = torch.empty_like(q)  # (batch, n_q, d)
+    dk = torch.empty_like(k)  # (batch, n_k, d)
+    dv = torch.empty_like(v)  # (batch, n_k, d)
+    scale = 1.0 / math.sqrt(d)
+    common = (
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        lse.stride(0), lse.stride(1),
+    )
+    dkdv_args = (q, k, v, do, lse, delta, dk, dv, *common,
+                 dk.stride(0), dk.stride(1), dk.stride(2),
+                 dv.stride(0), dv.stride(1), dv.stride(2),
+                 n_q, n_k, scale)
+    dq_args = (q, k, v, do, lse, delta, dq, *common,
+               dq.stride(0), dq.stride(1), dq.stride(2),
+               n_q, n_k, scale)
+    causal = bool(is_causal)
+    if autotune:
+        grid_k = lambda meta: (triton.cdiv(n_k, meta["K_TILE_SIZE"]), batch)  # noqa: E731
+        grid_q = lambda meta: (triton.cdiv(n_q, meta["Q_TILE_SIZE"]), batch)  # noqa: E731
+        flash_bwd_dkdv_kernel_autotuned[grid_k](*dkdv_args, D=d, is_causal=causal)
+        _record_autotuned("bwd_dkdv", flash_bwd_dkdv_kernel_autotuned)
+        flash_bwd_dq_kernel_autotuned[grid_q](*dq_args, D=d, is_causal=causal)
+        _record_autotuned("bwd_dq", flash_bwd_dq_kernel_autotuned)
+    else:
+        bq, bk, warps, stages = _tile_args(q_tile_size, k_tile_size, num_warps, num_stages)
+        flash_bwd_dkdv_kernel[(triton.cdiv(n_k, bk), batch)](
+            *dkdv_args, D=d, Q_TILE_SIZE=bq, K_TILE_SIZE=bk, is_causal=causal,
+            num_warps=warps, num_stages=stages,
+        )
+        _record("bwd_dkdv", bq, bk, warps, stages, False)
+        flash_bwd_dq_kernel[(triton.cdiv(n_q, bq), batch)](
+            *dq_args, D=d, Q_TILE_SIZE=bq, K_TILE_SIZE=bk, is_causal=causal,
+            num_warps=warps, num_stages=stages,
+        )
+        _record("bwd_dq", bq, bk, warps, stages, False)
+    return dq, dk, dv
+
+
+class FlashAttention2Triton(torch.autograd.Function):
+    """FlashAttention-2 with Triton forward and backward kernels.
+
+    ``apply(Q, K, V, is_causal=False, q_tile_size=None, k_tile_size=None, autotune=False)``
+    with Q: (..., n_q, d), K, V: (..., n_k, d); returns O shaped like Q.  Saved
+    for backward: L (batch, n_q), Q, K, V, O (flattened to one batch dim).
+    """
+
+    @staticmethod
+    def forward(ctx, Q, K, V, is_causal=False, q_tile_size=None, k_tile_size=None, autotune=False):
+        lead = Q.shape[:-2]
+        q = Q.reshape(-1, *Q.shape[-2:])  # (batch, n_q, d)
+        k = K.reshape(-1, *K.shape[-2:])  # (batch, n_k, d)
+        v = V.reshape(-1, *V.shape[-2:])  # (batch, n_k, d)
+        o, lse = flash_forward_triton(q, k, v, is_causal, q_tile_size, k_tile_size, autotune)
+        ctx.save_for_backward(lse, q, k, v, o)
+        ctx.is_causal = bool(is_causal)
+        ctx.tiles = (q_tile_size, k_tile_size, autotune)
+        ctx.lead = lead
+        return o.reshape(*lead, *o.shape[-2:])
+
+    @staticmethod
+    def backward(ctx, dO):
+        lse, q, k, v, o = ctx.saved_tensors
+        do = dO.reshape(-1, *dO.shape[-2:])  # (batch, n_q, d)
+        q_tile, k_tile, autotune = ctx.tiles
+        dq, dk, dv = flash_backward_triton(q, k, v, o, do, lse, ctx.is_causal, q_tile, k_tile, autotune)
+        lead = ctx.lead
+        return (
+            dq.reshape(*lead, *dq.shape[-2:]),
+            dk.reshape(*lead, *dk.shape[-2:]),
+            dv.reshape(*lead, *dv.shape[-2:]),
+            None,
+            None,
+            None,
+            None,
+        )
