@@ -1,0 +1,59 @@
+"""Analytic parameter, FLOP and memory formulas for the CS336 Transformer LM.
+
+FLOPs follow the usual matmul accounting (Kaplan et al. 2020, "Scaling Laws for Neural
+Language Models", Table 1; Hoffmann et al. 2022, Appendix F): a matmul of an (m, k) by a
+(k, n) matrix costs 2·m·k·n FLOPs; the backward pass costs twice the forward pass (one
+matmul for the input gradient, one for the weight gradient). Element-wise work (norms,
+softmax, SiLU, RoPE, the optimizer) is not counted. Attention is counted over the full
+T x T score matrix, as the naive implementation computes it.
+
+Per forward pass, with B = batch, T = context, d = d_model, f = d_ff, L = layers, V = vocab:
+
+    attention projections   L · 2·B·T · 4·d²
+    attention QK^T and PV   L · 2 · 2·B·T²·d
+    SwiGLU feed-forward     L · 2·B·T · 3·d·f
+    LM head                 2·B·T·d·V
+"""
+
+from __future__ import annotations
+
+from .model import ModelSpec
+
+FLOP_FORMULA = (
+    "forward = L·(8·B·T·d² + 4·B·T²·d + 6·B·T·d·f) + 2·B·T·d·V; "
+    "backward = 2 × forward; train step = 3 × forward (optimizer not counted)"
+)
+
+MODE_MULTIPLIER = {"forward": 1, "forward_backward": 3, "train_step": 3}
+
+
+def param_count(spec: ModelSpec) -> int:
+    """Number of trainable parameters (untied embedding and LM head, RMSNorm gains)."""
+    d, f, V = spec.d_model, spec.d_ff, spec.vocab_size
+    per_layer = 4 * d * d + 3 * d * f + 2 * d
+    return V * d + spec.num_layers * per_layer + d + d * V
+
+
+def forward_flops(spec: ModelSpec, batch: int, context: int) -> int:
+    d, f, V, L = spec.d_model, spec.d_ff, spec.vocab_size, spec.num_layers
+    B, T = batch, context
+    per_layer = 2 * B * T * 4 * d * d + 2 * 2 * B * T * T * d + 2 * B * T * 3 * d * f
+    return L * per_layer + 2 * B * T * d * V
+
+
+def step_flops(spec: ModelSpec, batch: int, context: int, mode: str) -> int:
+    """FLOPs of one measured step in ``mode`` (forward, forward_backward, train_step)."""
+    if mode not in MODE_MULTIPLIER:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}")
+    return MODE_MULTIPLIER[mode] * forward_flops(spec, batch, context)
+
+
+def training_state_bytes(spec: ModelSpec) -> dict[str, int]:
+    """fp32 weights, gradients and AdamW's two moments: the 16 bytes/parameter floor."""
+    n = param_count(spec)
+    return {"parameters": 4 * n, "gradients": 4 * n, "optimizer_state": 8 * n, "total": 16 * n}
+
+
+def residual_activation_bytes(spec: ModelSpec, batch: int, context: int, bytes_per_value: int = 4) -> int:
+    """One residual-stream activation tensor: B · T · d_model values."""
+    return batch * context * spec.d_model * bytes_per_value

@@ -1,0 +1,128 @@
+"""Loading, validating and resolving the experiment configuration.
+
+The YAML config (workflow/config/default.yaml) is checked against the JSON schema in
+workflow/schemas/config.schema.yaml, defaults are filled in, and then the checks a schema
+cannot express run: every size a grid names must exist, and ``device: auto`` becomes
+``cuda`` or ``cpu``. Every error names the config key it is about.
+
+    cfg = Config.from_dict(yaml.safe_load(open("workflow/config/default.yaml")))
+    cfg.device          # "cuda" or "cpu"
+    cfg.grid("benchmarking")
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+DEFAULT_CONFIG = ROOT / "workflow" / "config" / "default.yaml"
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be run; the message starts with the key's path."""
+
+
+def _key_path(parts) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top level>"
+
+
+def _with_defaults(validator_cls):
+    """A validator that also fills in ``default`` values of object properties."""
+    validate_properties = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+def validate(raw: dict, schema: dict | None = None, source: str = "config") -> dict:
+    """Return a copy of ``raw`` with defaults filled in, or raise ConfigError naming the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    schema = schema or load_schema()
+    instance = copy.deepcopy(raw)
+    validator = _with_defaults(jsonschema.Draft7Validator)(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        raise ConfigError(f"{source}: key '{_key_path(err.absolute_path)}': {err.message}")
+    return instance
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated config with its device resolved."""
+
+    data: dict
+    device: str
+
+    @classmethod
+    def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None) -> "Config":
+        data = validate(raw, source=source)
+        device = data["device"]
+        if device == "auto":
+            if cuda_available is None:
+                import torch
+
+                cuda_available = torch.cuda.is_available()
+            device = "cuda" if cuda_available else "cpu"
+        cfg = cls(data=data, device=device)
+        cfg._check_sizes(source)
+        return cfg
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs) -> "Config":
+        with open(path) as fh:
+            return cls.from_dict(yaml.safe_load(fh), source=str(path), **kwargs)
+
+    @property
+    def grid_name(self) -> str:
+        return "gpu" if self.device == "cuda" else "cpu"
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return self.data["run"]
+
+    def grid(self, section: str) -> dict[str, Any] | None:
+        """The settings of ``section`` in the active grid, or None if it is not configured."""
+        return self.data["grids"][self.grid_name].get(section)
+
+    def size(self, name: str) -> dict[str, Any]:
+        return dict(self.data["sizes"][name])
+
+    def _check_sizes(self, source: str) -> None:
+        known = self.data["sizes"]
+        for grid_name, grid in self.data["grids"].items():
+            for section, settings in grid.items():
+                names = settings.get("sizes", [])
+                for i, name in enumerate(names):
+                    if name not in known:
+                        raise ConfigError(
+                            f"{source}: key 'grids.{grid_name}.{section}.sizes[{i}]': unknown size "
+                            f"{name!r}; known sizes: {', '.join(known)}"
+                        )
+                if "size" in settings and settings["size"] not in known:
+                    raise ConfigError(
+                        f"{source}: key 'grids.{grid_name}.{section}.size': unknown size "
+                        f"{settings['size']!r}; known sizes: {', '.join(known)}"
+                    )

@@ -1,0 +1,135 @@
+"""benchmarking_script: time forward, forward+backward and full training steps.
+
+One cell is one (implementation, precision, size, context, mode). The model is built on the
+target device, a fixed random batch is drawn, ``warmup_steps`` untimed steps run, then
+``measured_steps`` timed steps, each ending in a device synchronize. Inside a step the
+forward, backward and optimizer phases are timed separately (each also synchronized), so
+the forward and backward columns of the report come from the same steps as the totals.
+
+    python -m cs336report run benchmarking --cell '{"size": "small", ...}' --out result.json
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from .. import accounting
+from ..measure import PhaseTimer, peak_memory, reset_peak_memory, summarize, time_steps
+from ..model import ModelSpec, TransformerLM, cross_entropy
+
+MODES = ("forward", "forward_backward", "train_step")
+
+
+def _cell(cfg, size: str, context: int, mode: str, precision: str, impl: str, **extra) -> dict:
+    run = cfg.run
+    return {
+        "device": cfg.device,
+        "size": size,
+        "model": cfg.size(size),
+        "context": context,
+        "mode": mode,
+        "precision": precision,
+        "implementation": impl,
+        "batch_size": run["batch_size"],
+        "warmup_steps": run["warmup_steps"],
+        "measured_steps": run["measured_steps"],
+        "tf32": run["tf32"],
+        "seed": run["seed"],
+        **extra,
+    }
+
+
+def cell_name(cell: dict) -> str:
+    name = f"{cell['implementation']}-{cell['precision']}-{cell['size']}-ctx{cell['context']}-{cell['mode']}"
+    if "warmup_study" in cell:
+        name += f"-w{cell['warmup_steps']}"
+    return name
+
+
+def cells(cfg) -> dict[str, dict]:
+    """Every cell of the benchmarking grid, by name."""
+    grid = cfg.grid("benchmarking")
+    impls = grid.get("implementations") or [cfg.run["implementation"]]
+    out = {}
+    for impl in impls:
+        for precision in grid["precisions"]:
+            for size in grid["sizes"]:
+                for context in grid["contexts"]:
+                    for mode in grid["modes"]:
+                        cell = _cell(cfg, size, context, mode, precision, impl)
+                        out[cell_name(cell)] = cell
+    return out
+
+
+def warmup_cells(cfg) -> dict[str, dict]:
+    """The warm-up study: one size/context/mode timed after 0, 1, 2, ... warm-up steps."""
+    grid = cfg.grid("benchmarking_warmup")
+    if not grid:
+        return {}
+    out = {}
+    for warmup in grid["warmups"]:
+        cell = _cell(cfg, grid["size"], grid["context"], grid["mode"], "fp32", cfg.run["implementation"])
+        cell.update(warmup_steps=warmup, warmup_study=True)
+        out[cell_name(cell)] = cell
+    return out
+
+
+def set_tf32(enabled: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def autocast_context(device: str, precision: str):
+    if precision == "fp32":
+        return nullcontext()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return torch.autocast(device_type=device.split(":")[0], dtype=dtype)
+
+
+def run(cell: dict) -> dict:
+    """Measure one cell; returns the ``data`` part of its result record."""
+    mode, device = cell["mode"], cell["device"]
+    if mode not in MODES:
+        raise ValueError(f"cell field 'mode' is {mode!r}, expected one of {MODES}")
+    set_tf32(cell["tf32"])
+    torch.manual_seed(cell["seed"])
+    spec = ModelSpec(**cell["model"])
+    batch, context = cell["batch_size"], cell["context"]
+
+    model = TransformerLM(spec, context, impl=cell["implementation"], device=device)
+    tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
+    targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode == "train_step" else None
+
+    def step() -> dict:
+        timer = PhaseTimer(device)
+        model.zero_grad(set_to_none=True)
+        with timer.phase("forward"), autocast_context(device, cell["precision"]):
+            logits = model(tokens)  # (batch, seq, vocab)
+            loss = cross_entropy(logits, targets) if mode != "forward" else None
+        if loss is not None:
+            with timer.phase("backward"):
+                loss.backward()
+        if optimizer is not None:
+            with timer.phase("optimizer_step"):
+                optimizer.step()
+        return timer.times
+
+    reset_peak_memory(device)
+    times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], device)
+    stats = summarize(times["measured_s"])
+    flops = accounting.step_flops(spec, batch, context, mode)
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "params_expected": accounting.param_count(spec),
+        "flops_per_step": flops,
+        "flop_formula": accounting.FLOP_FORMULA,
+        "grad_mode": "enabled",
+        "times_s": times,
+        "stats_s": stats,
+        "phase_stats_s": {name: summarize(v) for name, v in times["phases_s"].items()},
+        "tflops": flops / stats["mean"] / 1e12,
+        "peak_memory": peak_memory(device),
+    }

@@ -1,0 +1,183 @@
+"""Render report/report.md and report/index.html from result files.
+
+One Jinja2 loader, two environments: HTML autoescapes every value, Markdown escapes table
+cells for GitHub. The same section partials serve both; each output mode brings its own
+macros (``templates/_html.j2`` or ``templates/_md.j2``). Figures are saved as PNG under
+``<out>/figures/`` (the Markdown links them) and embedded as data URIs in the HTML, so
+index.html is one self-contained file.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from ..results import load
+from .tables import STATUS_TEXT, Cell, Table
+from .sections import SECTIONS
+
+TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
+HANDOUT = {"warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "tf32": False}
+EXPERIMENT_RULES = "workflow/rules"
+
+
+@dataclass
+class Figure:
+    name: str
+    path: str  # relative to the report folder
+    data_uri: str
+    caption: str
+    alt: str
+
+
+def md_cell(value) -> str:
+    """A string safe inside a GitHub Markdown table cell."""
+    text = str(value)
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+    text = text.replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*").replace("_", "\\_")
+    return re.sub(r"\s*\n\s*", " ", text)
+
+
+def md_text(value) -> str:
+    """A data string inside Markdown prose: no markup or HTML from the data survives."""
+    return md_cell(value).replace("[", "\\[").replace("]", "\\]")
+
+
+def environments() -> dict[str, jinja2.Environment]:
+    loader = jinja2.FileSystemLoader(str(TEMPLATES))
+    envs = {
+        "html": jinja2.Environment(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                                   undefined=jinja2.StrictUndefined),
+        "md": jinja2.Environment(loader=loader, autoescape=False, trim_blocks=True, lstrip_blocks=True,
+                                 undefined=jinja2.StrictUndefined),
+    }
+    envs["md"].filters["mdcell"] = md_cell
+    envs["md"].filters["mdtext"] = md_text
+    envs["html"].filters["mdcell"] = envs["html"].filters["mdtext"] = lambda v: v
+    for env in envs.values():
+        env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=1, sort_keys=True, default=str)
+    return envs
+
+
+class RenderContext:
+    """What a section builder sees: the loaded results, the config, a figure saver."""
+
+    def __init__(self, records: list[dict], config: dict, figures_dir: Path):
+        self.config = config
+        self.device = config.get("_device", "cpu")
+        self.figures_dir = figures_dir
+        self._by_experiment: dict[str, list[dict]] = defaultdict(list)
+        for r in records:
+            self._by_experiment[r["experiment"]].append(r)
+
+    def records(self, experiment: str) -> list[dict]:
+        return sorted(self._by_experiment.get(experiment, []), key=lambda r: r["cell"])
+
+    def figure(self, name: str, fig, caption: str, alt: str | None = None) -> Figure:
+        import matplotlib.pyplot as plt
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+        png = buf.getvalue()
+        (self.figures_dir / f"{name}.png").write_bytes(png)
+        return Figure(name=name, path=f"figures/{name}.png", caption=caption, alt=alt or caption,
+                      data_uri="data:image/png;base64," + base64.b64encode(png).decode())
+
+    def settings(self, experiment: str) -> list[dict]:
+        """The run settings of ``experiment``'s cells, flagged where they differ from the handout."""
+        cells = [r["config"] for r in self.records(experiment)]
+        if not cells:
+            return []
+        out = []
+        for key, label in (("warmup_steps", "warm-up steps"), ("measured_steps", "measured steps"),
+                           ("batch_size", "batch size"), ("tf32", "TF32 matmuls"),
+                           ("implementation", "implementation"), ("precision", "precision")):
+            values = sorted({str(c[key]) for c in cells if key in c})
+            if not values:
+                continue
+            expected = HANDOUT.get(key)
+            differs = expected is not None and values != [str(expected)]
+            out.append({"label": label, "value": ", ".join(values),
+                        "handout": str(expected) if expected is not None else "", "differs": differs})
+        return out
+
+
+def _provenance(records: list[dict]) -> dict:
+    keys = ("gpu", "driver", "cuda", "torch", "triton", "python", "platform", "cpu", "git_commit", "git_dirty", "hostname")
+    seen: dict[str, list] = {k: [] for k in keys}
+    for r in records:
+        for k in keys:
+            v = r["provenance"].get(k)
+            if v not in seen[k]:
+                seen[k].append(v)
+    return {k: ", ".join("–" if v is None else str(v) for v in vals) or "–" for k, vals in seen.items()}
+
+
+def _appendix(records: list[dict]) -> Table:
+    rows = []
+    for r in sorted(records, key=lambda r: (r["experiment"], r["cell"])):
+        status = Cell(STATUS_TEXT.get(r["status"], r["status"]), r["status"])
+        rows.append([Cell(r["experiment"]), Cell(r["cell"]), status, Cell(f"{r.get('wall_s', 0):.1f}"),
+                     Cell(r.get("error") or ""), Cell(r["_path"])])
+    return Table(title="Experiments", columns=["rule", "cell", "status", "wall time", "error", "result file"],
+                 units=["", "", "", "s", "", ""], rows=rows, sources=[r["_path"] for r in records])
+
+
+def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
+    ctx = RenderContext(records, config, figures_dir)
+    sections = []
+    for module in SECTIONS:
+        present = any(ctx.records(e) for e in module.EXPERIMENTS)
+        sections.append({
+            "id": module.ID, "title": module.TITLE, "template": f"sections/{module.ID}.j2",
+            "ran": present, "rules": list(module.EXPERIMENTS),
+            "skip_reason": None if present else getattr(module, "skip_reason", lambda c: "no results configured")(ctx),
+            "data": module.build(ctx) if present else None,
+        })
+    device = config.get("_device", "cpu")
+    return {
+        "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
+        "provenance": _provenance(records), "sections": sections,
+        "appendix_table": _appendix(records), "config_yaml": yaml.safe_dump(
+            {k: v for k, v in config.items() if not k.startswith("_")}, sort_keys=False),
+        "n_results": len(records),
+        "status_counts": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "error", "skipped")},
+    }
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def render_report(result_paths: list[str], config: dict, out_dir: str | Path) -> dict:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = out_dir / "figures"
+    shutil.rmtree(figures, ignore_errors=True)
+    figures.mkdir()
+    records = [load(p) for p in result_paths]
+    context = build_context(records, config, figures)
+    envs = environments()
+    html = envs["html"].get_template("report.html.j2").render(fmt_lib="_html.j2", **context)
+    md = envs["md"].get_template("report.md.j2").render(fmt_lib="_md.j2", **context)
+    _write_atomic(out_dir / "index.html", html)
+    _write_atomic(out_dir / "report.md", md)
+    return context

@@ -1,0 +1,232 @@
+"""benchmarking_script: end-to-end step times, throughput, variability and warm-up."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ... import accounting
+from .. import plots
+from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
+
+ID = "benchmarking_script"
+TITLE = "benchmarking_script"
+EXPERIMENTS = ("benchmarking", "benchmarking_warmup", "roofline")
+
+MODE_COLUMNS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
+PEAK_KIND = {"bf16": "bf16", "fp16": "bf16"}
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    """One tidy row per benchmarking result."""
+    rows = []
+    for r in records:
+        c, d = r["config"], r["data"]
+        stats = d.get("stats_s", {})
+        phases = d.get("phase_stats_s", {})
+        rows.append({
+            "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
+            "context": c["context"], "mode": c["mode"], "warmup": c["warmup_steps"],
+            "tf32": c["tf32"], "status": r["status"], "error": r.get("error"),
+            "params": d.get("params"), "flops": d.get("flops_per_step"),
+            "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
+            "median_s": stats.get("median", math.nan), "noisy": stats.get("noisy", False),
+            "forward_mean_s": phases.get("forward", {}).get("mean", math.nan),
+            "forward_std_s": phases.get("forward", {}).get("std", math.nan),
+            "backward_mean_s": phases.get("backward", {}).get("mean", math.nan),
+            "backward_std_s": phases.get("backward", {}).get("std", math.nan),
+            "optimizer_mean_s": phases.get("optimizer_step", {}).get("mean", math.nan),
+            "tflops": d.get("tflops", math.nan),
+            "all_s": (d.get("times_s", {}).get("warmup_s", []) + d.get("times_s", {}).get("measured_s", [])),
+            "measured_s": d.get("times_s", {}).get("measured_s", []),
+            "source": r["_path"], "wall_s": r.get("wall_s"),
+        })
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    order = df.assign(_d=[r["config"]["model"]["d_model"] * r["config"]["model"]["num_layers"] for r in records])
+    order = order.sort_values("_d")["size"].drop_duplicates().tolist()
+    df["size"] = pd.Categorical(df["size"], categories=order, ordered=True)
+    return df
+
+
+def _peaks(roofline: list[dict]) -> dict[str, float]:
+    for r in roofline:
+        if r["status"] == "ok":
+            return {kind: v["tflops"] for kind, v in r["data"]["matmul"].items()}
+    return {}
+
+
+def _peak_for(row, peaks: dict[str, float]) -> float:
+    kind = PEAK_KIND.get(row["precision"], "tf32" if row["tf32"] else "fp32")
+    return peaks.get(kind, math.nan)
+
+
+def timing_table(df: pd.DataFrame, title: str) -> Table:
+    """Size x context rows; one column per mode (mean ± std), plus the backward phase."""
+    df = df.copy()
+    scale = 1e-3
+    df["text"] = [fmt_mean_std(m, s, scale) for m, s in zip(df["mean_s"], df["std_s"])]
+    grid = pivot_cells(df, ["size", "context"], "mode", "text")
+    fb = df[df["mode"] == "forward_backward"].set_index(["size", "context"])
+    columns = ["size", "context", "params"] + [MODE_COLUMNS[m] for m in MODE_COLUMNS if m in grid.columns]
+    units = ["", "tokens", "M"] + ["ms"] * (len(columns) - 3)
+    has_bwd = not fb.empty
+    if has_bwd:
+        columns.append("backward alone")
+        units.append("ms")
+    params = df.dropna(subset=["params"]).groupby("size", observed=True)["params"].first()
+    rows = []
+    for (size, context), cells in grid.iterrows():
+        n = params.get(size)
+        row = [Cell(str(size)), Cell(str(context)), Cell(sig(n / 1e6, 4) if n else "–")]
+        row += [cells[m] if isinstance(cells[m], Cell) else status_cell("missing") for m in MODE_COLUMNS if m in grid.columns]
+        if has_bwd:
+            if (size, context) in fb.index and fb.loc[(size, context), "status"] == "ok":
+                b = fb.loc[(size, context)]
+                row.append(Cell(fmt_mean_std(b["backward_mean_s"], b["backward_std_s"], scale)))
+            elif (size, context) in fb.index:
+                row.append(status_cell(fb.loc[(size, context), "status"]))
+            else:
+                row.append(status_cell("missing"))
+        rows.append(row)
+    return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]),
+                 note="mean ± sample standard deviation over the measured steps")
+
+
+def throughput_table(df: pd.DataFrame, peaks: dict[str, float]) -> Table:
+    rows = []
+    for _, r in df.sort_values(["size", "context"]).iterrows():
+        if r["status"] != "ok":
+            rows.append([Cell(str(r["size"])), Cell(str(r["context"])), Cell(MODE_COLUMNS[r["mode"]]),
+                         status_cell(r["status"]), status_cell(r["status"]), status_cell(r["status"])])
+            continue
+        peak = _peak_for(r, peaks)
+        rows.append([
+            Cell(str(r["size"])), Cell(str(r["context"])), Cell(MODE_COLUMNS[r["mode"]]),
+            Cell(sig(r["flops"] / 1e12)), Cell(sig(r["tflops"])),
+            Cell(sig(100 * r["tflops"] / peak) if peak == peak else "–"),
+        ])
+    return Table(
+        title="Achieved throughput",
+        columns=["size", "context", "mode", "FLOPs per step", "achieved", "of measured matmul peak"],
+        units=["", "tokens", "", "TFLOP", "TFLOP/s", "%"],
+        rows=rows, sources=sorted(df["source"]),
+    )
+
+
+def roofline_table(roofline: list[dict]) -> Table | None:
+    ok = [r for r in roofline if r["status"] == "ok"]
+    if not ok:
+        return None
+    r = ok[0]
+    rows = [[Cell(f"matmul {kind} ({v['n']}×{v['n']})"), Cell(sig(v["tflops"])), Cell("TFLOP/s")]
+            for kind, v in r["data"]["matmul"].items()]
+    copy = r["data"]["copy"]
+    rows.append([Cell(f"device copy ({copy['bytes'] // 2**20} MiB, read + write)"), Cell(sig(copy["gb_per_s"])), Cell("GB/s")])
+    return Table(title="Measured peaks of this machine", columns=["probe", "value", "unit"], rows=rows,
+                 sources=[r["_path"]])
+
+
+def warmup_table(wf: pd.DataFrame) -> Table:
+    rows = []
+    for _, r in wf.sort_values("warmup").iterrows():
+        if r["status"] != "ok":
+            rows.append([Cell(str(r["warmup"]))] + [status_cell(r["status"])] * 4)
+            continue
+        m = r["measured_s"]
+        rest = m[1:] or m
+        rows.append([
+            Cell(str(r["warmup"])), Cell(fmt_mean_std(r["mean_s"], r["std_s"], 1e-3)),
+            Cell(sig(m[0] * 1e3)), Cell(sig(sum(rest) / len(rest) * 1e3)),
+            Cell(sig(m[0] / (sum(rest) / len(rest)))),
+        ])
+    return Table(
+        title="Warm-up study",
+        columns=["warm-up steps", "measured mean ± std", "first measured step", "mean of the other measured steps",
+                 "first / others"],
+        units=["", "ms", "ms", "ms", "×"], rows=rows, sources=sorted(wf["source"]),
+    )
+
+
+def analysis(df: pd.DataFrame, wf: pd.DataFrame) -> dict:
+    """Numbers the section's sentences quote, all computed from the results."""
+    ok = df[df["status"] == "ok"].copy()
+    out: dict = {"n_cells": len(df), "n_ok": len(ok), "failed": []}
+    for _, r in df[df["status"] != "ok"].iterrows():
+        out["failed"].append({"size": str(r["size"]), "context": int(r["context"]), "mode": MODE_COLUMNS[r["mode"]],
+                              "status": r["status"].upper() if r["status"] == "oom" else r["status"]})
+    if ok.empty:
+        return out
+    ok["cv"] = ok["std_s"] / ok["mean_s"]
+    worst = ok.loc[ok["cv"].idxmax()]
+    out["variability"] = {
+        "median_cv": fmt_pct(ok["cv"].median()), "max_cv": fmt_pct(worst["cv"]),
+        "max_cell": f"{worst['size']}, context {worst['context']}, {MODE_COLUMNS[worst['mode']]}",
+        "n_noisy": int(ok["noisy"].sum()), "small": bool(ok["cv"].median() < 0.05),
+    }
+    scaling = []
+    for (size, mode), g in ok.groupby(["size", "mode"], observed=True):
+        g = g.sort_values("context")
+        if len(g) >= 2:
+            lo, hi = g.iloc[0], g.iloc[-1]
+            scaling.append({"size": str(size), "mode": MODE_COLUMNS[mode], "ctx_lo": int(lo["context"]),
+                            "ctx_hi": int(hi["context"]), "ctx_ratio": sig(hi["context"] / lo["context"]),
+                            "time_ratio": sig(hi["mean_s"] / lo["mean_s"])})
+    out["context_scaling"] = [s for s in scaling if s["mode"] == MODE_COLUMNS["forward"]] or scaling
+    sizes = []
+    for (context, mode), g in ok.groupby(["context", "mode"]):
+        g = g.sort_values("params")
+        if len(g) >= 2 and mode == "forward":
+            lo, hi = g.iloc[0], g.iloc[-1]
+            sizes.append({"context": int(context), "small": str(lo["size"]), "large": str(hi["size"]),
+                          "param_ratio": sig(hi["params"] / lo["params"]), "time_ratio": sig(hi["mean_s"] / lo["mean_s"])})
+    out["size_scaling"] = sizes
+    fb = ok[ok["mode"] == "forward_backward"]
+    if not fb.empty:
+        ratio = fb["backward_mean_s"] / fb["forward_mean_s"]
+        out["backward_ratio"] = {"min": sig(ratio.min()), "max": sig(ratio.max()), "median": sig(ratio.median())}
+    best = ok.loc[ok["tflops"].idxmax()]
+    out["best_tflops"] = {"value": sig(best["tflops"]), "cell": f"{best['size']}, context {best['context']}, "
+                          f"{MODE_COLUMNS[best['mode']]}"}
+    wok = wf[wf["status"] == "ok"] if not wf.empty else wf
+    if not wok.empty:
+        cold = wok.sort_values("warmup").iloc[0]
+        warm = wok.sort_values("warmup").iloc[-1]
+        m = cold["measured_s"]
+        rest = sum(m[1:]) / max(1, len(m) - 1)
+        out["warmup"] = {
+            "cold_warmup": int(cold["warmup"]), "first": fmt_seconds(m[0]), "rest": fmt_seconds(rest),
+            "first_over_rest": sig(m[0] / rest), "cold_mean": fmt_seconds(cold["mean_s"]),
+            "cold_std": fmt_seconds(cold["std_s"]), "warm_warmup": int(warm["warmup"]),
+            "warm_mean": fmt_seconds(warm["mean_s"]), "warm_std": fmt_seconds(warm["std_s"]),
+            "mean_ratio": sig(cold["mean_s"] / warm["mean_s"]),
+        }
+    return out
+
+
+def build(ctx) -> dict:
+    df = frame(ctx.records("benchmarking"))
+    wf = frame(ctx.records("benchmarking_warmup"))
+    roofline = ctx.records("roofline")
+    peaks = _peaks(roofline)
+    out = {"tables": [], "figures": [], "roofline": roofline_table(roofline), "settings": ctx.settings("benchmarking")}
+    if df.empty:
+        out["analysis"] = {"n_cells": 0}
+        return out
+    for (impl, precision), g in df.groupby(["implementation", "precision"]):
+        out["tables"].append(timing_table(g, f"Step time, {impl} implementation, {precision}"))
+        out["figures"].append(ctx.figure(
+            f"benchmarking_time_{impl}_{precision}", plots.time_vs_context(g),
+            f"Time per step against context length ({impl} implementation, {precision}); error bars: ±1 std.",
+        ))
+    out["throughput"] = throughput_table(df, peaks)
+    out["flop_formula"] = accounting.FLOP_FORMULA
+    if not wf.empty:
+        out["warmup_table"] = warmup_table(wf)
+        out["figures_warmup"] = [ctx.figure("benchmarking_warmup", plots.warmup_steps(wf[wf["status"] == "ok"]),
+                                            "Every step's time for each number of warm-up steps; dashed: end of warm-up.")]
+        out["warmup_cell"] = f"{wf['size'].iloc[0]}, context {wf['context'].iloc[0]}, {MODE_COLUMNS[wf['mode'].iloc[0]]}"
+    out["analysis"] = analysis(df, wf)
+    return out

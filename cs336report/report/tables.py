@@ -1,0 +1,113 @@
+"""Tables for the report: tidy DataFrames in, formatted tables out.
+
+A :class:`Table` holds already-formatted cell strings, the unit of each column, and the
+result files its numbers came from; the templates only lay it out. Formatting helpers pick
+a unit per value (``fmt_seconds``) or per column (``time_unit``), so every number carries one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+UNIT_LEGEND = {
+    "s": "seconds",
+    "ms": "milliseconds (10⁻³ s)",
+    "µs": "microseconds (10⁻⁶ s)",
+    "ns": "nanoseconds (10⁻⁹ s)",
+    "TFLOP/s": "10¹² floating-point operations per second",
+    "GB/s": "10⁹ bytes per second",
+    "MiB": "2²⁰ bytes",
+    "GiB": "2³⁰ bytes",
+    "%": "percent",
+    "M": "millions",
+}
+
+
+@dataclass
+class Cell:
+    text: str
+    status: str = "ok"  # ok | oom | error | missing
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]]
+    units: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def unit_legend(self) -> list[tuple[str, str]]:
+        seen = []
+        for unit in self.units:
+            if unit and unit in UNIT_LEGEND and unit not in [u for u, _ in seen]:
+                seen.append((unit, UNIT_LEGEND[unit]))
+        return seen
+
+    @property
+    def headers(self) -> list[str]:
+        units = self.units or [""] * len(self.columns)
+        return [f"{c} ({u})" if u else c for c, u in zip(self.columns, units)]
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The largest unit in which ``seconds`` is at least 1."""
+    for unit, scale in TIME_UNITS:
+        if abs(seconds) >= scale:
+            return unit, scale
+    return TIME_UNITS[-1]
+
+
+def sig(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant figures, without exponent for everyday magnitudes."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    return f"{x:,.{decimals}f}"
+
+
+def fmt_seconds(seconds: float, digits: int = 3) -> str:
+    unit, scale = time_unit(seconds)
+    return f"{sig(seconds / scale, digits)} {unit}"
+
+
+def fmt_bytes(n: float, digits: int = 3) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{sig(n / scale, digits)} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_pct(fraction: float, digits: int = 3) -> str:
+    return f"{sig(100 * fraction, digits)} %"
+
+
+def fmt_mean_std(mean: float, std: float, scale: float) -> str:
+    return f"{sig(mean / scale)} ± {sig(std / scale, 2)}"
+
+
+STATUS_TEXT = {"oom": "OOM", "error": "error", "skipped": "skipped", "missing": "–"}
+
+
+def status_cell(status: str) -> Cell:
+    return Cell(STATUS_TEXT.get(status, status), status)
+
+
+def pivot_cells(df: pd.DataFrame, index: list[str], column: str, value: str, status: str = "status") -> pd.DataFrame:
+    """Pivot formatted ``value`` strings into a grid, OOM/error cells kept as such."""
+    def to_cell(row) -> Cell:
+        return Cell(row[value]) if row[status] == "ok" else status_cell(row[status])
+
+    cells = df.assign(_cell=df.apply(to_cell, axis=1))
+    return cells.pivot(index=index, columns=column, values="_cell")

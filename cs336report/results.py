@@ -1,0 +1,134 @@
+"""Result records: one JSON file per experiment cell, written atomically, with provenance.
+
+A record is a plain dict:
+
+    {"schema": "cs336report.result/1", "experiment": "benchmarking", "cell": "small-ctx128-...",
+     "status": "ok" | "oom" | "error" | "skipped", "error": None | "message",
+     "config": {...the resolved cell...}, "data": {...measurements...},
+     "provenance": {...machine, versions, commit...}, "started_at": ISO-8601, "wall_s": float}
+
+:func:`save` writes to a temporary file in the same folder and renames it into place, so a
+process killed mid-write leaves no result behind (and the workflow reruns the cell).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SCHEMA = "cs336report.result/1"
+STATUSES = ("ok", "oom", "error", "skipped")
+REQUIRED_KEYS = ("schema", "experiment", "cell", "status", "config", "data", "provenance")
+
+
+class ResultError(ValueError):
+    """A result file that is missing, unreadable or not a result record."""
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def save(record: dict, path: str | Path) -> Path:
+    """Atomically write ``record`` as JSON to ``path`` (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=1, sort_keys=True, allow_nan=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load(path: str | Path) -> dict:
+    """Read a result record, checking that it is one."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultError(f"{path}: no such result file") from None
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(record, dict):
+        raise ResultError(f"{path}: expected a JSON object, got {type(record).__name__}")
+    missing = [key for key in REQUIRED_KEYS if key not in record]
+    if missing:
+        raise ResultError(f"{path}: not a result record, missing field(s) {', '.join(missing)}")
+    if record["status"] not in STATUSES:
+        raise ResultError(f"{path}: field 'status' is {record['status']!r}, expected one of {STATUSES}")
+    record["_path"] = str(path)
+    return record
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def provenance(device: str) -> dict:
+    """Where and with what a result was measured."""
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:
+        triton_version = None
+    info = {
+        "device": device,
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton_version,
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "argv": sys.argv,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(
+            gpu=props.name,
+            gpu_memory_bytes=props.total_memory,
+            gpu_capability=f"{props.major}.{props.minor}",
+            driver=_nvidia_driver(),
+        )
+    else:
+        info.update(gpu=None, gpu_memory_bytes=None, gpu_capability=None, driver=None)
+    return info

@@ -1,0 +1,47 @@
+"""Run one experiment cell and write its result record, whatever happens.
+
+A cell that runs out of memory is a result with status "oom"; any other exception is a
+result with status "error" and the message (the traceback goes to the log). Either way the
+workflow goes on, and the report shows the cell as such.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from . import experiments
+from .measure import is_out_of_memory, release_memory
+from .results import SCHEMA, now_iso, provenance, save
+
+
+def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
+    device = cell.get("device", "cpu")
+    started, t0 = now_iso(), time.perf_counter()
+    status, error, data = "ok", None, {}
+    print(f"[cs336report] {experiment}/{name}: started on {device}", file=sys.stderr, flush=True)
+    try:
+        data = experiments.runner(experiment)(cell)
+    except Exception as exc:  # every failure becomes a result
+        status = "oom" if is_out_of_memory(exc) else "error"
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        traceback.print_exc(file=sys.stderr)
+        release_memory(device)
+    record = {
+        "schema": SCHEMA,
+        "experiment": experiment,
+        "cell": name,
+        "status": status,
+        "error": error,
+        "config": cell,
+        "data": data,
+        "provenance": provenance(device),
+        "started_at": started,
+        "finished_at": now_iso(),
+        "wall_s": time.perf_counter() - t0,
+    }
+    save(record, out)
+    print(f"[cs336report] {experiment}/{name}: {status} in {record['wall_s']:.1f} s", file=sys.stderr, flush=True)
+    return record
