@@ -103,6 +103,12 @@ class Config:
     def run(self) -> dict[str, Any]:
         return self.data["run"]
 
+    @property
+    def report_dir(self) -> str:
+        if self.data["report_dir"] != "auto":
+            return self.data["report_dir"]
+        return "report" if self.device == "cuda" else "report/cpu"
+
     def grid(self, section: str) -> dict[str, Any] | None:
         """The settings of ``section`` in the active grid, or None if it is not configured."""
         return self.data["grids"][self.grid_name].get(section)

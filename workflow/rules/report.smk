@@ -1,5 +1,5 @@
 # The writeup: every result file in, report.md and a self-contained index.html out.
-REPORT_DIR = CFG.data["report_dir"]
+REPORT_DIR = CFG.report_dir
 
 
 rule report:
