@@ -232,6 +232,7 @@ class FrameView:
     qualname: str = ""
     user: bool = False
     python: bool = False
+    hint: str | None = None  # 'optimizer' or 'backward' when this frame alone implies it
 
 
 class FrameResolver:
@@ -329,6 +330,7 @@ class FrameResolver:
                         best = (start, cls, qual)
                 if best is not None and best[2].rsplit(".", 1)[-1] == name:
                     view.cls, view.qualname = best[1], best[2]
+        view.hint = _frame_hint(view)
         self._frames[key] = view
         return view
 
@@ -454,29 +456,41 @@ def build_rules(categories: Any = None, use_default_rules: bool = True) -> list[
     return rules
 
 
+def _frame_hint(f: FrameView) -> str | None:
+    fn = f.filename.replace("\\", "/")
+    if "/torch/optim/" in fn or _OPTIM_FUNC_RE.fullmatch(f.name):
+        return "optimizer"
+    if f.user and f.name == "step" and f.cls and re.search(r"Optim|Adam|SGD", f.cls):
+        return "optimizer"
+    if f.name in ("backward", "_engine_run_backward", "run_backward"):
+        return "backward"
+    if f.name == "grad" and "/torch/autograd/" in fn:
+        return "backward"
+    if not f.python and (_BACKWARD_CPP_RE.search(f.name) or "torch/csrc/autograd" in fn):
+        return "backward"
+    return None
+
+
 def frame_phase(views: Sequence[FrameView]) -> str | None:
-    """Phase implied by a stack: 'optimizer', 'backward', 'forward', or None if empty."""
+    """Phase implied by a stack: 'optimizer', 'backward', 'forward', or None if empty.
+
+    Optimizer frames win over backward frames (e.g. a hook running the optimizer
+    from inside backward); any other non-empty stack is forward.
+    """
     if not views:
         return None
     backward = False
     for f in views:
-        fn = f.filename.replace("\\", "/")
-        if "/torch/optim/" in fn or _OPTIM_FUNC_RE.fullmatch(f.name):
+        if f.hint == "optimizer":
             return "optimizer"
-        if f.user and f.name == "step" and f.cls and re.search(r"Optim|Adam|SGD", f.cls):
-            return "optimizer"
-        if f.name in ("backward", "_engine_run_backward", "run_backward"):
-            backward = True
-        elif f.name == "grad" and "/torch/autograd/" in fn:
-            backward = True
-        elif not f.python and (_BACKWARD_CPP_RE.search(f.name) or "torch/csrc/autograd" in fn):
+        if f.hint == "backward":
             backward = True
     return "backward" if backward else "forward"
 
 
 def categorize(views: Sequence[FrameView], phase: str | None, rules: Sequence[Rule]) -> tuple[str, int | None]:
     """Category of an allocation and the index of the deciding frame (innermost first)."""
-    if phase == "optimizer" or frame_phase(views) == "optimizer":
+    if phase == "optimizer" or any(f.hint == "optimizer" for f in views):
         return "OptimizerState", None
     best: tuple[int, int, str] | None = None  # (priority, -depth, category)
     for depth, f in enumerate(views):
@@ -510,8 +524,25 @@ def _chain(views: Sequence[FrameView], max_depth: int) -> list[str]:
     return out
 
 
+_NO_FRAMES: list = []
+# C++ frames that only record how the stack was captured or how Python called in.
+_PLUMBING_RE = re.compile(
+    r"unwind::unwind|CapturedTraceback::gather|gather_with_cpp|^_start$|__libc_start_main|PyEval_|PyObject_"
+    r"|PyFunction_|^_Py|^Py[A-Z]|c10::cuda::CUDACachingAllocator|c10::Dispatcher|c10::impl::|c10::BoxedKernel"
+    r"|c10::KernelFunction|std::|^\?\?$|^$"
+)
+_CPP_OP_RE = re.compile(r"Backward\d*::apply|AccumulateGrad|at::native::|at::_ops::|at::cuda::")
+
+
 def _operation(views: Sequence[FrameView]) -> str:
-    for pred in (lambda f: f.user, lambda f: f.python, lambda f: True):
+    """Name of the innermost frame that says what allocated: model code first,
+    then any Python frame, then an operator-looking C++ frame."""
+    for pred in (
+        lambda f: f.user,
+        lambda f: f.python,
+        lambda f: bool(_CPP_OP_RE.search(f.name)),
+        lambda f: not _PLUMBING_RE.search(f.name),
+    ):
         for f in views:
             if pred(f):
                 return f.qualname or f.name
@@ -712,7 +743,8 @@ def parse_snapshot(
     per_cat = {c: {"count": 0, "total_bytes": 0, "max_bytes": 0, "by_phase": {p: 0 for p in PHASES}} for c in cat_names}
     top_heap: list[tuple[int, int]] = []
     stack_cache: dict[int, tuple[list[FrameView], str | None]] = {}
-    cat_cache: dict[tuple[int, str], str] = {}
+    cat_cache: dict[tuple[tuple, str], str] = {}
+    stack_by_views: dict[tuple, tuple] = {}
     keep_alive: list = []
     allocs_with_frames = 0
     cur = 0
@@ -724,15 +756,17 @@ def parse_snapshot(
             raise SnapshotError(f"{label}: device {dev} trace entry {i} is not a trace entry (no 'action')")
         action = e["action"]
         counts[action] = counts.get(action, 0) + 1
-        frames = e.get("frames") or []
-        key = id(frames)
-        cached = stack_cache.get(key)
+        frames = e.get("frames") or _NO_FRAMES
+        cached = stack_cache.get(id(frames))
         if cached is None:
-            views = [resolver.resolve(f) for f in frames if isinstance(f, Mapping)]
-            cached = (views, frame_phase(views))
-            stack_cache[key] = cached
+            views = [resolver.resolve(f) for f in frames if isinstance(f, dict)]
+            vkey = tuple(map(id, views))
+            cached = stack_by_views.get(vkey)
+            if cached is None:
+                cached = stack_by_views[vkey] = (views, frame_phase(views), vkey)
+            stack_cache[id(frames)] = cached
             keep_alive.append(frames)
-        views, fphase = cached
+        views, fphase, key = cached
         phase = None
         if annotations:
             phase = annotations.phase_at(e.get("time_us"))
@@ -904,7 +938,7 @@ def parse_snapshot(
     for rank, (size, neg_i) in enumerate(sorted(top_heap, reverse=True), start=1):
         i = -neg_i
         e = trace[i]
-        views, _ = stack_cache[id(e.get("frames") or [])]
+        views = stack_cache[id(e.get("frames") or _NO_FRAMES)][0]
         cat = cat_names[alloc_cat[i]]
         _, decider = categorize(views, PHASES[phase_of[i]], rules)
         top.append(
