@@ -14,3 +14,10 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/benchmarking.smk"
 include: "workflow/rules/report.smk"
+
+
+# The default target: the rendered writeup (an included file cannot set the default).
+rule all:
+    default_target: True
+    input:
+        rules.report.output,

@@ -61,7 +61,7 @@ def validate(raw: dict, schema: dict | None = None, source: str = "config") -> d
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     schema = schema or load_schema()
     instance = copy.deepcopy(raw)
-    validator = _with_defaults(jsonschema.Draft7Validator)(schema)
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]

@@ -28,7 +28,8 @@ def time_vs_context(df: pd.DataFrame):
         ax.set_title(MODE_LABELS[mode])
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("time per step (ms)")
-    axes[0][-1].legend(title="size", fontsize="small")
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        axes[0][-1].legend(title="size", fontsize="small")
     fig.tight_layout()
     return fig
 

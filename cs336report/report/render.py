@@ -23,6 +23,7 @@ from pathlib import Path
 
 import jinja2
 import yaml
+from markupsafe import Markup, escape
 
 from ..results import load
 from .tables import STATUS_TEXT, Cell, Table
@@ -42,32 +43,34 @@ class Figure:
     alt: str
 
 
-def md_cell(value) -> str:
-    """A string safe inside a GitHub Markdown table cell."""
-    text = str(value)
-    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
-    text = text.replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*").replace("_", "\\_")
-    return re.sub(r"\s*\n\s*", " ", text)
+def md_cell(value) -> Markup:
+    """A data string safe inside a GitHub Markdown table cell: HTML-escaped, pipes escaped, one line."""
+    text = str(escape(str(value)))
+    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    for char in "`*_[]":
+        text = text.replace(char, "\\" + char)
+    return Markup(re.sub(r"\s*\n\s*", " ", text))
 
 
-def md_text(value) -> str:
-    """A data string inside Markdown prose: no markup or HTML from the data survives."""
-    return md_cell(value).replace("[", "\\[").replace("]", "\\]")
+def md_code(value) -> Markup:
+    """A data string as a Markdown code span (shown literally, so not HTML-escaped)."""
+    text = re.sub(r"\s*\n\s*", " ", str(value)).replace("`", "'").replace("|", "\\|")
+    return Markup(f"`{text}`")
+
+
+def md_fence(value) -> Markup:
+    """Text for a fenced code block: shown literally; a fence inside it cannot close the block."""
+    return Markup(str(value).replace("`" * 3, "'" * 3))
 
 
 def environments() -> dict[str, jinja2.Environment]:
+    """Both environments escape every value; Markdown's filters add Markdown's own escaping."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
-    envs = {
-        "html": jinja2.Environment(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True,
-                                   undefined=jinja2.StrictUndefined),
-        "md": jinja2.Environment(loader=loader, autoescape=False, trim_blocks=True, lstrip_blocks=True,
-                                 undefined=jinja2.StrictUndefined),
-    }
-    envs["md"].filters["mdcell"] = md_cell
-    envs["md"].filters["mdtext"] = md_text
-    envs["html"].filters["mdcell"] = envs["html"].filters["mdtext"] = lambda v: v
-    for env in envs.values():
-        env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=1, sort_keys=True, default=str)
+    options = dict(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                   undefined=jinja2.StrictUndefined)
+    envs = {"html": jinja2.Environment(**options), "md": jinja2.Environment(**options)}
+    envs["md"].filters.update(mdcell=md_cell, mdtext=md_cell, mdcode=md_code, fence=md_fence)
+    envs["html"].filters.update(mdcell=escape, mdtext=escape, mdcode=escape, fence=escape)
     return envs
 
 

@@ -3,7 +3,6 @@ REPORT_DIR = CFG.report_dir
 
 
 rule report:
-    default_target: True
     input:
         results=[f for files in REPORT_INPUTS.values() for f in files],
         code=code("report/render.py", "report/tables.py", "report/plots.py")

@@ -153,7 +153,7 @@ def warmup_table(wf: pd.DataFrame) -> Table:
 def analysis(df: pd.DataFrame, wf: pd.DataFrame) -> dict:
     """Numbers the section's sentences quote, all computed from the results."""
     ok = df[df["status"] == "ok"].copy()
-    out: dict = {"n_cells": len(df), "n_ok": len(ok), "failed": []}
+    out: dict = {"n_cells": len(df), "n_ok": len(ok), "failed": [], "context_scaling": [], "size_scaling": []}
     for _, r in df[df["status"] != "ok"].iterrows():
         out["failed"].append({"size": str(r["size"]), "context": int(r["context"]), "mode": MODE_COLUMNS[r["mode"]],
                               "status": r["status"].upper() if r["status"] == "oom" else r["status"]})

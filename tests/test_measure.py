@@ -1,0 +1,48 @@
+import statistics
+
+import pytest
+
+from cs336report.measure import PhaseTimer, is_out_of_memory, summarize, time_steps
+
+
+def test_summarize_matches_statistics_module():
+    samples = [0.012, 0.010, 0.011, 0.013, 0.010, 0.030]
+    s = summarize(samples)
+    assert s["n"] == 6
+    assert s["mean"] == pytest.approx(statistics.fmean(samples))
+    assert s["std"] == pytest.approx(statistics.stdev(samples))
+    assert s["median"] == pytest.approx(statistics.median(samples))
+    assert (s["min"], s["max"]) == (0.010, 0.030)
+
+
+def test_noise_flag_follows_the_iqr():
+    assert not summarize([1.0, 1.01, 0.99, 1.0, 1.02])["noisy"]
+    assert summarize([1.0, 1.5, 0.6, 1.3, 0.8])["noisy"]
+    assert summarize([2.0])["std"] == 0.0
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_time_steps_separates_warmup_and_keeps_phases():
+    calls = []
+
+    def step():
+        calls.append(1)
+        timer = PhaseTimer("cpu")
+        with timer.phase("forward"):
+            sum(range(1000))
+        return timer.times
+
+    out = time_steps(step, warmup=3, measured=4, device="cpu")
+    assert len(calls) == 7
+    assert len(out["warmup_s"]) == 3 and len(out["measured_s"]) == 4
+    assert len(out["phases_s"]["forward"]) == 4
+    assert all(p <= t for p, t in zip(out["phases_s"]["forward"], out["measured_s"]))
+
+
+def test_out_of_memory_detection():
+    import torch
+
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))

@@ -1,0 +1,102 @@
+"""End to end: the whole Snakemake workflow on the CPU grid, in a copy of the repository."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cs336report.report.tables import fmt_mean_std
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
+        cwd=workdir, capture_output=True, text=True, timeout=900,
+    )
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a (dry) run: rule -> number of jobs."""
+    if "Nothing to be done" in output:
+        return {}
+    block = output.split("Job stats:", 1)[1]
+    counts = {}
+    for line in block.splitlines()[3:]:
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        counts[match.group(1)] = int(match.group(2))
+    counts.pop("total", None)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A copy of the working tree (tracked and not ignored files) with the CPU report built."""
+    dest = tmp_path_factory.mktemp("repo")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    shutil.rmtree(dest / "report" / "cpu", ignore_errors=True)
+    run = snakemake(dest, "report")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return dest
+
+
+def test_cpu_report_has_every_section_and_measured_numbers(workdir):
+    md = (workdir / "report/cpu/report.md").read_text()
+    html = (workdir / "report/cpu/index.html").read_text()
+    assert "CPU run: no CUDA device was available" in md
+    assert '<h2 id="benchmarking_script">' in html and "## benchmarking\\_script" in md
+    result = json.loads((workdir / "results/benchmarking/naive-fp32-mini-ctx64-forward.json").read_text())
+    stats = result["data"]["stats_s"]
+    assert fmt_mean_std(stats["mean"], stats["std"], 1e-3) in md
+    assert result["provenance"]["device"] == "cpu"
+    assert (workdir / "report/cpu/figures/benchmarking_time_naive_fp32.png").stat().st_size > 1000
+    assert 'src="data:image/png;base64,' in html
+
+
+def test_second_run_does_nothing(workdir):
+    run = snakemake(workdir, "-n", "report")
+    assert run.returncode == 0
+    assert job_counts(run.stdout + run.stderr) == {}
+
+
+def test_changing_one_size_reruns_its_cells_and_the_report_only(workdir):
+    (workdir / "override.yaml").write_text("sizes:\n  mini: {d_model: 128, d_ff: 384, num_layers: 4, num_heads: 4}\n")
+    run = snakemake(workdir, "-n", "report", "--configfile", "workflow/config/default.yaml", "override.yaml")
+    assert run.returncode == 0, run.stderr[-2000:]
+    counts = job_counts(run.stdout + run.stderr)
+    mini_cells = [p for p in (workdir / "results/benchmarking").glob("*-mini-*.json")]
+    assert counts == {"benchmarking": len(mini_cells), "benchmarking_warmup": 4, "report": 1}
+
+
+def test_editing_experiment_code_reruns_that_experiment_only(workdir):
+    path = workdir / "cs336report/experiments/roofline.py"
+    original = path.read_text()
+    path.write_text(original + "\n# edited\n")
+    try:
+        run = snakemake(workdir, "-n", "report")
+    finally:
+        path.write_text(original)
+    assert job_counts(run.stdout + run.stderr) == {"roofline": 1, "report": 1}
+
+
+def test_bad_config_stops_before_any_job(workdir, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grids:\n  cpu:\n    benchmarking:\n      sizes: [mini, colossal]\n      contexts: [32]\n")
+    run = snakemake(workdir, "report", "--configfile", "workflow/config/default.yaml", str(bad))
+    assert run.returncode != 0
+    assert "grids.cpu.benchmarking.sizes[1]" in run.stderr and "colossal" in run.stderr
+    assert "Job stats" not in run.stdout + run.stderr
