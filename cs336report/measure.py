@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 
+from .annotate import region
+
 # A result whose inter-quartile range exceeds this fraction of the median is flagged noisy.
 NOISE_THRESHOLD = 0.10
 
@@ -36,10 +38,11 @@ def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, devi
     measured_s: list[float] = []
     phases: dict[str, list[float]] = {}
     for i in range(warmup + measured):
-        start = timeit.default_timer()
-        phase_times = step()
-        synchronize(device)
-        elapsed = timeit.default_timer() - start
+        with region("warmup" if i < warmup else "step"):
+            start = timeit.default_timer()
+            phase_times = step()
+            synchronize(device)
+            elapsed = timeit.default_timer() - start
         if i < warmup:
             warmup_s.append(elapsed)
             continue

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .annotate import region
+
 IMPLEMENTATIONS = ("naive", "native")
 
 
@@ -127,11 +129,14 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     Q: (..., seq_q, d), K: (..., seq_k, d), V: (..., seq_k, d_v); accepts its arguments by keyword.
     """
     d = Q.shape[-1]
-    scores = torch.einsum("...qd,...kd->...qk", Q, K) / math.sqrt(d)  # (..., seq_q, seq_k)
-    if mask is not None:
-        scores = torch.where(mask, scores, float("-inf"))
-    weights = softmax(scores, dim=-1)
-    return torch.einsum("...qk,...kd->...qd", weights, V)  # (..., seq_q, d_v)
+    with region("attention_scores"):
+        scores = torch.einsum("...qd,...kd->...qk", Q, K) / math.sqrt(d)  # (..., seq_q, seq_k)
+        if mask is not None:
+            scores = torch.where(mask, scores, float("-inf"))
+    with region("softmax"):
+        weights = softmax(scores, dim=-1)
+    with region("attention_value"):
+        return torch.einsum("...qk,...kd->...qd", weights, V)  # (..., seq_q, d_v)
 
 
 class CausalMultiHeadSelfAttention(nn.Module):
@@ -157,7 +162,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
         k = self.rope(self._heads(self.k_proj(x)), positions)
         v = self._heads(self.v_proj(x))
         if self.impl == "native":
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            with region("scaled_dot_product_attention"):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             causal_mask = positions[:, None] >= positions[None, :]  # (seq, seq) bool
             out = scaled_dot_product_attention(Q=q, K=k, V=v, mask=causal_mask)

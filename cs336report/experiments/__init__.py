@@ -1,36 +1,48 @@
-"""One module per assignment problem. Each experiment has a function listing its cells
-from the config and a function measuring one cell.
+"""One module per assignment problem. Each module declares the experiments it provides:
 
-``EXPERIMENTS`` maps the experiment name (also its Snakemake rule and results folder) to
-"module:cells_function:run_function".
+    EXPERIMENTS = {"benchmarking": (cells, run)}
+
+``cells(cfg) -> {cell_name: cell_dict}`` lists the cells of the active grid (an empty dict
+when the grid does not configure it); ``run(cell) -> dict`` measures one cell and returns the
+``data`` of its result record. The experiment name is also its Snakemake rule and its
+results folder. Modules are discovered, so adding a problem touches no list here.
 """
 
 from __future__ import annotations
 
 import importlib
-
-EXPERIMENTS = {
-    "benchmarking": "benchmarking:cells:run",
-    "benchmarking_warmup": "benchmarking:warmup_cells:run",
-    "roofline": "roofline:cells:run",
-}
+import pkgutil
+from functools import cache
 
 
-def _resolve(name: str, which: int):
+@cache
+def registry() -> dict:
+    found = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for name, functions in getattr(module, "EXPERIMENTS", {}).items():
+            if name in found:
+                raise ValueError(f"experiment {name!r} is declared twice ({info.name})")
+            found[name] = functions
+    return found
+
+
+def _get(name: str):
     try:
-        spec = EXPERIMENTS[name]
+        return registry()[name]
     except KeyError:
-        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}") from None
-    module_name, *functions = spec.split(":")
-    module = importlib.import_module(f"{__name__}.{module_name}")
-    return getattr(module, functions[which])
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(registry())}") from None
+
+
+def names() -> list[str]:
+    return list(registry())
 
 
 def cells(name: str, cfg) -> dict[str, dict]:
     """The cells of experiment ``name`` under ``cfg``, by cell name."""
-    return _resolve(name, 0)(cfg)
+    return _get(name)[0](cfg)
 
 
 def runner(name: str):
     """The function that measures one cell of experiment ``name``."""
-    return _resolve(name, 1)
+    return _get(name)[1]

@@ -17,7 +17,9 @@ import torch
 
 from .. import accounting
 from ..measure import PhaseTimer, peak_memory, reset_peak_memory, summarize, time_steps
-from ..model import ModelSpec, TransformerLM, cross_entropy
+from ..annotate import region
+from ..model import ModelSpec, cross_entropy
+from ..models import build_model
 
 MODES = ("forward", "forward_backward", "train_step")
 
@@ -98,7 +100,7 @@ def run(cell: dict) -> dict:
     spec = ModelSpec(**cell["model"])
     batch, context = cell["batch_size"], cell["context"]
 
-    model = TransformerLM(spec, context, impl=cell["implementation"], device=device)
+    model, model_info = build_model(cell)
     tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
     targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode == "train_step" else None
@@ -106,14 +108,14 @@ def run(cell: dict) -> dict:
     def step() -> dict:
         timer = PhaseTimer(device)
         model.zero_grad(set_to_none=True)
-        with timer.phase("forward"), autocast_context(device, cell["precision"]):
+        with timer.phase("forward"), region("forward"), autocast_context(device, cell["precision"]):
             logits = model(tokens)  # (batch, seq, vocab)
             loss = cross_entropy(logits, targets) if mode != "forward" else None
         if loss is not None:
-            with timer.phase("backward"):
+            with timer.phase("backward"), region("backward"):
                 loss.backward()
         if optimizer is not None:
-            with timer.phase("optimizer_step"):
+            with timer.phase("optimizer_step"), region("optimizer_step"):
                 optimizer.step()
         return timer.times
 
@@ -122,6 +124,7 @@ def run(cell: dict) -> dict:
     stats = summarize(times["measured_s"])
     flops = accounting.step_flops(spec, batch, context, mode)
     return {
+        "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),
         "params_expected": accounting.param_count(spec),
         "flops_per_step": flops,
@@ -133,3 +136,6 @@ def run(cell: dict) -> dict:
         "tflops": flops / stats["mean"] / 1e12,
         "peak_memory": peak_memory(device),
     }
+
+
+EXPERIMENTS = {"benchmarking": (cells, run), "benchmarking_warmup": (warmup_cells, run)}

@@ -47,3 +47,6 @@ def run(cell: dict) -> dict:
     stats = _timed(lambda: dst.copy_(src), repeats, device)
     copy = {"bytes": nbytes, "stats_s": stats, "gb_per_s": 2 * nbytes / stats["median"] / 1e9}
     return {"matmul": matmul, "copy": copy}
+
+
+EXPERIMENTS = {"roofline": (cells, run)}

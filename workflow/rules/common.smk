@@ -13,7 +13,7 @@ from cs336report.config import Config
 CFG = Config.from_dict(config, source="workflow config")
 PY = sys.executable
 GPU = 1 if CFG.device == "cuda" else 0
-CELLS = {name: experiments.cells(name, CFG) for name in experiments.EXPERIMENTS}
+CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 
 RUN_CELL = (
