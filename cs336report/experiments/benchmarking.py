@@ -24,7 +24,8 @@ from ..models import build_model
 MODES = ("forward", "forward_backward", "train_step")
 
 
-def _cell(cfg, size: str, context: int, mode: str, precision: str, impl: str, **extra) -> dict:
+def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, impl: str, **extra) -> dict:
+    """A cell that runs the configured Transformer; every experiment that runs the model builds its cells here."""
     run = cfg.run
     return {
         "device": cfg.device,
@@ -60,7 +61,7 @@ def cells(cfg) -> dict[str, dict]:
             for size in grid["sizes"]:
                 for context in grid["contexts"]:
                     for mode in grid["modes"]:
-                        cell = _cell(cfg, size, context, mode, precision, impl)
+                        cell = transformer_cell(cfg, size, context, mode, precision, impl)
                         out[cell_name(cell)] = cell
     return out
 
@@ -72,7 +73,7 @@ def warmup_cells(cfg) -> dict[str, dict]:
         return {}
     out = {}
     for warmup in grid["warmups"]:
-        cell = _cell(cfg, grid["size"], grid["context"], grid["mode"], "fp32", cfg.run["implementation"])
+        cell = transformer_cell(cfg, grid["size"], grid["context"], grid["mode"], "fp32", cfg.run["implementation"])
         cell.update(warmup_steps=warmup, warmup_study=True)
         out[cell_name(cell)] = cell
     return out
