@@ -2,24 +2,14 @@
 
 import json
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import snakemake
+
 from cs336report.report.tables import fmt_mean_std
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=900,
-    )
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -35,23 +25,6 @@ def job_counts(output: str) -> dict[str, int]:
         counts[match.group(1)] = int(match.group(2))
     counts.pop("total", None)
     return counts
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """A copy of the working tree (tracked and not ignored files) with the CPU report built."""
-    dest = tmp_path_factory.mktemp("repo")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split("\n")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    shutil.rmtree(dest / "report" / "cpu", ignore_errors=True)
-    run = snakemake(dest, "report")
-    assert run.returncode == 0, run.stderr[-3000:]
-    return dest
 
 
 def test_cpu_report_has_every_section_and_measured_numbers(workdir):
