@@ -48,6 +48,13 @@ def _render(args) -> int:
     return 0
 
 
+def _publish(args) -> int:
+    from .publish import publish
+
+    print(publish(args.results, json.loads(args.config_json), args.out))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cs336report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
     p.add_argument("--out", required=True, help="report folder")
     p.set_defaults(func=_render)
+
+    p = sub.add_parser("publish", help="copy result files and their job timings into a published folder")
+    p.add_argument("results", nargs="+", help="result JSON files")
+    p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
+    p.add_argument("--out", required=True, help="published folder, e.g. report/data")
+    p.set_defaults(func=_publish)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -107,7 +107,11 @@ class Config:
     def report_dir(self) -> str:
         if self.data["report_dir"] != "auto":
             return self.data["report_dir"]
-        return "report" if self.device == "cuda" else "report/cpu"
+        return "report" if self.device == "cuda" or self.render_published else "report/cpu"
+
+    @property
+    def render_published(self) -> bool:
+        return self.data["published"]["render"]
 
     def grid(self, section: str) -> dict[str, Any] | None:
         """The settings of ``section`` in the active grid, or None if it is not configured."""

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
 from ..results import load
-from .tables import STATUS_TEXT, Cell, Table
+from .tables import STATUS_TEXT, Cell, Table, fmt_bytes, fmt_seconds
 from .sections import SECTIONS
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -139,6 +140,40 @@ def _appendix(records: list[dict]) -> Table:
                  units=["", "", "", "s", "", ""], rows=rows, sources=[r["_path"] for r in records])
 
 
+def _peak_bytes(record: dict) -> float | None:
+    peak = (record.get("data") or {}).get("peak_memory")
+    return peak.get("allocated_bytes") if isinstance(peak, dict) else None
+
+
+def _cost(records: list[dict]) -> dict:
+    """Wall time per rule and per section (Snakemake's benchmark of each job where present,
+    else the cell's own wall time) and the largest GPU peak of each rule."""
+    from ..publish import benchmark_of
+
+    rows = []
+    for r in records:
+        bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"])
+        rows.append({"rule": r["experiment"], "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
+                     "from_benchmark": bool(bench), "peak": _peak_bytes(r)})
+    if not rows:
+        return {"table": None, "total": "0 s"}
+    df = pd.DataFrame(rows)
+    per_rule = df.groupby("rule", sort=True).agg(jobs=("rule", "size"), job_s=("job_s", "sum"),
+                                                  peak=("peak", "max"), measured=("from_benchmark", "all"))
+    section_of = {e: m.TITLE for m in SECTIONS for e in m.EXPERIMENTS}
+    table_rows = []
+    for rule, r in per_rule.iterrows():
+        table_rows.append([Cell(section_of.get(rule, "–")), Cell(rule), Cell(str(int(r["jobs"]))),
+                           Cell(fmt_seconds(r["job_s"])), Cell(fmt_bytes(r["peak"]) if r["peak"] == r["peak"] else "–")])
+    total = df["job_s"].sum()
+    note = ("job time is Snakemake's benchmark of each job (process start-up included)"
+            if per_rule["measured"].all() else
+            "job time is Snakemake's benchmark of each job where one was recorded, else the cell's own wall time")
+    table = Table(title="Cost of this report", columns=["section", "rule", "jobs", "job time", "largest GPU peak"],
+                  units=["", "", "", "", ""], rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
+    return {"table": table, "total": fmt_seconds(total), "total_s": total}
+
+
 def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
     ctx = RenderContext(records, config, figures_dir)
     sections = []
@@ -156,7 +191,8 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
         "provenance": _provenance(records), "sections": sections,
-        "appendix_table": _appendix(records), "config_yaml": yaml.safe_dump(
+        "appendix_table": _appendix(records),
+        "cost": _cost(records), "config_yaml": yaml.safe_dump(
             {k: v for k, v in config.items() if not k.startswith("_")}, sort_keys=False),
         "n_results": len(records),
         "status_counts": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "error", "skipped")},

@@ -1,10 +1,20 @@
 # The writeup: every result file in, report.md and a self-contained index.html out.
+# With published.render the results are the published ones and no experiment runs.
+from cs336report.publish import published_files
+
 REPORT_DIR = CFG.report_dir
+PUBLISHED_DIR = CFG.data["published"]["dir"]
+RUN_RESULTS = list(dict.fromkeys(f for files in REPORT_INPUTS.values() for f in files))
+if CFG.render_published:
+    REPORT_RESULTS, _published_config = published_files(PUBLISHED_DIR)
+    REPORT_CONFIG = json.dumps(_published_config, sort_keys=True)
+else:
+    REPORT_RESULTS, REPORT_CONFIG = RUN_RESULTS, resolved_config()
 
 
 rule report:
     input:
-        results=[f for files in REPORT_INPUTS.values() for f in files],
+        results=REPORT_RESULTS,
         code=code("report/render.py", "report/tables.py", "report/plots.py")
         + [os.path.join("cs336report/report/sections", f) for f in sorted(os.listdir(os.path.join(workflow.basedir, "cs336report/report/sections"))) if f.endswith(".py")],
         templates=[os.path.join(d, f) for d, _, fs in os.walk(os.path.join(workflow.basedir, "templates")) for f in sorted(fs) if f.endswith(".j2")],
@@ -12,9 +22,24 @@ rule report:
         md=f"{REPORT_DIR}/report.md",
         html=f"{REPORT_DIR}/index.html",
     params:
-        config=resolved_config(),
+        config=REPORT_CONFIG,
         out=REPORT_DIR,
     log:
         "logs/report.log",
     shell:
         "{PY} -m cs336report render {input.results} --config-json {params.config:q} --out {params.out} > {log} 2>&1"
+
+
+rule publish:
+    input:
+        results=RUN_RESULTS,
+        html=rules.report.output.html,
+    output:
+        f"{PUBLISHED_DIR}/manifest.json",
+    params:
+        config=resolved_config(),
+        out=PUBLISHED_DIR,
+    log:
+        "logs/publish.log",
+    shell:
+        "{PY} -m cs336report publish {input.results} --config-json {params.config:q} --out {params.out} > {log} 2>&1"

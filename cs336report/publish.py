@@ -1,0 +1,63 @@
+"""Publishing a run: copy its result records (and Snakemake's timing of each job) into a
+folder that is committed with the report, so the report can be re-rendered anywhere.
+
+    python -m cs336report publish results/*/*.json --config-json JSON --out report/data
+
+The folder holds ``<rule>/<cell>.json`` records, ``config.json`` (the resolved config of the
+run) and ``manifest.json`` (the list of records, in the order the report reads them).
+Raw profiler files (``.nsys-rep``, snapshot pickles) are never copied.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from .results import load, now_iso, save
+
+BENCHMARK_COLUMNS = {"s": "wall_s", "max_rss": "max_rss_mib", "cpu_time": "cpu_time_s"}
+
+
+def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks") -> dict | None:
+    """Snakemake's ``benchmark:`` measurement of the job that wrote ``results/<rule>/<cell>.json``."""
+    path = Path(result_path)
+    tsv = Path(root) / path.parent.name / f"{path.stem}.tsv"
+    if not tsv.exists():
+        return None
+    row = pd.read_csv(tsv, sep="\t").iloc[-1]
+    return {new: float(row[old]) for old, new in BENCHMARK_COLUMNS.items() if old in row and row[old] != "-"}
+
+
+def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmarks: str | Path = "benchmarks") -> Path:
+    out = Path(out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    files = []
+    for path in result_paths:
+        record = load(path)
+        record.pop("_path")
+        record["benchmark"] = benchmark_of(path, benchmarks)
+        dest = out / record["experiment"] / f"{Path(path).stem}.json"
+        save(record, dest)
+        files.append(str(dest))
+    save(config, out / "config.json")
+    manifest = {"published_at": now_iso(), "files": files}
+    save(manifest, out / "manifest.json")
+    return out / "manifest.json"
+
+
+def published_files(out_dir: str | Path) -> tuple[list[str], dict]:
+    """The record paths and the resolved config of a published folder."""
+    out = Path(out_dir)
+    manifest = out / "manifest.json"
+    if not manifest.exists():
+        raise FileNotFoundError(
+            f"{manifest}: no published results here; run `snakemake --cores 1 publish` on the machine "
+            f"that ran the experiments first"
+        )
+    files = json.loads(manifest.read_text())["files"]
+    return files, json.loads((out / "config.json").read_text())
