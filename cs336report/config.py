@@ -2,8 +2,10 @@
 
 The YAML config (workflow/config/default.yaml) is checked against the JSON schema in
 workflow/schemas/config.schema.yaml, defaults are filled in, and then the checks a schema
-cannot express run: every size a grid names must exist, and ``device: auto`` becomes
-``cuda`` or ``cpu``. Every error names the config key it is about.
+cannot express run: every size a grid names must exist, a user's model named by
+``model.factory`` must import and map token ids to logits of the right shape
+(:func:`cs336report.models.check_source`), and ``device: auto`` becomes ``cuda`` or
+``cpu``. Every error names the config key it is about.
 
     cfg = Config.from_dict(yaml.safe_load(open("workflow/config/default.yaml")))
     cfg.device          # "cuda" or "cpu"
@@ -13,6 +15,7 @@ cannot express run: every size a grid names must exist, and ``device: auto`` bec
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,12 +72,26 @@ def validate(raw: dict, schema: dict | None = None, source: str = "config") -> d
     return instance
 
 
+def _check_model(model: dict | None, source: str, device: str) -> dict | None:
+    """Import and try the user's model named by the ``model`` key (see cs336report.models.check_source)."""
+    if not model:
+        return None
+    from .models import ModelError, check_source
+
+    try:
+        return check_source(model, device)
+    except ModelError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ConfigError(f"{source}: key '{key}': {message}") from None
+
+
 @dataclass(frozen=True)
 class Config:
     """A validated config with its device resolved."""
 
     data: dict
     device: str
+    model_source: dict | None = None  # the checked ``model`` key that cells carry; None = built-in model
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None) -> "Config":
@@ -88,7 +105,7 @@ class Config:
             device = "cuda" if cuda_available else "cpu"
         cfg = cls(data=data, device=device)
         cfg._check_sizes(source)
-        return cfg
+        return dataclasses.replace(cfg, model_source=_check_model(data.get("model"), source, device))
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":

@@ -1,66 +1,145 @@
 """Which Transformer an experiment runs: the built-in one, or a user's own factory.
 
 Every experiment builds its model through :func:`build_model`, so a config that names a
-user's factory (``model.factory: "package.module:Callable"``, Assignment 1's
-``BasicsTransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
-rope_theta)`` signature) changes every section at once. The model is constructed directly
-on the target device.
+user's factory changes every section at once::
+
+    model:
+      factory: cs336_basics.model:BasicsTransformerLM      # Assignment 1's signature
+      attention: cs336_basics.model:scaled_dot_product_attention   # optional
+      softmax: cs336_basics.nn_utils:softmax                        # optional
+
+The factory is called as ``factory(vocab_size=, context_length=, d_model=, num_layers=,
+num_heads=, d_ff=, rope_theta=)`` under ``torch.device(device)`` and must return an
+``nn.Module`` mapping int token ids (batch, seq) to logits (batch, seq, vocab_size).
+
+:func:`check_source` runs once when the workflow's config is loaded, before any job: it
+imports the named objects, checks the factory's parameters, builds a one-layer
+``d_model=16`` instance on the CPU (on the GPU too if that fails and the run is on CUDA)
+and runs a forward on 2 x 8 tokens (one import of the user's package plus a few
+milliseconds), so a missing module, another signature, a wrong output shape or an
+attention/softmax name the model never calls stops the run with a message naming the key.
+
+:func:`instrumented` wraps the named attention and softmax functions in profiler ranges
+(:data:`ATTENTION_RANGE`, :data:`SOFTMAX_RANGE`) for the duration of a run: each is
+replaced at its module attribute, and at every alias of it that the user's package holds
+(``from .nn_utils import softmax``), and restored afterwards. The runner applies it to
+every cell, so an experiment only calls :func:`build_model`.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
+import re
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from . import accounting, annotate
 from .model import ModelSpec, TransformerLM
 
 FACTORY_ARGS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff", "rope_theta")
 
+# Ranges around the user's functions; nested, so softmax time is inside attention time.
+ATTENTION_RANGE = "scaled_dot_product_attention"
+SOFTMAX_RANGE = "softmax"
+ROLES = {"attention": ATTENTION_RANGE, "softmax": SOFTMAX_RANGE}
+
+# The instance that check_source builds: every dimension distinct, so a transposed or
+# truncated output cannot have the right shape by accident.
+PROBE = {"vocab_size": 37, "context_length": 16, "d_model": 16, "num_layers": 1, "num_heads": 2, "d_ff": 32,
+         "rope_theta": 10_000.0}
+PROBE_TOKENS = (2, 8)  # (batch, seq)
+
+_MARK = "__cs336report_range__"
+
 
 class ModelError(ValueError):
-    """A configured model that cannot be used; the message says what to fix."""
+    """A configured model that cannot be used; the message starts with the config key."""
 
 
-def resolve(path: str, what: str = "model.factory"):
-    """Import ``package.module:attribute``."""
-    if ":" not in path:
+# --------------------------------------------------------------------------- resolving
+
+
+def _split(path: str, what: str) -> tuple[str, list[str]]:
+    module_name, sep, attrs = path.partition(":")
+    if not sep or not module_name or not attrs:
         raise ModelError(f"{what}: {path!r} must look like 'package.module:name'")
-    module_name, attr = path.split(":", 1)
+    return module_name, attrs.split(".")
+
+
+def _import(module_name: str, what: str):
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as exc:
         raise ModelError(
             f"{what}: cannot import module {module_name!r} ({exc}); install the package that provides it "
-            f"(e.g. pip install -e path/to/your/cs336_basics) in the environment that runs snakemake"
+            f"(e.g. pip install -e path/to/your/cs336_basics) or add its folder to PYTHONPATH, in the "
+            f"environment that runs snakemake"
         ) from None
+    except Exception as exc:  # the user's module raised while importing
+        raise ModelError(f"{what}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _owner(path: str, what: str) -> tuple[object, str]:
+    """The object holding the named attribute (a module or a class) and the attribute's name."""
+    module_name, attrs = _split(path, what)
+    owner = _import(module_name, what)
+    for i, attr in enumerate(attrs[:-1]):
+        try:
+            owner = getattr(owner, attr)
+        except AttributeError:
+            raise ModelError(f"{what}: {module_name}:{'.'.join(attrs[:i])} has no attribute {attr!r}") from None
+    return owner, attrs[-1]
+
+
+def resolve(path: str, what: str = "model.factory"):
+    """Import ``package.module:name`` (``name`` may be dotted, e.g. ``Class.method``)."""
+    owner, name = _owner(path, what)
     try:
-        return getattr(module, attr)
+        return getattr(owner, name)
     except AttributeError:
-        raise ModelError(f"{what}: module {module_name!r} has no attribute {attr!r}") from None
+        where = owner.__name__ if inspect.ismodule(owner) else getattr(owner, "__qualname__", repr(owner))
+        raise ModelError(f"{what}: {'module ' if inspect.ismodule(owner) else ''}{where!r} has no attribute {name!r}") from None
 
 
 def check_factory(factory, path: str) -> None:
+    """The factory must accept Assignment 1's seven arguments by keyword and need no others."""
+    if not callable(factory):
+        raise ModelError(f"model.factory: {path} is a {type(factory).__name__}, not a class or function")
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
-        return
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return
-    missing = [a for a in FACTORY_ARGS if a not in params]
+        return  # a builtin or C extension: calling it in check_source decides
+    how = (f"it must accept ({', '.join(FACTORY_ARGS)}) by keyword, like Assignment 1's "
+           f"BasicsTransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)")
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    missing = [a for a in FACTORY_ARGS if a not in params and not takes_any]
+    positional = [a for a in FACTORY_ARGS if a in params and params[a].kind == params[a].POSITIONAL_ONLY]
+    extra = [n for n, p in params.items() if n not in FACTORY_ARGS and p.default is p.empty
+             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    problems = []
     if missing:
-        raise ModelError(
-            f"model.factory: {path} does not take {', '.join(missing)}; it must accept "
-            f"({', '.join(FACTORY_ARGS)}) by keyword, like Assignment 1's BasicsTransformerLM"
-        )
+        problems.append(f"does not take {', '.join(missing)}")
+    if positional:
+        problems.append(f"takes {', '.join(positional)} only by position")
+    if extra:
+        problems.append(f"also requires {', '.join(extra)}, which cs336report does not pass")
+    if problems:
+        sig = f"{getattr(factory, '__name__', path)}{inspect.signature(factory)}"
+        raise ModelError(f"model.factory: {path} {'; '.join(problems)} (its signature is {sig}); {how}")
+
+
+# --------------------------------------------------------------------------- provenance
 
 
 def source_info(obj) -> dict:
-    """Import path, file and a hash of the source of a model class or function."""
+    """Import path, file and a hash of the source file of a model class or function."""
     try:
         file = inspect.getsourcefile(obj)
         digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()[:16] if file else None
@@ -69,21 +148,306 @@ def source_info(obj) -> dict:
     return {"object": f"{obj.__module__}:{obj.__qualname__}", "file": file, "sha256_16": digest}
 
 
+def package_source(module_name: str) -> dict:
+    """A hash over every ``.py`` file of ``module_name``'s top-level package (its folder).
+
+    Editing any file of the user's package (not only the factory's) changes it, and the
+    cells carry it, so a cell whose model code changed is rerun.
+    """
+    top = module_name.split(".")[0]
+    module = sys.modules.get(top) or importlib.import_module(top)
+    roots = [Path(p) for p in getattr(module, "__path__", [])]
+    if roots:
+        files = sorted({(f.relative_to(root).as_posix(), f) for root in roots for f in root.rglob("*.py")
+                        if "__pycache__" not in f.parts})
+    elif getattr(module, "__file__", None):
+        files = [(Path(module.__file__).name, Path(module.__file__))]
+    else:
+        files = []
+    digest = hashlib.sha256()
+    for rel, file in files:
+        digest.update(rel.encode() + b"\0" + file.read_bytes() + b"\0")
+    return {"package": top, "files": len(files), "sha256_16": digest.hexdigest()[:16] if files else None}
+
+
+def param_counts(model: nn.Module, spec: ModelSpec) -> dict:
+    """Measured parameter count (shared tensors once) beside the reference architecture's."""
+    measured = sum(p.numel() for p in model.parameters())
+    expected = accounting.param_count(spec)
+    return {"params": measured, "params_expected": expected, "params_match": measured == expected}
+
+
+def attention_ranges(kind: str, implementation: str | None = None, source: dict | None = None) -> dict:
+    """The profiler ranges a model emits inside attention, and what they cannot separate."""
+    if kind == "builtin":
+        if implementation == "native":
+            return {"ranges": ["scaled_dot_product_attention"],
+                    "not_separated": ["attention_scores", "softmax", "attention_value"]}
+        return {"ranges": list(annotate.ATTENTION_RANGES), "not_separated": []}
+    source = source or {}
+    ranges = [ROLES[r] for r in ("attention", "softmax") if source.get(r)]
+    if source.get("attention"):
+        rest = ["attention_scores", "attention_value"] + ([] if source.get("softmax") else ["softmax"])
+    else:
+        rest = ["attention_scores", "attention_value"]
+    return {"ranges": ranges, "not_separated": rest}
+
+
+def _file_tail(path: str | None, parts: int = 2) -> str | None:
+    """The last ``parts`` components of a path: frames recorded on another host end the same way."""
+    if not path:
+        return None
+    return "/".join(Path(path).parts[-parts:])
+
+
+def snapshot_options(cell: dict) -> dict:
+    """Keyword arguments for ``parsers.snapshot.parse_snapshot`` that fit the cell's model.
+
+    For a user's model: its package counts as model code even when installed under
+    site-packages (``user_code``), frames inside the configured softmax are ``Softmax``, and
+    frames inside the configured attention function are ``AttnScores`` before the line that
+    calls the softmax and ``AttnOut`` after it (``categories``). The built-in model needs
+    nothing beyond the parser's default rules.
+
+        parse_snapshot(path, **snapshot_options(cell))
+    """
+    from .parsers.snapshot import Rule
+
+    source = cell.get("model_source") or {}
+    if not source.get("factory"):
+        return {}
+    package = _split(source["factory"], "model.factory")[0].split(".")[0]
+    options: dict = {"user_code": ["cs336", rf"(^|[/\\]){package}([/\\]|\.py$)"], "categories": []}
+    functions = {role: inspect.unwrap(resolve(source[role], f"model.{role}")) for role in ROLES if source.get(role)}
+    for role, fn in functions.items():
+        tail = _file_tail(inspect.getsourcefile(fn))
+        if tail and re.escape(tail) + "$" not in options["user_code"]:
+            options["user_code"].append(re.escape(tail) + "$")
+    if "softmax" in functions:
+        fn = functions["softmax"]
+        tail = _file_tail(inspect.getsourcefile(fn)) or ""
+        options["categories"].append(Rule("Softmax", func=re.escape(fn.__name__), file=re.escape(tail) + "$",
+                                          user_only=False))
+    if "attention" in functions:
+        fn = functions["attention"]
+        tail = _file_tail(inspect.getsourcefile(fn)) or ""
+        lines, start = inspect.getsourcelines(fn)
+        called = functions["softmax"].__name__ if "softmax" in functions else r"\w*softmax"
+        split = next((start + i for i, text in enumerate(lines) if re.search(rf"\b{called}\s*\(", text)), None)
+        if split is not None:
+            def inside(f, name=fn.__name__, tail=tail):
+                return f.name == name and f.filename.replace("\\", "/").endswith(tail)
+
+            options["categories"] += [
+                Rule("AttnScores", predicate=lambda f, s=split: inside(f) and f.line < s, user_only=False),
+                Rule("AttnOut", predicate=lambda f, s=split: inside(f) and f.line > s, user_only=False),
+            ]
+    return options
+
+
+# --------------------------------------------------------------------------- instrumenting
+
+
+def _ranged(fn, range_name: str, role: str, calls: dict | None):
+    @functools.wraps(fn)
+    def ranged(*args, **kwargs):
+        if calls is not None:
+            calls[role] = calls.get(role, 0) + 1
+        if not annotate.enabled():
+            return fn(*args, **kwargs)
+        with annotate.region(range_name):
+            return fn(*args, **kwargs)
+
+    setattr(ranged, _MARK, range_name)
+    return ranged
+
+
+def _packages(*module_names: str) -> set[str]:
+    return {m.split(".")[0] for m in module_names if m} - {"torch", "builtins"}
+
+
+def _patch(path: str, role: str, packages: set[str], calls: dict | None) -> list[tuple]:
+    """Replace the function at ``path`` and its aliases in ``packages``; return what to restore."""
+    what = f"model.{role}"
+    owner, name = _owner(path, what)
+    try:
+        raw = inspect.getattr_static(owner, name)
+    except AttributeError:
+        resolve(path, what)  # raises the message naming the missing attribute
+        raise
+    descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+    fn = raw.__func__ if descriptor else raw
+    if not callable(fn):
+        raise ModelError(f"{what}: {path} is a {type(fn).__name__}, not a function")
+    if getattr(fn, _MARK, None):
+        return []  # already wrapped by an enclosing instrumented()
+    wrapped = _ranged(fn, ROLES[role], role, calls)
+    own = name in vars(owner)
+    patches = [(owner, name, raw if own else None)]
+    setattr(owner, name, descriptor(wrapped) if descriptor else wrapped)
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] not in packages:
+            continue
+        namespace = getattr(module, "__dict__", None)
+        for attr, value in list((namespace or {}).items()):
+            if value is fn:
+                patches.append((module, attr, value))
+                setattr(module, attr, wrapped)
+    return patches
+
+
+def _restore(patches: list[tuple]) -> None:
+    for owner, name, original in reversed(patches):
+        if original is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+
+
+@contextmanager
+def _instrumented(source: dict | None, calls: dict | None = None):
+    source = source or {}
+    packages = _packages(_split(source["factory"], "model.factory")[0]) if source.get("factory") else set()
+    patches: list[tuple] = []
+    try:
+        for role in ("softmax", "attention"):
+            if source.get(role):
+                module_name = _split(source[role], f"model.{role}")[0]
+                patches += _patch(source[role], role, packages | _packages(module_name), calls)
+        yield [f"{getattr(o, '__name__', o)}.{n}" for o, n, _ in patches]
+    finally:
+        _restore(patches)
+
+
+def instrumented(cell: dict):
+    """Context manager: the cell's ``model.attention``/``model.softmax`` wrapped in profiler ranges.
+
+    Yields the attributes it replaced (``module.name``); restores them on exit. A cell of the
+    built-in model replaces nothing (its attention marks its own ranges).
+
+        with instrumented(cell):
+            model, info = build_model(cell)
+            ...
+    """
+    return _instrumented(cell.get("model_source"))
+
+
+# --------------------------------------------------------------------------- checking and building
+
+
+def _call_factory(factory, path: str, kwargs: dict, device) -> nn.Module:
+    with torch.device(device):
+        model = factory(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"model.factory: {path} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _probe(factory, path: str, device: str, calls: dict, source: dict):
+    """Build the PROBE instance on ``device`` and run it on PROBE_TOKENS; ModelError on failure."""
+    call = ", ".join(f"{k}={v}" for k, v in PROBE.items())
+    with torch.random.fork_rng(devices=[]), _instrumented(source, calls):
+        try:
+            model = _call_factory(factory, path, PROBE, device)
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"model.factory: {path}({call}) on {device} raised {type(exc).__name__}: {exc}") from None
+        tokens = torch.randint(0, PROBE["vocab_size"], PROBE_TOKENS, device=device)  # (batch, seq)
+        try:
+            with torch.no_grad():
+                return model(tokens)
+        except Exception as exc:
+            raise ModelError(
+                f"model.factory: the forward of {path}({call}) on {device}, on int64 token ids of shape "
+                f"{tuple(PROBE_TOKENS)}, raised {type(exc).__name__}: {exc}"
+            ) from None
+
+
+def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
+    """Check the ``model`` config key; return the ``model_source`` that cells carry, or None.
+
+    The probe model runs on the CPU; if it fails there and ``device`` is CUDA (a model that
+    needs a GPU kernel), it is tried on the GPU before giving up. Raises :class:`ModelError`
+    naming the key (``model.factory``, ``model.attention`` or ``model.softmax``) and what to
+    change.
+    """
+    model_config = {k: v for k, v in (model_config or {}).items() if v}
+    path = model_config.get("factory")
+    if not path:
+        for role in ROLES:
+            if role in model_config:
+                raise ModelError(
+                    f"model.{role}: set without model.factory; the built-in model marks its own attention "
+                    f"ranges, so name your model's factory too or remove model.{role}"
+                )
+        return None
+    factory = resolve(path, "model.factory")
+    check_factory(factory, path)
+    for role in ROLES:
+        if role in model_config:
+            resolve(model_config[role], f"model.{role}")
+    call = ", ".join(f"{k}={v}" for k, v in PROBE.items())
+    calls: dict[str, int] = {}
+    try:
+        out = _probe(factory, path, "cpu", calls, model_config)
+    except ModelError as cpu_error:
+        if not (device.startswith("cuda") and torch.cuda.is_available()):
+            raise
+        calls.clear()
+        try:
+            out = _probe(factory, path, device, calls, model_config)
+        except ModelError as gpu_error:
+            raise ModelError(f"{cpu_error}; and on {device}: {str(gpu_error).split(': ', 1)[1]}") from None
+    want = (*PROBE_TOKENS, PROBE["vocab_size"])
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want or not out.is_floating_point():
+        got = f"shape {tuple(out.shape)}, dtype {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ModelError(
+            f"model.factory: {path}({call}) maps token ids of shape {tuple(PROBE_TOKENS)} to {got}; expected "
+            f"floating-point logits of shape (batch, seq, vocab_size) = {want}: the model's forward must "
+            f"return one logits tensor (apply the output projection, do not return hidden states or a tuple)"
+        )
+    for role in ROLES:
+        if role in model_config and not calls.get(role):
+            raise ModelError(
+                f"model.{role}: {model_config[role]} was not called during a forward of {path}; name the function "
+                f"the model actually calls (its module attribute, e.g. 'package.module:function'), or remove "
+                f"model.{role}"
+            )
+    module_name = _split(path, "model.factory")[0]
+    return {**model_config, "sha256_16": package_source(module_name)["sha256_16"]}
+
+
 def build_model(cell: dict) -> tuple[nn.Module, dict]:
-    """The model of ``cell`` on its device, and a description of it for the result."""
+    """The model of ``cell`` on its device, and a description of it for the result.
+
+    The description holds the model's import path, source file and hashes, its parameter
+    count beside the reference architecture's (``params_match`` False flags a difference),
+    and the profiler ranges it emits inside attention.
+    """
     spec = ModelSpec(**cell["model"])
     device = cell["device"]
-    factory_path = (cell.get("model_source") or {}).get("factory")
+    source = cell.get("model_source") or {}
+    factory_path = source.get("factory")
     if not factory_path:
-        model = TransformerLM(spec, cell["context"], impl=cell.get("implementation", "naive"), device=device)
-        return model, {"kind": "builtin", "implementation": cell.get("implementation", "naive"),
-                       **source_info(TransformerLM)}
+        impl = cell.get("implementation", "naive")
+        model = TransformerLM(spec, cell["context"], impl=impl, device=device)
+        info = {"kind": "builtin", "implementation": impl, **source_info(TransformerLM),
+                "attention_ranges": attention_ranges("builtin", impl)}
+        return model, {**info, **param_counts(model, spec)}
     factory = resolve(factory_path)
     check_factory(factory, factory_path)
-    with torch.device(device):
-        model = factory(vocab_size=spec.vocab_size, context_length=cell["context"], d_model=spec.d_model,
-                        num_layers=spec.num_layers, num_heads=spec.num_heads, d_ff=spec.d_ff,
-                        rope_theta=spec.rope_theta)
-    if not isinstance(model, nn.Module):
-        raise ModelError(f"model.factory: {factory_path} returned {type(model).__name__}, not a torch.nn.Module")
-    return model.to(device), {"kind": "user", **source_info(factory)}
+    kwargs = {"vocab_size": spec.vocab_size, "context_length": cell["context"], "d_model": spec.d_model,
+              "num_layers": spec.num_layers, "num_heads": spec.num_heads, "d_ff": spec.d_ff,
+              "rope_theta": spec.rope_theta}
+    model = _call_factory(factory, factory_path, kwargs, device).to(device)
+    info = {
+        "kind": "user",
+        "factory": factory_path,
+        **source_info(factory),
+        "package": package_source(_split(factory_path, "model.factory")[0]),
+        "functions": {role: {"path": source[role], **source_info(inspect.unwrap(resolve(source[role], f"model.{role}")))}
+                      for role in ROLES if source.get(role)},
+        "attention_ranges": attention_ranges("user", source=source),
+    }
+    return model, {**info, **param_counts(model, spec)}

@@ -2,7 +2,9 @@
 
 A cell that runs out of memory is a result with status "oom"; any other exception is a
 result with status "error" and the message (the traceback goes to the log). Either way the
-workflow goes on, and the report shows the cell as such.
+workflow goes on, and the report shows the cell as such. A cell that runs a user's model
+runs with its named attention and softmax functions wrapped in profiler ranges
+(:func:`cs336report.models.instrumented`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from . import experiments
 from .measure import is_out_of_memory, release_memory
+from .models import instrumented
 from .results import SCHEMA, now_iso, provenance, save
 
 
@@ -23,7 +26,8 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
     status, error, data = "ok", None, {}
     print(f"[cs336report] {experiment}/{name}: started on {device}", file=sys.stderr, flush=True)
     try:
-        data = experiments.runner(experiment)(cell)
+        with instrumented(cell):  # a user's attention/softmax in profiler ranges, restored after
+            data = experiments.runner(experiment)(cell)
     except Exception as exc:  # every failure becomes a result
         status = "oom" if is_out_of_memory(exc) else "error"
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"

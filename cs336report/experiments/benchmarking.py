@@ -25,8 +25,13 @@ MODES = ("forward", "forward_backward", "train_step")
 
 
 def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, impl: str, **extra) -> dict:
-    """A cell that runs the configured Transformer; every experiment that runs the model builds its cells here."""
+    """A cell that runs the configured Transformer; every experiment that runs the model builds its cells here.
+
+    With a user's model configured (``model.factory``), the cell carries it as ``model_source``
+    (import paths and a hash of the user's package, so editing that code reruns the cell).
+    """
     run = cfg.run
+    source = {"model_source": cfg.model_source} if getattr(cfg, "model_source", None) else {}
     return {
         "device": cfg.device,
         "size": size,
@@ -40,6 +45,7 @@ def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, im
         "measured_steps": run["measured_steps"],
         "tf32": run["tf32"],
         "seed": run["seed"],
+        **source,
         **extra,
     }
 

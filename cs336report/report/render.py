@@ -127,7 +127,39 @@ def _provenance(records: list[dict]) -> dict:
             v = r["provenance"].get(k)
             if v not in seen[k]:
                 seen[k].append(v)
-    return {k: ", ".join("–" if v is None else str(v) for v in vals) or "–" for k, vals in seen.items()}
+    out = {k: ", ".join("–" if v is None else str(v) for v in vals) or "–" for k, vals in seen.items()}
+    out["model"] = _model_provenance(records)
+    return out
+
+
+def _model_provenance(records: list[dict]) -> dict:
+    """The model(s) the results ran (``data.model`` of build_model) and parameter counts per size."""
+    models: dict[tuple, dict] = {}
+    params: dict[str, dict] = {}
+    for r in records:
+        info = (r.get("data") or {}).get("model")
+        if not isinstance(info, dict):
+            continue
+        package = info.get("package") or {}
+        key = (info.get("kind"), info.get("object"), info.get("sha256_16"), package.get("sha256_16"),
+               info.get("implementation"))
+        models.setdefault(key, {
+            "kind": info.get("kind"), "object": info.get("object"), "factory": info.get("factory"),
+            "implementation": info.get("implementation"), "file": info.get("file") or "unknown",
+            "sha256_16": info.get("sha256_16") or "unknown", "package": package or None,
+            "functions": {role: f.get("path") for role, f in (info.get("functions") or {}).items()},
+        })
+        measured = info.get("params", r["data"].get("params"))
+        expected = info.get("params_expected", r["data"].get("params_expected"))
+        size = r["config"].get("size")
+        if size is None or measured is None or expected is None or size in params:
+            continue
+        diff = measured - expected
+        params[size] = {"size": size, "measured": measured, "expected": expected, "match": diff == 0,
+                        "measured_text": f"{measured:,}", "expected_text": f"{expected:,}",
+                        "diff_text": f"{diff:+,} ({100 * diff / expected:+.1f}%)" if expected else f"{diff:+,}"}
+    rows = sorted(params.values(), key=lambda p: p["expected"])
+    return {"models": list(models.values()), "params": rows, "mismatch": any(not p["match"] for p in rows)}
 
 
 def _appendix(records: list[dict]) -> Table:
