@@ -57,3 +57,30 @@ def training_state_bytes(spec: ModelSpec) -> dict[str, int]:
 def residual_activation_bytes(spec: ModelSpec, batch: int, context: int, bytes_per_value: int = 4) -> int:
     """One residual-stream activation tensor: B · T · d_model values."""
     return batch * context * spec.d_model * bytes_per_value
+
+
+# Element-wise operations per attention score in a numerically stable softmax: the running
+# max, the subtraction, the exponential, the sum and the division.
+SOFTMAX_FLOPS_PER_SCORE = 5
+
+ATTENTION_FLOP_FORMULA = (
+    "per forward pass: QK^T = L·2·B·T²·d, PV = L·2·B·T²·d, "
+    f"softmax = L·{SOFTMAX_FLOPS_PER_SCORE}·B·h·T² (max, subtract, exp, sum, divide per score)"
+)
+
+
+def attention_flops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]:
+    """FLOPs of the three operations inside self-attention, for one forward pass of all layers.
+
+    The score matrix is (B, h, T, T); each score costs 2·d_head FLOPs in QK^T and each
+    output element 2·T in PV, so both matmuls cost 2·B·T²·d per layer. The softmax costs
+    ``SOFTMAX_FLOPS_PER_SCORE`` FLOPs per score.
+    """
+    L, B, T = spec.num_layers, batch, context
+    matmul = L * 2 * B * T * T * spec.d_model
+    return {
+        "attention_scores": matmul,
+        "softmax": L * SOFTMAX_FLOPS_PER_SCORE * B * spec.num_heads * T * T,
+        "attention_value": matmul,
+    }
+

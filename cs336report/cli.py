@@ -4,6 +4,9 @@
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json
     python -m cs336report render --config-json JSON --out report results/**/*.json
+    python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
+    python -m cs336report nsys-stats results/nsys_profile/NAME --out-dir results/nsys_stats/NAME
+    python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/NAME/run.json --out FILE
 """
 
 from __future__ import annotations
@@ -55,6 +58,35 @@ def _publish(args) -> int:
     return 0
 
 
+def _profile(args) -> int:
+    from .profiling import profile_cell
+
+    profile_cell(args.experiment, args.name, json.loads(args.cell), args.out_dir)
+    return 0
+
+
+def _nsys_stats(args) -> int:
+    from .profiling import export_stats
+
+    export = export_stats(args.profile_dir, args.out_dir, nsys=args.nsys)
+    if export.get("reason"):
+        print(f"no stats: {export['reason']}", file=sys.stderr)
+    return 0
+
+
+def _parse_nsys(args) -> int:
+    from .parsers.kernel_ranges import parse_stats
+    from .parsers.nsys import NsysParseError
+
+    try:
+        record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name)
+    except (NsysParseError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cs336report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,6 +118,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
     p.add_argument("--out", required=True, help="published folder, e.g. report/data")
     p.set_defaults(func=_publish)
+
+    p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")
+    p.add_argument("experiment")
+    p.add_argument("--name", required=True, help="cell name")
+    p.add_argument("--cell", required=True, help="the resolved cell, as JSON")
+    p.add_argument("--out-dir", required=True, help="folder for run.json, the profile and launch.json")
+    p.set_defaults(func=_profile)
+
+    p = sub.add_parser("nsys-stats", help="export the stats CSVs of a profiled cell's folder")
+    p.add_argument("profile_dir")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--nsys", help="nsys executable (default: the cell's, on PATH)")
+    p.set_defaults(func=_nsys_stats)
+
+    p = sub.add_parser("parse-nsys", help="parse nsys stats exports (PREFIX_<report>.csv) into a result JSON")
+    p.add_argument("prefix", help="the --output PREFIX given to nsys stats, or a folder of exports")
+    p.add_argument("--out", required=True, help="result JSON to write")
+    p.add_argument("--run", help="the profiled run's run.json (status, cell, Python timer)")
+    p.add_argument("--name", help="cell name (default: from the run, else the folder name)")
+    p.set_defaults(func=_parse_nsys)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -36,6 +36,11 @@ and memory operations (``[CUDA memcpy Device-to-Device]``, ``[CUDA memset]``).
 Rules are applied in that order, so a name that matches several classes
 (an elementwise kernel running ``FusedAdamMathFunctor``; a ``reduce`` inside a
 softmax) gets the earlier one.
+
+PyTorch operator names (``aten::mm``, ``aten::_softmax``, ``aten::_foreach_mul_``),
+which torch.profiler reports for work that ran on a CPU, are classified by the
+operator: matmul operators are ``"gemm"``, ``_foreach_*`` and fused optimizer
+operators ``"optimizer"``, view and allocation operators (no arithmetic) ``"other"``.
 """
 
 from __future__ import annotations
@@ -109,11 +114,61 @@ def _classify_triton(kind: str, ops: str) -> str | None:
     return None
 
 
+_ATEN_GEMM = {"mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot", "vdot",
+              "_scaled_mm", "_addmm_activation", "einsum", "tensordot", "outer", "ger", "addr"}
+_ATEN_SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
+                 "_log_softmax_backward_data", "_safe_softmax"}
+_ATEN_ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                   "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                   "_scaled_dot_product_attention_math", "_flash_attention_forward", "_efficient_attention_forward",
+                   "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+                   "_scaled_dot_product_flash_attention_for_cpu_backward"}
+_ATEN_COPY = {"copy_", "_to_copy", "to", "clone", "contiguous", "fill_", "zero_", "zeros", "zeros_like", "ones",
+              "ones_like", "full", "full_like", "cat", "stack", "index", "index_select", "gather", "scatter",
+              "scatter_", "index_put_", "_index_put_impl_", "embedding", "masked_select", "repeat", "flip", "roll",
+              "narrow_copy", "_copy_from", "_copy_from_and_resize", "tril_indices", "triu_indices", "arange",
+              "embedding_dense_backward", "index_add_", "scatter_add_", "slice_backward", "select_backward"}
+_ATEN_REDUCTION = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm", "linalg_vector_norm",
+                   "var", "std", "var_mean", "std_mean", "prod", "logsumexp", "cumsum", "cumprod", "nll_loss",
+                   "nll_loss_forward", "nll_loss_backward", "nll_loss_nd", "cross_entropy_loss", "layer_norm",
+                   "native_layer_norm", "native_layer_norm_backward", "rms_norm", "_fused_rms_norm", "group_norm",
+                   "native_group_norm", "batch_norm", "native_batch_norm", "all", "any", "count_nonzero", "topk",
+                   "sort"}
+_ATEN_METADATA = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "view", "_unsafe_view",
+                  "as_strided", "reshape", "_reshape_alias", "permute", "transpose", "t", "squeeze", "unsqueeze",
+                  "expand", "expand_as", "slice", "select", "narrow", "split", "chunk", "unbind", "alias", "detach",
+                  "detach_", "lift_fresh", "resolve_conj", "resolve_neg", "result_type", "item", "is_nonzero",
+                  "flatten", "unflatten", "view_as", "set_", "resize_", "size", "stride", "numel", "dim",
+                  "requires_grad_", "_has_compatible_shallow_copy_type", "is_same_size", "broadcast_tensors",
+                  "_local_scalar_dense"}
+
+
+def _classify_aten(op: str) -> str:
+    """Class of a PyTorch operator (the part after ``aten::``)."""
+    if op.startswith("_foreach_") or op.startswith(("_fused_adam", "_fused_sgd", "_fused_adagrad")):
+        return "optimizer"
+    if op in _ATEN_GEMM:
+        return "gemm"
+    if op in _ATEN_ATTENTION:
+        return "attention"
+    if op in _ATEN_SOFTMAX:
+        return "softmax"
+    if op in _ATEN_COPY:
+        return "copy/memset"
+    if op in _ATEN_REDUCTION:
+        return "reduction"
+    if op in _ATEN_METADATA:
+        return "other"
+    return "elementwise"
+
+
 def classify(kernel_name: str) -> str:
-    """Operation class of a CUDA kernel name; one of :data:`CLASSES`."""
+    """Operation class of a CUDA kernel name (or a PyTorch operator name); one of :data:`CLASSES`."""
     name = (kernel_name or "").strip()
     if not name:
         return "other"
+    if name.startswith("aten::"):
+        return _classify_aten(name[len("aten::"):])
     lowered = name.lower()
     if lowered.startswith("[cuda mem") or lowered.startswith(("memcpy", "memset")):
         return "copy/memset"

@@ -52,7 +52,10 @@ def test_changing_one_size_reruns_its_cells_and_the_report_only(workdir):
     assert run.returncode == 0, run.stderr[-2000:]
     counts = job_counts(run.stdout + run.stderr)
     mini_cells = [p for p in (workdir / "results/benchmarking").glob("*-mini-*.json")]
-    assert counts == {"benchmarking": len(mini_cells), "benchmarking_warmup": 4, "report": 1}
+    profiled = {rule: len(list((workdir / "results" / rule).glob("*-mini-*"))) for rule in
+                ("nsys_profile", "nsys_stats", "nsys_parse")}
+    assert counts == {"benchmarking": len(mini_cells), "benchmarking_warmup": 4, "report": 1,
+                      **{rule: n for rule, n in profiled.items() if n}}
 
 
 def test_editing_experiment_code_reruns_that_experiment_only(workdir):
@@ -73,3 +76,17 @@ def test_bad_config_stops_before_any_job(workdir, tmp_path):
     assert run.returncode != 0
     assert "grids.cpu.benchmarking.sizes[1]" in run.stderr and "colossal" in run.stderr
     assert "Job stats" not in run.stdout + run.stderr
+
+
+def test_cpu_report_has_the_nsys_profile_section_from_torch_profiler(workdir):
+    from cs336report.report.render import md_cell
+
+    md = (workdir / "report/cpu/report.md").read_text()
+    section = md.split('<a id="nsys_profile"></a>', 1)[1].split("<a id=", 1)[0]
+    assert "Profiler used: torch.profiler" in section and "PyTorch operators timed on the CPU" in section
+    result = json.loads((workdir / "results/nsys_parse/naive-fp32-mini-ctx64-forward.json").read_text())
+    data = result["data"]
+    assert result["status"] == "ok" and data["source"] == "torch.profiler" and data["exact"]
+    assert all(check["ok"] for check in data["checks"]["range_instances"].values())
+    top = max((k for k in data["kernels"] if k["range"] == "forward"), key=lambda k: k["total_ns"])
+    assert md_cell(top["short_name"]) in section

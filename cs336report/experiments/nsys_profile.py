@@ -1,0 +1,155 @@
+"""nsys_profile: the benchmark steps again, under a profiler, with named ranges per phase.
+
+One cell is one (size, context, mode) of the configured Transformer. The cell runs the same
+steps as benchmarking_script (same model, batch, optimizer), with every step in a ``step``
+range (``warmup`` for the warm-up steps) and inside it ``forward``, ``backward`` and
+``optimizer_step`` ranges; the model adds ``attention_scores``, ``softmax`` and
+``attention_value`` inside attention. Each phase range encloses the synchronizations of its
+phase timer, so a phase's range closes when its kernels have finished.
+
+Two profilers, chosen per cell by ``profiler``:
+
+``nsys``
+    the ranges are NVTX ranges. The process runs under ``nsys profile
+    --capture-range=cudaProfilerApi`` (see :mod:`cs336report.profiling`), and the profiler is
+    started (``cudaProfilerStart``) after the warm-up steps and stopped after the measured
+    ones, so the report holds the measured steps only.
+``torch``
+    the ranges are ``record_function`` ranges, and ``torch.profiler`` records the measured
+    steps (CUDA kernels on a GPU, operators on a CPU); the trace is written as
+    ``trace.json.gz`` into ``profile_dir``.
+
+The Python timer keeps timing every step, so each result also says how long the steps took
+under the profiler.
+
+    python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from .. import accounting, annotate
+from ..annotate import region
+from ..measure import PhaseTimer, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
+from ..model import ModelSpec, cross_entropy
+from ..models import build_model
+from .benchmarking import MODES, autocast_context, cell_name, set_tf32, transformer_cell
+
+PROFILERS = ("nsys", "torch")
+TRACE_FILE = "trace.json.gz"
+
+
+def resolve_profiler(tool: str, nsys: str, device: str) -> str:
+    """``nsys`` or ``torch`` for a grid's ``tool`` setting on ``device``.
+
+    ``auto`` picks nsys when the device is CUDA and the executable ``nsys`` (a name on PATH
+    or a path) exists, else torch.profiler. ``nsys`` insists and fails without the executable.
+    """
+    found = shutil.which(nsys) is not None
+    if tool == "torch":
+        return "torch"
+    if tool == "nsys":
+        if not found:
+            raise ValueError(f"nsys_profile.tool is 'nsys' but no executable {nsys!r} was found on PATH; "
+                             "set nsys_profile.nsys to its path, or tool: auto to fall back to torch.profiler")
+        if device != "cuda":
+            raise ValueError("nsys_profile.tool is 'nsys' but the device is not CUDA")
+        return "nsys"
+    return "nsys" if found and device == "cuda" else "torch"
+
+
+def cells(cfg) -> dict[str, dict]:
+    """Every profiled cell of the grid, by name (benchmarking's naming, fp32)."""
+    grid = cfg.grid("nsys_profile")
+    if not grid:
+        return {}
+    profiler = resolve_profiler(grid["tool"], grid["nsys"], cfg.device)
+    extra = {"profiler": profiler, "nsys": grid["nsys"], "python_backtrace": grid["python_backtrace"]}
+    steps = {k: grid[k] for k in ("warmup_steps", "measured_steps") if k in grid}
+    out = {}
+    for size in grid["sizes"]:
+        for context in grid["contexts"]:
+            for mode in grid["modes"]:
+                cell = transformer_cell(cfg, size, context, mode, "fp32", cfg.run["implementation"], **extra)
+                cell.update(steps)
+                out[cell_name(cell)] = cell
+    return out
+
+
+def run(cell: dict) -> dict:
+    """Profile one cell; returns the ``data`` part of its result record (Python-timer side)."""
+    mode, device, profiler = cell["mode"], cell["device"], cell["profiler"]
+    if mode not in MODES:
+        raise ValueError(f"cell field 'mode' is {mode!r}, expected one of {MODES}")
+    if profiler not in PROFILERS:
+        raise ValueError(f"cell field 'profiler' is {profiler!r}, expected one of {PROFILERS}")
+    set_tf32(cell["tf32"])
+    torch.manual_seed(cell["seed"])
+    spec = ModelSpec(**cell["model"])
+    batch, context = cell["batch_size"], cell["context"]
+
+    model, model_info = build_model(cell)
+    tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
+    targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode == "train_step" else None
+
+    def step() -> dict:
+        timer = PhaseTimer(device)
+        model.zero_grad(set_to_none=True)
+        with region("forward"), timer.phase("forward"), autocast_context(device, cell["precision"]):
+            logits = model(tokens)  # (batch, seq, vocab)
+            loss = cross_entropy(logits, targets) if mode != "forward" else None
+        if loss is not None:
+            with region("backward"), timer.phase("backward"):
+                loss.backward()
+        if optimizer is not None:
+            with region("optimizer_step"), timer.phase("optimizer_step"):
+                optimizer.step()
+        return timer.times
+
+    annotate.enable(nvtx=profiler == "nsys", profiler=profiler == "torch")
+    trace = None
+    try:
+        reset_peak_memory(device)
+        warm = time_steps(step, cell["warmup_steps"], 0, device)
+        synchronize(device)
+        if profiler == "nsys":
+            torch.cuda.profiler.start()
+            try:
+                times = time_steps(step, 0, cell["measured_steps"], device)
+            finally:
+                synchronize(device)
+                torch.cuda.profiler.stop()
+        else:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device.startswith("cuda"):
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            with torch.profiler.profile(activities=activities) as prof:
+                times = time_steps(step, 0, cell["measured_steps"], device)
+            trace = Path(cell["profile_dir"]) / TRACE_FILE
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(trace))
+    finally:
+        annotate.enable()
+    times["warmup_s"] = warm["warmup_s"]
+    stats = summarize(times["measured_s"])
+    flops = accounting.step_flops(spec, batch, context, mode)
+    return {
+        "profiler": profiler,
+        "trace": trace.name if trace else None,
+        "model": model_info,
+        "params": sum(p.numel() for p in model.parameters()),
+        "flops_per_step": flops,
+        "grad_mode": "enabled",
+        "times_s": times,
+        "stats_s": stats,
+        "phase_stats_s": {name: summarize(v) for name, v in times["phases_s"].items()},
+        "peak_memory": peak_memory(device),
+    }
+
+
+EXPERIMENTS = {"nsys_profile": (cells, run)}

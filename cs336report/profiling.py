@@ -1,0 +1,154 @@
+"""The tool-facing steps of nsys_profile: the profiled run and the stats export.
+
+:func:`profile_cell` (rule ``nsys_profile``) runs one cell of the ``nsys_profile``
+experiment and leaves in its folder the cell's result record ``run.json``, the profile
+(``profile.nsys-rep``, or ``trace.json.gz`` from torch.profiler) and ``launch.json`` (the
+command, its exit code and wall time). With ``profiler: nsys`` the cell runs in a child
+process under
+
+    nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none
+                 --capture-range=cudaProfilerApi --capture-range-end=stop [--python-backtrace=cuda]
+
+where the experiment starts the capture after its warm-up steps and stops it after the
+measured ones (``--capture-range-end=stop`` lets the process finish and write its result).
+With ``profiler: torch`` the cell runs in this process.
+
+:func:`export_stats` (rule ``nsys_stats``) turns the profile into the CSV files of
+
+    nsys stats --force-export=true --report cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum,cuda_api_sum
+               --format csv --output <dir>/stats
+
+or, for a torch.profiler trace, writes the same three summaries in the same layout
+(:mod:`cs336report.parsers.torchprof`). A run that ended in OOM or an error has no profile;
+its export folder then holds only ``export.json`` with the reason.
+
+The third step, the parse (rule ``nsys_parse``), is
+:func:`cs336report.parsers.kernel_ranges.parse_stats`.
+
+Neither step imports torch except to run the cell in-process, so the nsys launcher costs no
+more than a Python start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .results import SCHEMA, now_iso, save
+
+REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum", "cuda_api_sum")
+PROFILE_FLAGS = ("-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+                 "--capture-range=cudaProfilerApi", "--capture-range-end=stop")
+RUN_FILE, LAUNCH_FILE, EXPORT_FILE, STATS_PREFIX = "run.json", "launch.json", "export.json", "stats"
+REPORT_NAMES = ("profile.nsys-rep", "profile.qdrep")
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def nsys_version(nsys: str) -> str | None:
+    try:
+        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def nsys_profile_command(cell: dict, out_dir: Path, child: list[str]) -> list[str]:
+    nsys = shutil.which(cell.get("nsys", "nsys")) or cell.get("nsys", "nsys")
+    flags = list(PROFILE_FLAGS) + (["--python-backtrace=cuda"] if cell.get("python_backtrace") else [])
+    return [nsys, "profile", *flags, "--force-overwrite=true", "-o", str(out_dir / "profile"), *child]
+
+
+def _failed_record(experiment: str, name: str, cell: dict, message: str) -> dict:
+    from .results import provenance  # imports torch; only needed when the child left no record
+
+    return {"schema": SCHEMA, "experiment": experiment, "cell": name, "status": "error", "error": message,
+            "config": cell, "data": {}, "provenance": provenance(cell.get("device", "cpu")),
+            "started_at": now_iso(), "finished_at": now_iso(), "wall_s": 0.0}
+
+
+def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) -> dict:
+    """Run one profiled cell into ``out_dir``; returns the launch record."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cell = {**cell, "profile_dir": str(out_dir)}
+    run_path = out_dir / RUN_FILE
+    launch = {"profiler": cell["profiler"], "started_at": now_iso()}
+    t0 = time.perf_counter()
+    if cell["profiler"] == "nsys":
+        child = [sys.executable, "-m", "cs336report", "run", experiment, "--name", name,
+                 "--cell", json.dumps(cell, sort_keys=True), "--out", str(run_path)]
+        command = nsys_profile_command(cell, out_dir, child)
+        launch.update(command=command, nsys_version=nsys_version(command[0]))
+        print("[cs336report] " + " ".join(command[:len(command) - len(child)]) + " python -m cs336report run ...",
+              file=sys.stderr, flush=True)
+        returncode = subprocess.run(command).returncode
+        launch["returncode"] = returncode
+        if not run_path.exists():
+            save(_failed_record(experiment, name, cell, f"nsys profile exited with code {returncode} before the "
+                                "cell wrote its result"), run_path)
+    else:
+        from .runner import run_cell
+
+        launch["command"] = ["in-process", "torch.profiler"]
+        run_cell(experiment, name, cell, run_path)
+        launch["returncode"] = 0
+    launch["wall_s"] = time.perf_counter() - t0
+    launch["report"] = next((f for f in REPORT_NAMES if (out_dir / f).exists()), None)
+    _write_json(out_dir / LAUNCH_FILE, launch)
+    return launch
+
+
+def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None = None) -> dict:
+    """Write the stats CSVs of the profile in ``profile_dir`` to ``out_dir/stats_<report>.csv``."""
+    profile_dir, out_dir = Path(profile_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = json.loads((profile_dir / RUN_FILE).read_text())
+    launch = json.loads((profile_dir / LAUNCH_FILE).read_text()) if (profile_dir / LAUNCH_FILE).exists() else {}
+    export = {"source": None, "activity": None, "reason": None, "started_at": now_iso()}
+    t0 = time.perf_counter()
+    report = next((profile_dir / f for f in REPORT_NAMES if (profile_dir / f).exists()), None)
+    trace_name = (run.get("data") or {}).get("trace")
+    if run["status"] != "ok":
+        export["reason"] = f"the profiled run ended with status {run['status']}: {run.get('error')}"
+    elif report is not None:
+        nsys = nsys or shutil.which((run.get("config") or {}).get("nsys", "nsys")) or "nsys"
+        sqlite = out_dir / "profile.sqlite"
+        base = [nsys, "stats", "--force-export=true", "--report", ",".join(REPORTS), "--format", "csv",
+                "--output", str(out_dir / STATS_PREFIX)]
+        # The SQLite export goes beside the CSVs; an nsys without --sqlite writes it beside the report.
+        for command, export_db in ((base + ["--sqlite", str(sqlite), str(report)], sqlite),
+                                   (base + [str(report)], report.with_suffix(".sqlite"))):
+            print("[cs336report] " + " ".join(command), file=sys.stderr, flush=True)
+            returncode = subprocess.run(command).returncode
+            export_db.unlink(missing_ok=True)
+            if returncode == 0:
+                break
+        export.update(source="nsys", activity="cuda", command=command, returncode=returncode,
+                      nsys_version=launch.get("nsys_version") or nsys_version(nsys))
+        if returncode != 0:
+            export["reason"] = f"nsys stats exited with code {returncode} on {report} (see the nsys_stats log)"
+    elif trace_name and (profile_dir / trace_name).exists():
+        from .parsers import torchprof
+
+        trace = torchprof.load_trace(profile_dir / trace_name)
+        torchprof.write_exports(torchprof.stats_from_trace(trace, source=str(profile_dir / trace_name)),
+                                out_dir / STATS_PREFIX)
+        export.update(source="torch.profiler", activity=torchprof.activity(trace),
+                      torch_version=(run.get("provenance") or {}).get("torch"))
+    else:
+        export["reason"] = (f"the run finished but left no profile in {profile_dir} (nsys exit code "
+                            f"{launch.get('returncode')}; see the nsys_profile log)")
+    export["wall_s"] = time.perf_counter() - t0
+    _write_json(out_dir / EXPORT_FILE, export)
+    return export
+

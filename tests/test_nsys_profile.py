@@ -1,0 +1,221 @@
+"""The nsys_profile experiment and its launcher: cells, profiler choice, the three steps on a CPU."""
+
+import json
+import os
+import shutil
+import stat
+import sys
+
+import pytest
+import torch
+import yaml
+
+from cs336report import experiments
+from cs336report.config import DEFAULT_CONFIG, Config
+from cs336report.experiments.nsys_profile import resolve_profiler
+from cs336report.parsers.kernel_ranges import parse_stats
+from cs336report.profiling import PROFILE_FLAGS, export_stats, nsys_profile_command, profile_cell
+from cs336report.results import load, save
+
+LAYERS = 2
+
+
+def profile_config(cuda: bool = False, **grid) -> Config:
+    with open(DEFAULT_CONFIG) as fh:
+        raw = yaml.safe_load(fh)
+    raw["sizes"]["micro"] = {"d_model": 32, "d_ff": 64, "num_layers": LAYERS, "num_heads": 2, "vocab_size": 100}
+    settings = {"sizes": ["micro"], "contexts": [8], "modes": ["forward", "train_step"], "warmup_steps": 1,
+                "measured_steps": 2, **grid}
+    for name in ("cpu", "gpu"):
+        raw["grids"][name]["nsys_profile"] = dict(settings)
+    return Config.from_dict(raw, cuda_available=cuda)
+
+
+def fake_nsys(tmp_path, run_child: bool = True, exports: str = "", sqlite_option: bool = True) -> str:
+    """An executable named nsys: ``profile`` runs the command unprofiled, ``stats`` copies ``exports``."""
+    path = tmp_path / "bin" / "nsys"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"""#!{sys.executable}
+import glob, json, os, shutil, subprocess, sys
+args = sys.argv[1:]
+here = os.path.dirname(sys.argv[0])
+if args[:1] == ["--version"]:
+    print("NVIDIA Nsight Systems version 0.0.0-fake")
+    sys.exit(0)
+if args[:1] == ["profile"]:
+    child = args.index({sys.executable!r})
+    with open(os.path.join(here, "flags.json"), "w") as fh:
+        json.dump(args[:child], fh)
+    sys.exit(subprocess.run(args[child:]).returncode if {run_child!r} else 1)
+if args[:1] == ["stats"]:
+    with open(os.path.join(here, "stats_calls.txt"), "a") as fh:
+        fh.write(" ".join(args) + "\\n")
+    if "--sqlite" in args and not {sqlite_option!r}:
+        print("unrecognised option '--sqlite'", file=sys.stderr)
+        sys.exit(2)
+    prefix = args[args.index("--output") + 1]
+    for f in glob.glob(os.path.join({exports!r}, "*.csv")):
+        name = os.path.basename(f)
+        for r in ("cuda_gpu_kern_sum", "nvtx_kern_sum", "nvtx_sum", "cuda_api_sum"):
+            if name.endswith("_" + r + ".csv"):
+                shutil.copy(f, prefix + "_" + r + ".csv")
+                break
+    sys.exit(0)
+sys.exit(3)
+""")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_cells_of_the_cpu_grid_use_torch_profiler():
+    cells = experiments.cells("nsys_profile", profile_config())
+    assert sorted(cells) == ["naive-fp32-micro-ctx8-forward", "naive-fp32-micro-ctx8-train_step"]
+    cell = cells["naive-fp32-micro-ctx8-train_step"]
+    assert cell["profiler"] == "torch" and cell["device"] == "cpu"
+    assert (cell["warmup_steps"], cell["measured_steps"]) == (1, 2)
+
+
+def test_default_config_has_a_small_cpu_grid_and_the_assignment_gpu_grid():
+    cpu = experiments.cells("nsys_profile", Config.from_file(DEFAULT_CONFIG, cuda_available=False))
+    assert 0 < len(cpu) <= 4 and {c["mode"] for c in cpu.values()} == {"forward", "train_step"}
+    with open(DEFAULT_CONFIG) as fh:
+        gpu = yaml.safe_load(fh)["grids"]["gpu"]["nsys_profile"]
+    assert gpu["sizes"] == ["small", "medium", "large", "xl", "2.7B"] and gpu["contexts"] == [128, 256, 512, 1024]
+
+
+def test_profiler_choice(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    assert resolve_profiler("auto", "nsys-not-installed-here", "cuda") == "torch"
+    with pytest.raises(ValueError, match="nsys-not-installed-here"):
+        resolve_profiler("nsys", "nsys-not-installed-here", "cuda")
+    fake = fake_nsys(tmp_path)
+    assert resolve_profiler("auto", "nsys", "cuda") == "nsys"
+    assert resolve_profiler("auto", fake, "cpu") == "torch"
+    assert resolve_profiler("torch", "nsys", "cuda") == "torch"
+    cells = experiments.cells("nsys_profile", profile_config(cuda=True))
+    assert {c["profiler"] for c in cells.values()} == {"nsys"}
+
+
+def test_bad_tool_value_stops_at_the_config():
+    from cs336report.config import ConfigError
+
+    with pytest.raises(ConfigError, match="nsys_profile.tool"):
+        profile_config(tool="nvprof")
+
+
+def test_nsys_command_captures_the_measured_steps_only(tmp_path):
+    cell = {"nsys": "nsys", "python_backtrace": False}
+    command = nsys_profile_command(cell, tmp_path, ["python", "-m", "x"])
+    assert command[1] == "profile" and command[-3:] == ["python", "-m", "x"]
+    for flag in PROFILE_FLAGS:
+        assert flag in command
+    assert "--capture-range=cudaProfilerApi" in command and "--capture-range-end=stop" in command
+    assert command[command.index("-o") + 1] == str(tmp_path / "profile")
+    assert "--python-backtrace=cuda" in nsys_profile_command({**cell, "python_backtrace": True}, tmp_path, ["p"])
+
+
+def test_three_steps_on_a_cpu_cell(tmp_path):
+    cells = experiments.cells("nsys_profile", profile_config())
+    name = "naive-fp32-micro-ctx8-train_step"
+    launch = profile_cell("nsys_profile", name, cells[name], tmp_path / "profile")
+    assert launch["returncode"] == 0 and launch["profiler"] == "torch"
+    run = load(tmp_path / "profile" / "run.json")
+    assert run["status"] == "ok" and (tmp_path / "profile" / run["data"]["trace"]).exists()
+
+    export = export_stats(tmp_path / "profile", tmp_path / "stats")
+    assert export["source"] == "torch.profiler" and export["activity"] == "cpu" and not export["reason"]
+
+    record = parse_stats(tmp_path / "stats" / "stats", tmp_path / "parsed.json",
+                         run_path=tmp_path / "profile" / "run.json", name=name)
+    data = record["data"]
+    assert record["status"] == "ok" and "profile_dir" not in record["config"]
+    assert data["exact"] and data["measured_steps"] == 2
+    assert all(v["ok"] for v in data["checks"]["range_instances"].values())
+    assert data["checks"]["range_instances"]["softmax"]["expected"] == 2 * LAYERS
+    assert data["checks"]["kernels_outside_measured_steps"]["share"] == pytest.approx(0, abs=1e-9)
+    assert 0.5 < data["checks"]["phases_over_step_wall"]["ratio"] <= 1.0001
+    ranges = {k["range"] for k in data["kernels"]}
+    assert {"step", "forward", "backward", "optimizer_step", "attention_scores", "softmax"} <= ranges
+    assert any(k["class"] == "gemm" for k in data["kernels"] if k["range"] == "attention_scores")
+    assert len(data["python_timer"]["measured_s"]) == 2
+    assert data["tool"]["profile_wall_s"] > 0 and data["tool"]["export_wall_s"] >= 0
+    assert not torch.autograd.profiler._is_profiler_enabled  # the profiler was stopped
+
+
+def test_nsys_launcher_runs_the_cell_in_a_child_and_passes_failures_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    fake_nsys(tmp_path)
+    cells = experiments.cells("nsys_profile", profile_config())
+    name, cell = "naive-fp32-micro-ctx8-forward", {**cells["naive-fp32-micro-ctx8-forward"], "profiler": "nsys"}
+    launch = profile_cell("nsys_profile", name, cell, tmp_path / "profile")
+    flags = json.loads((tmp_path / "bin" / "flags.json").read_text())
+    assert "--capture-range=cudaProfilerApi" in flags and launch["nsys_version"].endswith("fake")
+    assert launch["report"] is None
+    run = load(tmp_path / "profile" / "run.json")
+    if not torch.cuda.is_available():  # NVTX needs a CUDA build: the cell fails, and says so
+        assert run["status"] == "error"
+    export = export_stats(tmp_path / "profile", tmp_path / "stats")
+    assert export["reason"]
+    record = parse_stats(tmp_path / "stats" / "stats", tmp_path / "parsed.json",
+                         run_path=tmp_path / "profile" / "run.json")
+    assert record["status"] != "ok" and record["error"]
+
+
+def test_nsys_that_never_runs_the_cell_leaves_an_error_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    fake_nsys(tmp_path, run_child=False)
+    cells = experiments.cells("nsys_profile", profile_config())
+    cell = {**cells["naive-fp32-micro-ctx8-forward"], "profiler": "nsys"}
+    launch = profile_cell("nsys_profile", "x", cell, tmp_path / "profile")
+    assert launch["returncode"] == 1
+    run = load(tmp_path / "profile" / "run.json")
+    assert run["status"] == "error" and "exited with code 1" in run["error"]
+
+
+@pytest.mark.parametrize("sqlite_option", [True, False])
+def test_nsys_stats_export_and_parse(tmp_path, monkeypatch, sqlite_option):
+    from test_kernel_ranges import REAL, small_cell
+
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    for f in REAL.glob("small_ctx128_forward_*.csv"):  # the fake's exports: the forward cell's only
+        (tmp_path / "exports").mkdir(exist_ok=True)
+        shutil.copy(f, tmp_path / "exports" / f.name)
+    fake_nsys(tmp_path, exports=str(tmp_path / "exports"), sqlite_option=sqlite_option)
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "profile.nsys-rep").write_bytes(b"")
+    save({"schema": "cs336report.result/1", "experiment": "nsys_profile", "cell": "small", "status": "ok",
+          "error": None, "config": small_cell("forward"), "data": {}, "provenance": {"device": "cuda"},
+          "wall_s": 1.0}, profile / "run.json")
+    export = export_stats(profile, tmp_path / "stats")
+    assert export["source"] == "nsys" and export["returncode"] == 0 and not export["reason"]
+    calls = (tmp_path / "bin" / "stats_calls.txt").read_text().splitlines()
+    assert len(calls) == (1 if sqlite_option else 2)
+    assert "--report cuda_gpu_kern_sum,nvtx_sum,nvtx_kern_sum,cuda_api_sum --format csv" in calls[0]
+    assert sorted(p.name for p in (tmp_path / "stats").glob("*.csv")) == [
+        "stats_cuda_api_sum.csv", "stats_cuda_gpu_kern_sum.csv", "stats_nvtx_kern_sum.csv", "stats_nvtx_sum.csv"]
+    record = parse_stats(tmp_path / "stats" / "stats", tmp_path / "parsed.json", run_path=profile / "run.json")
+    assert record["status"] == "ok" and record["data"]["tool"]["source"] == "nsys"
+    assert record["data"]["api"] and record["data"]["api"][0]["name"]
+
+
+@pytest.mark.gpu
+def test_nsys_profile_on_the_gpu(tmp_path):
+    if shutil.which("nsys") is None:
+        pytest.skip("nsys is not on PATH")
+    cells = experiments.cells("nsys_profile", profile_config(cuda=True))
+    name = "naive-fp32-micro-ctx8-train_step"
+    assert cells[name]["profiler"] == "nsys"
+    launch = profile_cell("nsys_profile", name, cells[name], tmp_path / "profile")
+    assert launch["report"] == "profile.nsys-rep", launch
+    export = export_stats(tmp_path / "profile", tmp_path / "stats")
+    assert export["source"] == "nsys" and not export["reason"], export
+    record = parse_stats(tmp_path / "stats" / "stats", tmp_path / "parsed.json",
+                         run_path=tmp_path / "profile" / "run.json")
+    data = record["data"]
+    assert record["status"] == "ok" and data["exact"] and data["warmup_in_export"] == 0
+    assert all(v["ok"] for v in data["checks"]["range_instances"].values()), data["checks"]
+    assert data["checks"]["kernels_outside_measured_steps"]["share"] == pytest.approx(0, abs=1e-3)
+    backward = [k for k in data["kernels"] if k["range"] == "backward"]
+    assert backward and any(k["class"] == "gemm" for k in backward)
+    assert 0.8 < data["checks"]["phases_over_step_wall"]["ratio"] <= 1.0001
