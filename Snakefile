@@ -13,6 +13,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/benchmarking.smk"
+include: "workflow/rules/flash_benchmarking.smk"
 include: "workflow/rules/nsys_profile.smk"
 include: "workflow/rules/report.smk"
 

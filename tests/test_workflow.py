@@ -7,7 +7,7 @@ import pytest
 
 from conftest import snakemake
 
-from cs336report.report.tables import fmt_mean_std
+from cs336report.report.tables import fmt_mean_std, sig
 
 pytestmark = pytest.mark.slow
 
@@ -90,3 +90,15 @@ def test_cpu_report_has_the_nsys_profile_section_from_torch_profiler(workdir):
     assert all(check["ok"] for check in data["checks"]["range_instances"].values())
     top = max((k for k in data["kernels"] if k["range"] == "forward"), key=lambda k: k["total_ns"])
     assert md_cell(top["short_name"]) in section
+
+
+def test_cpu_report_has_the_flash_section_with_measured_medians(workdir):
+    md = (workdir / "report/cpu/report.md").read_text()
+    flash = md.split('<a id="flash_benchmarking"></a>', 1)[1].split('<a id="appendix">', 1)[0]
+    assert "CPU run: these times come from a wall-clock loop" in flash
+    assert "Not run: the leaderboard harness needs CUDA" in flash
+    result = json.loads((workdir / "results/flash_benchmarking/naive-fp32.json").read_text())
+    shape = result["data"]["shapes"][0]
+    median_ms = shape["passes"]["forward_backward"]["stats_s"]["median"] * 1e3
+    assert f"| {shape['d']} | {shape['seq']} |" in flash and sig(median_ms) in flash
+    assert (workdir / "report/cpu/figures/flash_latency_fp32.png").stat().st_size > 1000

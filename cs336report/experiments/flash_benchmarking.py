@@ -1,0 +1,474 @@
+"""flash_benchmarking: FlashAttention-2 against PyTorch attention, and the leaderboard row.
+
+``flash_benchmarking``: one cell is one (implementation, dtype). It runs every
+(sequence length, head dim) of the grid in one process, so process start-up, ``torch.compile``
+and Triton compilation are paid once per cell. For each shape, q, k, v (batch, seq, d) and the
+upstream gradient are drawn before any timing; then three passes are timed:
+
+* ``forward``: ``o = attn(q, k, v)`` with gradients enabled (what a training step runs);
+* ``backward``: ``o.backward(do, retain_graph=True)`` on one stored forward;
+* ``forward_backward``: both, as one call.
+
+On CUDA the timer is ``triton.testing.do_bench`` (CUDA events, L2 flushed before each call,
+raw per-call times kept with ``return_mode="all"``); on a CPU the same warm-up/repetition rule
+is applied with ``timeit.default_timer``. After the timings, one instrumented forward and
+backward reads the CUDA allocator's peak. A pass that runs out of memory, or a backend that
+cannot run the shape, is recorded as such and the cell goes on with the next shape.
+
+``flash_leaderboard``: the 2025 course leaderboard's harness on q, k, v =
+``randn(3, 16, 16384, 64)`` (bf16, causal, heads as the batch): ``torch.compile`` of the
+attention call, ``o.sum().backward()``, ``do_bench(fn, rep, warmup)``, after a correctness
+check of the first heads against the float32 reference; each implementation of the list is
+timed in the same process.
+
+    python -m cs336report run flash_benchmarking --name triton-bf16 --cell '{...}' --out r.json
+"""
+
+from __future__ import annotations
+
+import timeit
+import warnings
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..measure import is_out_of_memory, release_memory, summarize, synchronize
+from ..model import scaled_dot_product_attention
+
+PASSES = ("forward", "backward", "forward_backward")
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+# Every implementation the experiments know, with the label the report prints.
+IMPLEMENTATIONS = {
+    "triton": "Triton FA2",
+    "triton_fixed": "Triton FA2 (fixed tiles)",
+    "flash_pytorch": "PyTorch FA2",
+    "flash_pytorch_eager": "PyTorch FA2 (eager backward)",
+    "naive": "naive",
+    "naive_compiled": "naive (compiled)",
+    "sdpa_flash": "SDPA flash",
+    "sdpa_cudnn": "SDPA cuDNN",
+    "sdpa_efficient": "SDPA mem-efficient",
+    "sdpa_math": "SDPA math",
+}
+SDPA_BACKENDS = {
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_math": "MATH",
+}
+UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend")
+# A CPU timing keeps at least this many samples, however long one call takes.
+CPU_MIN_SAMPLES = 5
+
+
+# ----------------------------------------------------------------------------- attention functions
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The model's hand-written attention with its causal mask built per call, as a training step does.
+
+    q: (batch, seq, d); k, v: (batch, seq, d) -> (batch, seq, d).
+    """
+    positions = torch.arange(q.shape[-2], device=q.device)  # (seq,)
+    mask = positions[:, None] >= positions[None, :]  # (seq, seq) bool
+    return scaled_dot_product_attention(q, k, v, mask=mask)
+
+
+def _sdpa(backend_name: str) -> Callable:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def attention(q, k, v, is_causal=True):
+        # Fused backends want (batch, heads, seq, d): one head.
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=is_causal)
+        return out[:, 0]  # (batch, seq, d)
+
+    return attention
+
+
+def attention_function(impl: str, causal: bool = True) -> tuple[Callable, dict]:
+    """``(attn(q, k, v) -> o, notes)`` for implementation ``impl``; notes describe how it runs."""
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLEMENTATIONS)}")
+    if impl in ("triton", "triton_fixed"):
+        from ..flash import FlashAttention2Triton
+
+        autotune = impl == "triton"
+        return (lambda q, k, v: FlashAttention2Triton.apply(q, k, v, causal, None, None, autotune)), {
+            "autotune": autotune}
+    if impl in ("flash_pytorch", "flash_pytorch_eager"):
+        from ..flash import FlashAttention2PyTorch, set_backward_mode
+
+        set_backward_mode("compile" if impl == "flash_pytorch" else "eager")
+        return (lambda q, k, v: FlashAttention2PyTorch.apply(q, k, v, causal)), {}
+    if impl in ("naive", "naive_compiled"):
+        if not causal:
+            raise ValueError("the naive attention of this benchmark is causal only")
+        if impl == "naive":
+            return naive_attention, {}
+        import torch._functorch.config as functorch_config
+
+        # Timing the backward alone calls it again on one graph (retain_graph), which donated buffers forbid.
+        functorch_config.donated_buffer = False
+        return torch.compile(naive_attention, dynamic=True), {"compile": "torch.compile(dynamic=True)",
+                                                               "donated_buffer": False}
+    sdpa = _sdpa(SDPA_BACKENDS[impl])
+    return (lambda q, k, v: sdpa(q, k, v, causal)), {"sdpa_backend": SDPA_BACKENDS[impl]}
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def timer_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return "triton.testing.do_bench"
+    return "timeit.default_timer (CPU)"
+
+
+def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, grad_to_none=None) -> list[float]:
+    """Per-call times in seconds of ``fn`` after a warm-up, do_bench's rule on any device.
+
+    CUDA: ``triton.testing.do_bench(..., return_mode="all")``. CPU: ``fn`` once, five calls to
+    estimate its time, ``warmup_ms / estimate`` untimed calls (at least one), then
+    ``rep_ms / estimate`` calls timed one by one (at least ``CPU_MIN_SAMPLES``), gradients reset
+    before every call.
+    """
+    if device.startswith("cuda"):
+        from triton.testing import do_bench
+
+        times_ms = do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none, return_mode="all")
+        return [t / 1e3 for t in times_ms]
+
+    def reset():
+        for t in grad_to_none or ():
+            t.grad = None
+
+    fn()
+    start = timeit.default_timer()
+    for _ in range(5):
+        reset()
+        fn()
+    estimate_ms = max((timeit.default_timer() - start) / 5 * 1e3, 1e-6)
+    for _ in range(max(1, int(warmup_ms / estimate_ms))):
+        reset()
+        fn()
+    times = []
+    for _ in range(max(CPU_MIN_SAMPLES, int(rep_ms / estimate_ms))):
+        reset()
+        start = timeit.default_timer()
+        fn()
+        times.append(timeit.default_timer() - start)
+    return times
+
+
+def classify(exc: BaseException) -> str:
+    """"oom", "unsupported" (backend cannot run this input, or Triton cannot run here) or "error"."""
+    from ..flash import TritonUnavailableError
+
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    if any(is_out_of_memory(e) or "out of memory" in str(e).lower() for e in seen):
+        return "oom"
+    if any(isinstance(e, TritonUnavailableError) or any(m in str(e) for m in UNSUPPORTED_MESSAGES) for e in seen):
+        return "unsupported"
+    return "error"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _attempt(measure: Callable[[], dict], device: str) -> dict:
+    """Run one measurement; a failure becomes a status and a message, never an exception."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return {"status": "ok", **measure()}
+        except Exception as exc:  # every failure of one pass is a result
+            status, message = classify(exc), _first_line(exc)
+    release_memory(device)
+    out = {"status": status, "error": message}
+    if status == "unsupported":
+        # SDPA says why a backend refused the input in warnings; keep them with the status.
+        reasons = list(dict.fromkeys(str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()))
+        if reasons:
+            out["reasons"] = reasons[:4]
+    return out
+
+
+# ----------------------------------------------------------------------------- one shape
+
+
+def make_inputs(batch: int, seq: int, d: int, dtype: torch.dtype, device: str, seed: int):
+    """q, k, v (batch, seq, d) that require grad, and the upstream gradient do (batch, seq, d)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q, k, v, do = (torch.randn(batch, seq, d, device=device, dtype=dtype, generator=gen) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    return q, k, v, do
+
+
+def memory_profile(attn: Callable, q, k, v, do, device: str) -> dict | None:
+    """Allocator bytes around one forward and one backward (CUDA only).
+
+    ``baseline``: allocated before the forward (inputs and the process's own buffers);
+    ``saved_for_backward``: allocated after the forward minus the baseline (output and what
+    autograd keeps); ``forward_peak`` / ``backward_peak`` / ``peak``: the allocator's peaks.
+    """
+    if not device.startswith("cuda"):
+        return None
+    for t in (q, k, v):
+        t.grad = None
+    synchronize(device)
+    baseline = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    o = attn(q, k, v)
+    synchronize(device)
+    forward_peak = torch.cuda.max_memory_allocated()
+    saved = torch.cuda.memory_allocated() - baseline
+    torch.cuda.reset_peak_memory_stats()
+    o.backward(do)
+    synchronize(device)
+    backward_peak = torch.cuda.max_memory_allocated()
+    del o
+    for t in (q, k, v):
+        t.grad = None
+    return {
+        "baseline_bytes": baseline,
+        "inputs_bytes": sum(t.numel() * t.element_size() for t in (q, k, v, do)),
+        "saved_for_backward_bytes": saved,
+        "forward_peak_bytes": forward_peak,
+        "backward_peak_bytes": backward_peak,
+        "peak_bytes": max(forward_peak, backward_peak),
+    }
+
+
+def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict) -> dict:
+    """Time the three passes of one (seq, d) and read its memory; failures are recorded per pass."""
+    device, dtype = cell["device"], DTYPES[cell["dtype"]]
+    warmup_ms, rep_ms = cell["warmup_ms"], cell["rep_ms"]
+    entry: dict = {"seq": seq, "d": d, "passes": {}, "memory": None, "tiles": None}
+    inputs = _attempt(lambda: {"tensors": make_inputs(cell["batch"], seq, d, dtype, device, cell["seed"])}, device)
+    if inputs["status"] != "ok":
+        entry["passes"] = {p: {k: v for k, v in inputs.items()} for p in PASSES}
+        return entry
+    q, k, v, do = inputs["tensors"]
+    grads = [q, k, v]
+
+    def timed(fn):
+        def measure():
+            times = bench(fn, device, warmup_ms, rep_ms, grad_to_none=grads)
+            return {"times_s": times, "stats_s": summarize(times)}
+        return measure
+
+    entry["passes"]["forward"] = _attempt(timed(lambda: attn(q, k, v)), device)
+
+    def backward_alone():
+        o = attn(q, k, v)
+        try:
+            return timed(lambda: o.backward(do, retain_graph=True))()
+        finally:
+            del o
+
+    entry["passes"]["backward"] = _attempt(backward_alone, device)
+    entry["passes"]["forward_backward"] = _attempt(timed(lambda: attn(q, k, v).backward(do)), device)
+    if device.startswith("cuda") and any(p["status"] == "ok" for p in entry["passes"].values()):
+        memory = _attempt(lambda: {"bytes": memory_profile(attn, q, k, v, do, device)}, device)
+        entry["memory"] = memory.get("bytes") if memory["status"] == "ok" else {"status": memory["status"]}
+    if impl in ("triton", "triton_fixed") and entry["passes"]["forward_backward"]["status"] == "ok":
+        from ..flash import last_triton_config
+
+        entry["tiles"] = last_triton_config()
+    del q, k, v, do, grads, inputs
+    release_memory(device)
+    return entry
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+def cell_name(cell: dict) -> str:
+    return f"{cell['implementation']}-{cell['dtype']}"
+
+
+def cells(cfg) -> dict[str, dict]:
+    """One cell per (implementation, dtype); each runs every (seq, d) of the grid."""
+    grid = cfg.grid("flash_benchmarking")
+    if not grid:
+        return {}
+    out = {}
+    for impl in grid["implementations"]:
+        for dtype in grid["dtypes"]:
+            cell = {
+                "device": cfg.device,
+                "implementation": impl,
+                "dtype": dtype,
+                "seqs": sorted(grid["seqs"]),
+                "d_heads": sorted(grid["d_heads"]),
+                "batch": grid["batch"],
+                "causal": True,
+                "warmup_ms": grid["warmup_ms"],
+                "rep_ms": grid["rep_ms"],
+                "tf32": cfg.run["tf32"],
+                "seed": cfg.run["seed"],
+            }
+            out[cell_name(cell)] = cell
+    return out
+
+
+def _set_tf32(enabled: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def _device_info(device: str) -> dict:
+    if not device.startswith("cuda"):
+        return {"device_memory_bytes": None, "cudnn_version": None}
+    return {"device_memory_bytes": torch.cuda.get_device_properties(0).total_memory,
+            "cudnn_version": torch.backends.cudnn.version()}
+
+
+def run(cell: dict) -> dict:
+    """Every (seq, d) of one implementation and dtype; returns the ``data`` of the result."""
+    impl, device = cell["implementation"], cell["device"]
+    if cell["dtype"] not in DTYPES:
+        raise ValueError(f"cell field 'dtype' is {cell['dtype']!r}, expected one of {tuple(DTYPES)}")
+    _set_tf32(cell["tf32"])
+    attn, notes = attention_function(impl, cell["causal"])
+    shapes = [run_shape(attn, impl, seq, d, cell) for d in cell["d_heads"] for seq in cell["seqs"]]
+    if impl.startswith("flash_pytorch"):
+        from ..flash import backward_mode
+
+        notes["backward_mode"] = backward_mode()
+    return {
+        "implementation": impl,
+        "label": IMPLEMENTATIONS[impl],
+        "timer": timer_name(device),
+        "passes": list(PASSES),
+        "notes": notes,
+        "shapes": shapes,
+        **_device_info(device),
+    }
+
+
+# ----------------------------------------------------------------------------- the leaderboard row
+
+
+def leaderboard_cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid("flash_leaderboard")
+    if not grid:
+        return {}
+    return {"leaderboard": {"device": cfg.device, "seed": cfg.run["seed"], "tf32": cfg.run["tf32"], **grid}}
+
+
+def check_against_reference(o, grads, q, k, v, heads: int, tolerance: float) -> dict:
+    """Compare output and gradients of ``o.sum()`` on the first ``heads`` heads with the float32 reference.
+
+    o, q, k, v, grads[i]: (heads_total, seq, d). A value passes when |x - ref| <= tol + tol * |ref|.
+    """
+    from ..flash import reference_attention
+
+    heads = min(heads, q.shape[0])
+    leaves = [t[:heads].detach().float().requires_grad_(True) for t in (q, k, v)]
+    ref = reference_attention(*leaves, is_causal=True)  # (heads, seq, d)
+    ref.sum().backward()
+    out = {"heads": heads, "tolerance": tolerance, "max_abs_error": {}, "worst_ratio": {}}
+    pairs = {"o": (o[:heads], ref)} | {f"d{n}": (g[:heads], leaf.grad) for n, g, leaf in zip("qkv", grads, leaves)}
+    for name, (got, want) in pairs.items():
+        err = (got.detach().float() - want.detach()).abs()
+        out["max_abs_error"][name] = err.max().item()
+        out["worst_ratio"][name] = (err / (tolerance + tolerance * want.detach().abs())).max().item()
+    out["passed"] = all(r <= 1.0 for r in out["worst_ratio"].values())
+    del leaves, ref
+    return out
+
+
+def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
+    device = cell["device"]
+    q, k, v = qkv  # three (heads, seq, d) views of one leaf, as the harness unpacks them
+    attn, notes = attention_function(impl, causal=bool(cell["causal"]))
+
+    def call(q, k, v, is_causal):
+        return attn(q, k, v)
+
+    row: dict = {"implementation": impl, "label": IMPLEMENTATIONS[impl], "notes": notes, "compiled": False}
+    flash = call
+    if cell["compile"]:
+        compiled = torch.compile(call)
+        try:
+            qkv.grad = None
+            compiled(q, k, v, True).sum().backward()
+            synchronize(device)
+            flash, row["compiled"] = compiled, True
+        except Exception as exc:  # compiled harness failed: the eager call is timed, and the reason kept
+            if classify(exc) == "oom":
+                raise
+            row["compile_error"] = _first_line(exc)
+            release_memory(device)
+
+    qkv.grad = None
+    o = flash(q, k, v, True)
+    o.sum().backward()
+    grads = qkv.grad  # (3, heads, seq, d)
+    row["check"] = check_against_reference(o, grads, q, k, v, cell["check_heads"], cell["tolerance"])
+    del o, grads
+    qkv.grad = None
+    release_memory(device)
+
+    def flash_forward_backward():
+        o = flash(q, k, v, True)
+        loss = o.sum()
+        loss.backward()
+
+    times = bench(flash_forward_backward, device, cell["warmup_ms"], cell["rep_ms"])
+    row["times_s"] = times
+    row["stats_s"] = summarize(times)
+    if impl in ("triton", "triton_fixed"):
+        from ..flash import last_triton_config
+
+        row["tiles"] = last_triton_config()
+    qkv.grad = None
+    if device.startswith("cuda"):
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        flash_forward_backward()
+        synchronize(device)
+        row["memory"] = {"baseline_bytes": base, "peak_bytes": torch.cuda.max_memory_allocated()}
+    qkv.grad = None
+    return row
+
+
+def run_leaderboard(cell: dict) -> dict:
+    """The leaderboard harness for every implementation of the cell, in one process."""
+    device = cell["device"]
+    _set_tf32(cell["tf32"])
+    torch.manual_seed(cell["seed"])
+    qkv = torch.randn(3, cell["heads"], cell["seq"], cell["d"], device=device, dtype=DTYPES[cell["dtype"]],
+                      requires_grad=True)  # (3, heads, seq, d)
+    rows = []
+    for impl in cell["implementations"]:
+        attempt = _attempt(lambda: _leaderboard_row(impl, cell, qkv), device)
+        rows.append({"implementation": impl, "label": IMPLEMENTATIONS[impl], **attempt})
+        qkv.grad = None
+        release_memory(device)
+    return {
+        "timer": timer_name(device),
+        "harness": "o = flash(q, k, v, True); o.sum().backward(); flash = torch.compile(attention)"
+        if cell["compile"] else "o = attention(q, k, v, True); o.sum().backward()",
+        "rows": rows,
+        **_device_info(device),
+    }
+
+
+EXPERIMENTS = {
+    "flash_benchmarking": (cells, run),
+    "flash_leaderboard": (leaderboard_cells, run_leaderboard),
+}
