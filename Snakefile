@@ -15,6 +15,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/benchmarking.smk"
 include: "workflow/rules/flash_benchmarking.smk"
 include: "workflow/rules/nsys_profile.smk"
+include: "workflow/rules/attention.smk"
+include: "workflow/rules/torch_compile.smk"
 include: "workflow/rules/report.smk"
 
 

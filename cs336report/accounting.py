@@ -84,3 +84,33 @@ def attention_flops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]
         "attention_value": matmul,
     }
 
+
+# Attention on (B, T, d) inputs, one head, b bytes per value (pytorch_attention).
+# The naive implementation materializes B x T x T matrices; autograd saves three of them for
+# backward: the scores (input of the row max), exp(scores - max) (numerator of the division)
+# and the softmax output (left operand of P·V), plus the row max and row sum (B x T each).
+NAIVE_SAVED_MATRICES = 3
+ATTENTION_MEMORY_FORMULA = (
+    "one score matrix = B·T²·b; saved for backward = 3·B·T²·b + 2·B·T·b (+ T² bytes of mask when causal); "
+    "inputs Q, K, V = 3·B·T·d·b; output O and upstream gradient dO = B·T·d·b each; "
+    "gradients dQ, dK, dV = 3·B·T·d·b"
+)
+
+
+def naive_attention_memory(batch: int, seq: int, d_head: int, bytes_per_value: int = 4,
+                           causal: bool = False) -> dict[str, int]:
+    """Bytes of naive attention by item; ``before_backward`` is what is alive once the forward returns."""
+    B, T, d, b = batch, seq, d_head, bytes_per_value
+    matrix = B * T * T * b  # (B, T, T)
+    vector = B * T * d * b  # (B, T, d)
+    saved = NAIVE_SAVED_MATRICES * matrix + 2 * B * T * b + (T * T if causal else 0)
+    out = {
+        "score_matrix": matrix,
+        "inputs": 3 * vector,
+        "output": vector,
+        "grad_output": vector,
+        "saved_for_backward": saved,
+        "gradients": 3 * vector,
+    }
+    out["before_backward"] = out["inputs"] + out["output"] + out["grad_output"] + saved
+    return out

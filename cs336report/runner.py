@@ -30,6 +30,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
             data = experiments.runner(experiment)(cell)
     except Exception as exc:  # every failure becomes a result
         status = "oom" if is_out_of_memory(exc) else "error"
+        data = getattr(exc, "partial_data", None) or {}  # what the cell measured before it failed
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         traceback.print_exc(file=sys.stderr)
         release_memory(device)

@@ -102,3 +102,18 @@ def test_cpu_report_has_the_flash_section_with_measured_medians(workdir):
     median_ms = shape["passes"]["forward_backward"]["stats_s"]["median"] * 1e3
     assert f"| {shape['d']} | {shape['seq']} |" in flash and sig(median_ms) in flash
     assert (workdir / "report/cpu/figures/flash_latency_fp32.png").stat().st_size > 1000
+
+
+def test_cpu_report_has_the_attention_and_compile_sections(workdir):
+    md = (workdir / "report/cpu/report.md").read_text()
+    attention = md.split('<a id="pytorch_attention"></a>', 1)[1].split("<a id=", 1)[0]
+    result = json.loads((workdir / "results/pytorch_attention/naive-fp32-d64-s256.json").read_text())
+    stats = result["data"]["forward_stats_s"]
+    assert f"| 64 | 256 | {fmt_mean_std(stats['mean'], stats['std'], 1e-3)} |" in attention
+    assert "the bytes saved for backward grow as seq to the power" in attention
+    compiled = md.split('<a id="torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
+    for part in ("(a) Compiled attention", "(b) Compiled Transformer", "(c) The optimized configuration"):
+        assert part in compiled and "Not run" not in compiled.split(part, 1)[1][:200]
+    first = json.loads((workdir / "results/compiled_model/naive-fp32-tiny-ctx32-forward-compiled.json").read_text())
+    assert first["status"] == "ok" and first["data"]["compile"]["graphs"] >= 1
+    assert (workdir / "report/cpu/figures/pytorch_attention_scaling.png").stat().st_size > 1000

@@ -18,6 +18,7 @@ import torch
 from .. import accounting
 from ..measure import PhaseTimer, peak_memory, reset_peak_memory, summarize, time_steps
 from ..annotate import region
+from ..compiling import compile_fn, first_call
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 
@@ -110,13 +111,14 @@ def run(cell: dict) -> dict:
     model, model_info = build_model(cell)
     tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
     targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode == "train_step" else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=cell.get("fused_adamw") or None) if mode == "train_step" else None
+    forward = compile_fn(model) if cell.get("compile") else model
 
     def step() -> dict:
         timer = PhaseTimer(device)
         model.zero_grad(set_to_none=True)
         with timer.phase("forward"), region("forward"), autocast_context(device, cell["precision"]):
-            logits = model(tokens)  # (batch, seq, vocab)
+            logits = forward(tokens)  # (batch, seq, vocab)
             loss = cross_entropy(logits, targets) if mode != "forward" else None
         if loss is not None:
             with timer.phase("backward"), region("backward"):
@@ -126,6 +128,7 @@ def run(cell: dict) -> dict:
                 optimizer.step()
         return timer.times
 
+    compiled = first_call(step, device) if cell.get("compile") else None  # compiles; before warm-up
     reset_peak_memory(device)
     times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
@@ -142,6 +145,7 @@ def run(cell: dict) -> dict:
         "phase_stats_s": {name: summarize(v) for name, v in times["phases_s"].items()},
         "tflops": flops / stats["mean"] / 1e12,
         "peak_memory": peak_memory(device),
+        "compile": compiled,
     }
 
 

@@ -1,0 +1,89 @@
+"""torch_compile: compiled attention, the compiled Transformer, and the optimized training step.
+
+Three experiments:
+
+* ``compiled_attention`` -- the pytorch_attention grid (or the subset ``d_heads`` x ``seqs``
+  of ``grids.<gpu|cpu>.compiled_attention``) with the naive attention under ``torch.compile``,
+  measured exactly like pytorch_attention (:func:`cs336report.experiments.attention.run`).
+  Its eager baseline is pytorch_attention's naive cell of the same (d_head, seq).
+* ``compiled_model`` -- the Transformer of the benchmarking experiment compiled with
+  ``torch.compile`` for the configured sizes x contexts x modes, and the same cells
+  uncompiled where benchmarking does not already run them (the report takes those from
+  benchmarking). The first, compiling, step is timed on its own before the warm-up.
+* ``optimized_step`` -- one row per size x context with every speed-up switched on: the
+  ``native`` implementation (F.linear, F.scaled_dot_product_attention), bf16 autocast,
+  ``torch.compile`` and fused AdamW. Its FLOP rate is compared in the report with the bf16
+  matmul peak the roofline probe measured.
+
+    python -m cs336report cells optimized_step
+"""
+
+from __future__ import annotations
+
+from . import attention, benchmarking
+from .benchmarking import transformer_cell
+
+
+def model_cell_name(cell: dict) -> str:
+    name = benchmarking.cell_name(cell)
+    if cell.get("compile"):
+        name += "-compiled"
+    if cell.get("fused_adamw"):
+        name += "-fused"
+    return name
+
+
+def compiled_attention_cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid("compiled_attention")
+    base = cfg.grid("pytorch_attention")
+    if grid is None or base is None:
+        return {}
+    out = {}
+    for d_head in grid.get("d_heads") or base["d_heads"]:
+        for seq in grid.get("seqs") or base["seqs"]:
+            cell = attention.attention_cell(cfg, base, "compiled", d_head, seq)
+            out[attention.cell_name(cell)] = cell
+    return out
+
+
+def compiled_model_cells(cfg) -> dict[str, dict]:
+    """Compiled cells, plus their uncompiled twins that benchmarking does not run."""
+    grid = cfg.grid("compiled_model")
+    if grid is None:
+        return {}
+    impls = grid.get("implementations") or [cfg.run["implementation"]]
+    taken = benchmarking.cells(cfg)
+    out = {}
+    for impl in impls:
+        for precision in grid["precisions"]:
+            for size in grid["sizes"]:
+                for context in grid["contexts"]:
+                    for mode in grid["modes"]:
+                        eager = transformer_cell(cfg, size, context, mode, precision, impl)
+                        if taken.get(benchmarking.cell_name(eager)) != eager:
+                            out[model_cell_name(eager)] = eager
+                        compiled = transformer_cell(cfg, size, context, mode, precision, impl, compile=True)
+                        out[model_cell_name(compiled)] = compiled
+    return out
+
+
+def optimized_cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid("optimized_step")
+    if grid is None:
+        return {}
+    out = {}
+    for size in grid["sizes"]:
+        for context in grid["contexts"]:
+            cell = transformer_cell(cfg, size, context, grid["mode"], grid["precision"], grid["implementation"],
+                                    compile=grid["compile"], fused_adamw=grid["fused_adamw"])
+            if grid.get("batch_size"):
+                cell["batch_size"] = grid["batch_size"]
+            out[model_cell_name(cell)] = cell
+    return out
+
+
+EXPERIMENTS = {
+    "compiled_attention": (compiled_attention_cells, attention.run),
+    "compiled_model": (compiled_model_cells, benchmarking.run),
+    "optimized_step": (optimized_cells, benchmarking.run),
+}

@@ -1,0 +1,325 @@
+"""torch_compile: (a) compiled against eager attention, (b) the compiled Transformer against the
+uncompiled one, (c) the optimized training step against the measured bf16 matmul peak."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from ... import accounting
+from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
+from . import pytorch_attention as attn
+
+ID = "torch_compile"
+TITLE = "torch_compile"
+EXPERIMENTS = ("compiled_attention", "compiled_model", "optimized_step")
+
+# Target of the optimized step: this fraction of the measured bf16 matmul peak, for the 2.7B model
+# at context 512 and batch 4 on one H100.
+TARGET_FRACTION = 0.5
+TARGET_CELL = ("2.7B", 512, 4)  # size, context, batch
+MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step (AdamW)"}
+PHASES = (("forward", "forward", 1), ("backward", "backward", 2), ("optimizer_step", "optimizer step", 0))
+
+
+# ----------------------------------------------------------------------------- (a) attention
+
+
+def attention_pairs(eager: pd.DataFrame, compiled: pd.DataFrame) -> pd.DataFrame:
+    """Compiled cells joined to the eager naive cell of the same (dtype, causal, batch, d, seq)."""
+    keys = ["dtype", "causal", "batch", "d", "seq"]
+    base = eager[eager["variant"] == "naive"]
+    return compiled.merge(base, on=keys, how="left", suffixes=("", "_eager"))
+
+
+def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
+    rows = []
+    for _, r in pairs.sort_values(["d", "seq"]).iterrows():
+        eager_status = r["status_eager"] if isinstance(r["status_eager"], str) else "missing"
+        row = [Cell(str(r["d"])), Cell(str(r["seq"]))]
+        for which in ("fwd", "bwd"):
+            e, c = r[f"{which}_mean_s_eager"], r[f"{which}_mean_s"]
+            row.append(Cell(sig(e * 1e3)) if e == e else status_cell(eager_status))
+            row.append(Cell(sig(c * 1e3)) if c == c else status_cell(r["status"]))
+            row.append(Cell(sig(e / c)) if e == e and c == c else Cell("–"))
+        row.append(attn.bytes_cell(r[f"{memory_key}_eager"], eager_status))
+        row.append(attn.bytes_cell(r[memory_key], r["status"]))
+        first = r["first_call_s"]
+        row.append(Cell(sig(first)) if first == first else Cell("–"))
+        rows.append(row)
+    memory = "memory before backward" if memory_key == "activation_bytes" else "saved for backward"
+    return Table(
+        title="Naive attention, eager against torch.compile",
+        columns=["d_head", "seq", "forward eager", "forward compiled", "forward speed-up", "backward eager",
+                 "backward compiled", "backward speed-up", f"{memory}, eager", f"{memory}, compiled",
+                 "first compiled call"],
+        units=["", "", "ms", "ms", "×", "ms", "ms", "×", "", "", "s"], rows=rows,
+        sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
+        note="mean time per pass; speed-up = eager / compiled; the first compiled call (a forward and a backward "
+             "pass, which compiles both) is not part of the timed passes"
+             + ("; memory before backward excludes the inputs" if memory_key == "activation_bytes" else ""))
+
+
+def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
+    both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
+    out: dict = {"n": len(pairs), "n_both": len(both)}
+    if both.empty:
+        return out
+    for which in ("fwd", "bwd"):
+        ratio = both[f"{which}_mean_s_eager"] / both[f"{which}_mean_s"]
+        best = both.loc[ratio.idxmax()]
+        out[which] = {"min": sig(ratio.min()), "max": sig(ratio.max()), "median": sig(ratio.median()),
+                      "best_d": int(best["d"]), "best_seq": int(best["seq"]), "faster": bool(ratio.median() >= 1)}
+    mem = (both[memory_key] / both[f"{memory_key}_eager"]).dropna()
+    if not mem.empty:
+        compiled_m = (both["saved_bytes"] / both["matrix_bytes"]).median()
+        eager_m = (both["saved_bytes_eager"] / both["matrix_bytes_eager"]).median()
+        out["memory"] = {"min": sig(mem.min()), "max": sig(mem.max()), "matrices": sig(compiled_m, 2),
+                         "matrices_eager": sig(eager_m, 2), "fewer": bool(compiled_m < eager_m - 0.5)}
+    saved_exp = [e["saved"] for e in attn.exponents(pairs[attn.FRAME_COLUMNS]) if e["saved"] is not None]
+    if saved_exp:
+        out["saved_exponent"] = {"min": attn.fmt_exponent(min(saved_exp)), "max": attn.fmt_exponent(max(saved_exp))}
+    first = both["first_call_s"].dropna()
+    if not first.empty:
+        out["first_call"] = {"min": fmt_seconds(first.min()), "max": fmt_seconds(first.max())}
+    only_compiled = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] != "ok")]
+    if not only_compiled.empty:
+        out["only_compiled"] = [{"d": int(r["d"]), "seq": int(r["seq"])} for _, r in only_compiled.iterrows()]
+    ooms = pairs[pairs["status"] == "oom"].sort_values(["seq", "d"])
+    if not ooms.empty:
+        out["compiled_oom"] = {"d": int(ooms.iloc[0]["d"]), "seq": int(ooms.iloc[0]["seq"])}
+    return out
+
+
+# ----------------------------------------------------------------------------- (b) whole model
+
+
+def _key(config: dict) -> str:
+    """A model cell's settings without its compile switch: a compiled cell and its eager twin share it."""
+    return json.dumps({k: v for k, v in config.items() if k != "compile"}, sort_keys=True)
+
+
+def model_frame(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        c, d = r["config"], r["data"] or {}
+        stats, phases = d.get("stats_s") or {}, d.get("phase_stats_s") or {}
+        compile_info = d.get("compile") or {}
+        rows.append({
+            "key": _key(c), "compiled": bool(c.get("compile")), "fused": bool(c.get("fused_adamw")),
+            "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
+            "context": c["context"], "mode": c["mode"], "batch": c["batch_size"], "status": r["status"],
+            "error": r.get("error"), "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
+            "flops": d.get("flops_per_step"), "tflops": d.get("tflops", math.nan),
+            "first_call_s": compile_info.get("first_call_s", math.nan),
+            "graph_breaks": compile_info.get("graph_breaks"), "graphs": compile_info.get("graphs"),
+            **{f"{p}_mean_s": phases.get(p, {}).get("mean", math.nan) for p, _, _ in PHASES},
+            "params": d.get("params"), "d_model": c["model"]["d_model"] * c["model"]["num_layers"],
+            "source": r["_path"],
+        })
+    return pd.DataFrame(rows)
+
+
+def model_pairs(compiled_records: list[dict], eager_records: list[dict]) -> pd.DataFrame:
+    """Each compiled cell next to its uncompiled twin (from compiled_model or benchmarking)."""
+    df = model_frame(compiled_records + eager_records)
+    if df.empty:
+        return df
+    compiled = df[df["compiled"]]
+    eager = df[~df["compiled"]].drop_duplicates("key")
+    pairs = compiled.merge(eager[["key", "status", "mean_s", "std_s", "source"]], on="key", how="left",
+                           suffixes=("", "_eager"))
+    return pairs.sort_values(["implementation", "precision", "d_model", "context", "mode"]).reset_index(drop=True)
+
+
+def _time(mean, std, status) -> Cell:
+    if mean == mean:
+        return Cell(fmt_mean_std(mean, std, 1e-3))
+    return status_cell(status if isinstance(status, str) else "missing")
+
+
+def model_table(pairs: pd.DataFrame) -> Table:
+    rows = []
+    for _, r in pairs.iterrows():
+        ratio = r["mean_s_eager"] / r["mean_s"] if r["mean_s"] == r["mean_s"] else math.nan
+        rows.append([Cell(str(r["size"])), Cell(str(r["context"])), Cell(MODE_LABELS[r["mode"]]),
+                     _time(r["mean_s_eager"], r["std_s_eager"], r["status_eager"]),
+                     _time(r["mean_s"], r["std_s"], r["status"]),
+                     Cell(sig(ratio)) if ratio == ratio else Cell("–"),
+                     Cell(sig(r["first_call_s"])) if r["first_call_s"] == r["first_call_s"] else Cell("–"),
+                     Cell("–" if r["graph_breaks"] is None or r["graph_breaks"] != r["graph_breaks"]
+                          else str(int(r["graph_breaks"])))])
+    impls = ", ".join(sorted(set(pairs["implementation"])))
+    precisions = ", ".join(sorted(set(pairs["precision"])))
+    return Table(
+        title=f"Transformer, vanilla against torch.compile ({impls} implementation, {precisions})",
+        columns=["size", "context", "step", "vanilla", "compiled", "speed-up", "first compiled step", "graph breaks"],
+        units=["", "tokens", "", "ms", "ms", "×", "s", ""], rows=rows,
+        sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
+        note="mean ± sample standard deviation over the measured steps; the first compiled step (tracing, "
+             "Inductor code generation and one step) runs before the warm-up and is not in the mean")
+
+
+def model_analysis(pairs: pd.DataFrame) -> dict:
+    both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
+    out: dict = {"n": len(pairs), "n_both": len(both), "by_mode": []}
+    for mode, g in both.groupby("mode", sort=False):
+        ratio = g["mean_s_eager"] / g["mean_s"]
+        lo, hi = g.loc[ratio.idxmin()], g.loc[ratio.idxmax()]
+        out["by_mode"].append({"mode": MODE_LABELS[mode], "min": sig(ratio.min()), "max": sig(ratio.max()),
+                               "min_cell": f"{lo['size']}, context {lo['context']}",
+                               "max_cell": f"{hi['size']}, context {hi['context']}"})
+    first = pairs["first_call_s"].dropna()
+    if not first.empty:
+        out["first_call"] = {"min": fmt_seconds(first.min()), "max": fmt_seconds(first.max())}
+        over = (both["first_call_s"] / both["mean_s"]).dropna()
+        if not over.empty:
+            out["first_call"]["steps"] = sig(over.median(), 2)
+    breaks = pairs["graph_breaks"].dropna()
+    out["graph_breaks"] = int(breaks.sum()) if not breaks.empty else None
+    out["failed"] = [{"cell": f"{r['size']}, context {r['context']}, {MODE_LABELS[r['mode']]}",
+                      "status": r["status"]} for _, r in pairs[pairs["status"] != "ok"].iterrows()]
+    return out
+
+
+# ----------------------------------------------------------------------------- (c) optimized step
+
+
+def bf16_peak(roofline: list[dict]) -> float:
+    for r in roofline:
+        if r["status"] == "ok":
+            return r["data"]["matmul"].get("bf16", {}).get("tflops", math.nan)
+    return math.nan
+
+
+def _vanilla(row, eager: pd.DataFrame, run_impl: str):
+    """The uncompiled fp32 run of the same size, context, mode and batch (the benchmarking baseline)."""
+    if eager.empty:
+        return None
+    g = eager[(eager["size"] == row["size"]) & (eager["context"] == row["context"]) & (eager["mode"] == row["mode"])
+              & (eager["batch"] == row["batch"]) & (eager["precision"] == "fp32") & ~eager["compiled"]
+              & (eager["implementation"] == run_impl)]
+    return g.iloc[0] if not g.empty else None
+
+
+def optimized(records: list[dict], benchmark_records: list[dict], peak: float, run_impl: str) -> dict:
+    df = model_frame(records)
+    if df.empty:
+        return {}
+    eager = model_frame(benchmark_records)
+    rows, phase_tables, items = [], [], []
+    for _, r in df.sort_values(["d_model", "context"]).iterrows():
+        switches = ", ".join(s for s, on in ((r["implementation"], True), (f"{r['precision']} autocast" if r["precision"] != "fp32" else "fp32", True),
+                                             ("torch.compile" if r["compiled"] else "not compiled", True),
+                                             ("fused AdamW" if r["fused"] else "default AdamW", r["mode"] == "train_step")) if on)
+        base = _vanilla(r, eager, run_impl)
+        item = {"size": str(r["size"]), "context": int(r["context"]), "batch": int(r["batch"]), "switches": switches,
+                "status": r["status"], "mode": MODE_LABELS[r["mode"]],
+                "is_target": (str(r["size"]), int(r["context"]), int(r["batch"])) == TARGET_CELL}
+        if r["status"] != "ok":
+            rows.append([Cell(item["size"]), Cell(str(item["context"])), Cell(str(item["batch"])), Cell(switches)]
+                        + [status_cell(r["status"])] * 6)
+            items.append(item)
+            continue
+        fraction = r["tflops"] / peak if peak == peak else math.nan
+        item.update(has_peak=fraction == fraction, step=fmt_seconds(r["mean_s"]), tflops=sig(r["tflops"]), peak=sig(peak), fraction=fraction,
+                    pct=fmt_pct(fraction) if fraction == fraction else "–", met=fraction >= TARGET_FRACTION,
+                    target=fmt_pct(TARGET_FRACTION, 2))
+        speedup = "–"
+        if base is not None and base["status"] == "ok":
+            speedup = sig(base["mean_s"] / r["mean_s"])
+            item.update(vanilla=fmt_seconds(base["mean_s"]), speedup=speedup,
+                        vanilla_label=f"{base['implementation']}, fp32, uncompiled, default AdamW")
+        rows.append([Cell(item["size"]), Cell(str(item["context"])), Cell(str(item["batch"])), Cell(switches),
+                     Cell(fmt_mean_std(r["mean_s"], r["std_s"], 1e-3)), Cell(sig(r["tflops"])),
+                     Cell(sig(peak)), Cell(sig(100 * fraction) if fraction == fraction else "–"),
+                     Cell(sig(base["mean_s"] * 1e3) if base is not None and base["status"] == "ok" else "–"),
+                     Cell(speedup)])
+        table, phases = phase_table(r, peak)
+        phase_tables.append(table)
+        item["phases"] = phases
+        items.append(item)
+    table = Table(
+        title="Optimized step", rows=rows,
+        columns=["size", "context", "batch", "configuration", "step", "achieved", "bf16 matmul peak (measured)",
+                 "of peak", "vanilla step", "speed-up over vanilla"],
+        units=["", "tokens", "", "", "ms", "TFLOP/s", "TFLOP/s", "%", "ms", "×"],
+        sources=sorted(df["source"]),
+        note="achieved = FLOPs per step (formula below) / mean step time; vanilla: the benchmarking run of the same "
+             "size, context and batch (fp32, uncompiled, default AdamW)")
+    return {"table": table, "phase_tables": phase_tables, "items": items}
+
+
+def phase_table(r, peak: float) -> tuple[Table, dict]:
+    """Where the step's time goes: each phase's time, share, counted FLOPs and FLOP rate."""
+    forward_flops = r["flops"] / accounting.MODE_MULTIPLIER[r["mode"]]
+    rows, phases = [], {}
+    total, accounted = r["mean_s"], 0.0
+    for key, text, multiple in PHASES:
+        t = r[f"{key}_mean_s"]
+        if t != t:
+            continue
+        accounted += t
+        flops = multiple * forward_flops
+        rate = flops / t / 1e12 if flops else math.nan
+        phases[key] = {"label": text, "time": fmt_seconds(t), "share": fmt_pct(t / total),
+                       "pct_peak": fmt_pct(rate / peak) if rate == rate and peak == peak else None}
+        rows.append([Cell(text), Cell(sig(t * 1e3)), Cell(sig(100 * t / total)), Cell(sig(flops / 1e12) if flops else "0"),
+                     Cell(sig(rate) if rate == rate else "–"),
+                     Cell(sig(100 * rate / peak) if rate == rate and peak == peak else "–")])
+    rest = total - accounted
+    rows.append([Cell("rest of the step (zero_grad, loss, synchronizations)"), Cell(sig(rest * 1e3)),
+                 Cell(sig(100 * rest / total)), Cell("0"), Cell("–"), Cell("–")])
+    if "optimizer_step" in phases:
+        without = total - r["optimizer_step_mean_s"]
+        phases["without_optimizer_pct"] = fmt_pct(r["flops"] / without / 1e12 / peak) if peak == peak else None
+    table = Table(
+        title=f"Where the optimized step's time goes: {r['size']}, context {r['context']}, batch {r['batch']}",
+        columns=["phase", "time", "share of step", "FLOPs counted", "FLOP rate", "of bf16 peak"],
+        units=["", "ms", "%", "TFLOP", "TFLOP/s", "%"], rows=rows, sources=[r["source"]],
+        note="mean over the measured steps; each phase is timed between two synchronizations; the backward pass "
+             "is counted as twice the forward FLOPs and the optimizer as none")
+    return table, phases
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def skip_reason(ctx) -> str:
+    return "no compiled_attention, compiled_model or optimized_step grid configured"
+
+
+def build(ctx) -> dict:
+    out: dict = {"cuda": ctx.device == "cuda", "target_pct": fmt_pct(TARGET_FRACTION, 2),
+                 "target": dict(zip(("size", "context", "batch"), TARGET_CELL)), "flop_formula": accounting.FLOP_FORMULA}
+    # (a)
+    compiled = attn.frame(ctx.records("compiled_attention"))
+    if not compiled.empty:
+        eager = attn.frame(ctx.records("pytorch_attention"))
+        memory_key = attn._memory_key(compiled)
+        if eager.empty:
+            eager = compiled.iloc[0:0]
+        pairs = attention_pairs(eager, compiled)
+        out["attention_table"] = attention_table(pairs, memory_key)
+        out["attention"] = attention_analysis(pairs, memory_key)
+        out["attention"]["memory_label"] = ("memory in use before backward" if memory_key == "activation_bytes"
+                                            else "bytes saved for backward")
+        both = pd.concat([eager[eager["variant"] == "naive"], compiled])
+        both = both[both["d"].isin(set(compiled["d"])) & both["seq"].isin(set(compiled["seq"]))]
+        out["attention_figure"] = ctx.figure(
+            "torch_compile_attention", attn.scaling_figure(both, memory_key),
+            "Eager and compiled naive attention against sequence length, log-log. Colour: head dimension; "
+            "line style: eager or compiled.")
+    # (b)
+    pairs = model_pairs(ctx.records("compiled_model"), ctx.records("benchmarking"))
+    if not pairs.empty:
+        out["model_table"] = model_table(pairs)
+        out["model"] = model_analysis(pairs)
+    # (c)
+    peak = bf16_peak(ctx.records("roofline"))
+    out["optimized"] = optimized(ctx.records("optimized_step"), ctx.records("benchmarking"), peak,
+                                 ctx.config.get("run", {}).get("implementation", "naive"))
+    out["peak_measured"] = peak == peak
+    return out

@@ -1,0 +1,282 @@
+"""pytorch_attention and torch_compile: cells, measurements, OOM handling and the report sections."""
+
+import json
+import math
+import re
+
+import pytest
+import torch
+import yaml
+
+from cs336report import accounting, experiments
+from cs336report.config import DEFAULT_CONFIG, Config
+from cs336report.experiments import attention, torch_compile
+from cs336report.report.render import render_report
+from cs336report.report.sections import pytorch_attention as attention_section
+from cs336report.report.sections import torch_compile as compile_section
+from cs336report.report.tables import fmt_bytes
+from cs336report.runner import run_cell
+
+
+def config(device: str = "cpu", **grid) -> Config:
+    """The default config with a small attention grid on ``device``."""
+    with open(DEFAULT_CONFIG) as fh:
+        raw = yaml.safe_load(fh)
+    raw["sizes"]["micro"] = {"d_model": 32, "d_ff": 64, "num_layers": 1, "num_heads": 2, "vocab_size": 100}
+    raw["run"].update(warmup_steps=1, measured_steps=2)
+    name = "gpu" if device == "cuda" else "cpu"
+    raw["grids"][name]["benchmarking"].update(sizes=["micro"], contexts=[8], modes=["forward", "train_step"])
+    raw["grids"][name]["pytorch_attention"] = {"batch_size": 2, "d_heads": [8, 16], "seqs": [16, 32, 64],
+                                               "warmup": 1, "forward_passes": 2, "backward_passes": 2, **grid}
+    raw["grids"][name]["compiled_attention"] = {"d_heads": [8], "seqs": [32]}
+    raw["grids"][name]["compiled_model"] = {"sizes": ["micro"], "contexts": [8, 16], "modes": ["forward"]}
+    raw["grids"][name]["optimized_step"] = {"sizes": ["micro"], "contexts": [8], "compile": False}
+    return Config.from_dict(raw, cuda_available=device == "cuda")
+
+
+def config_json(cfg: Config) -> dict:
+    return {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}
+
+
+def run_all(cfg: Config, experiment: str, out, only=None) -> list:
+    paths = []
+    for name, cell in experiments.cells(experiment, cfg).items():
+        if only and not only(cell):
+            continue
+        path = out / experiment / f"{name}.json"
+        run_cell(experiment, name, cell, path)
+        paths.append(path)
+    return paths
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def test_cells_cover_the_grid_and_the_sdpa_rows():
+    cfg = config(sdpa=[{"backend": "flash"}, {"backend": "efficient", "dtype": "bf16"}])
+    cells = experiments.cells("pytorch_attention", cfg)
+    assert len(cells) == 3 * 2 * 3
+    assert {c["implementation"] for c in cells.values()} == {"naive", "sdpa"}
+    assert cells["sdpa_efficient-bf16-d8-s32"]["dtype"] == "bf16"
+    assert cells["sdpa_flash-fp32-d16-s64"]["backend"] == "flash"
+    assert all(c["batch_size"] == 2 and c["forward_passes"] == 2 for c in cells.values())
+    compiled = experiments.cells("compiled_attention", cfg)
+    assert list(compiled) == ["compiled-fp32-d8-s32"]
+    assert {k: v for k, v in compiled["compiled-fp32-d8-s32"].items() if k != "implementation"} == \
+        {k: v for k, v in cells["naive-fp32-d8-s32"].items() if k != "implementation"}
+
+
+def test_compiled_model_cells_reuse_the_benchmarking_cells():
+    cfg = config()
+    bench = experiments.cells("benchmarking", cfg)
+    cells = experiments.cells("compiled_model", cfg)
+    # context 8 forward is a benchmarking cell: only its compiled twin is listed; context 16 is not.
+    assert "naive-fp32-micro-ctx8-forward" in bench and "naive-fp32-micro-ctx8-forward" not in cells
+    assert sorted(cells) == ["naive-fp32-micro-ctx16-forward", "naive-fp32-micro-ctx16-forward-compiled",
+                             "naive-fp32-micro-ctx8-forward-compiled"]
+    compiled = cells["naive-fp32-micro-ctx8-forward-compiled"]
+    assert {k: v for k, v in compiled.items() if k != "compile"} == bench["naive-fp32-micro-ctx8-forward"]
+    optimized = experiments.cells("optimized_step", cfg)
+    (name, cell), = optimized.items()
+    assert (cell["implementation"], cell["precision"], cell["mode"]) == ("native", "bf16", "train_step")
+    assert cell["fused_adamw"] is True and cell["compile"] is False and name.endswith("-fused")
+
+
+def test_a_bad_attention_setting_names_its_key():
+    with open(DEFAULT_CONFIG) as fh:
+        raw = yaml.safe_load(fh)
+    raw["grids"]["cpu"]["pytorch_attention"]["sdpa"] = [{"backend": "turbo"}]
+    with pytest.raises(ValueError, match=r"grids\.cpu\.pytorch_attention\.sdpa\[0\]\.backend"):
+        Config.from_dict(raw, cuda_available=False)
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_naive_attention_saves_what_the_accounting_says(causal):
+    cfg = config(causal=causal)
+    cell = experiments.cells("pytorch_attention", cfg)["naive-fp32-d16-s64" + ("-causal" if causal else "")]
+    data = attention.run(cell)
+    expected = accounting.naive_attention_memory(2, 64, 16, 4, causal)
+    assert data["saved_activation_bytes"] == expected["saved_for_backward"]
+    assert data["saved_input_bytes"] == 3 * 2 * 64 * 16 * 4  # Q, K and V are saved too, counted apart
+    assert len(data["forward_s"]["measured_s"]) == 2 and len(data["forward_s"]["warmup_s"]) == 1
+    assert len(data["backward_s"]["measured_s"]) == 2
+    assert data["forward_stats_s"]["mean"] > 0 and data["backward_stats_s"]["mean"] > 0
+    assert data["memory_before_backward_bytes"] is None  # CPU: no allocator counters
+
+
+def test_attention_implementations_compute_the_same_function():
+    cfg = config(sdpa=[{"backend": "flash"}, {"backend": "math"}])
+    cells = experiments.cells("pytorch_attention", cfg)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 32, 8) for _ in range(3))
+    reference = attention.attention_function(cells["naive-fp32-d8-s32"])(q, k, v)
+    for name in ("sdpa_flash-fp32-d8-s32", "sdpa_math-fp32-d8-s32"):
+        torch.testing.assert_close(attention.attention_function(cells[name])(q, k, v), reference)
+
+
+def test_sdpa_memory_grows_linearly_and_naive_quadratically():
+    cfg = config(sdpa=[{"backend": "flash"}])
+    cells = experiments.cells("pytorch_attention", cfg)
+    seqs = [16, 32, 64]
+    naive = [attention.run(cells[f"naive-fp32-d8-s{s}"])["saved_activation_bytes"] for s in seqs]
+    flash = [attention.run(cells[f"sdpa_flash-fp32-d8-s{s}"])["saved_activation_bytes"] for s in seqs]
+    assert attention_section.fit_exponent(seqs, flash) == pytest.approx(1.0, abs=0.05)
+    assert attention_section.fit_exponent(seqs, naive) == pytest.approx(2.0, abs=0.1)
+
+
+def test_out_of_memory_in_backward_keeps_the_forward_measurements(tmp_path, monkeypatch):
+    cfg = config()
+    name, cell = "naive-fp32-d8-s32", experiments.cells("pytorch_attention", cfg)["naive-fp32-d8-s32"]
+
+    def out_of_memory(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(torch.Tensor, "backward", out_of_memory)
+    record = run_cell("pytorch_attention", name, cell, tmp_path / "r.json")
+    assert record["status"] == "oom"
+    assert "out of memory in the backward passes" in record["error"]
+    assert record["data"]["oom_phase"] == "backward passes"
+    assert len(record["data"]["forward_s"]["measured_s"]) == 2
+    assert record["data"]["saved_activation_bytes"] == accounting.naive_attention_memory(2, 32, 8)["saved_for_backward"]
+    assert "backward_stats_s" not in record["data"]
+
+
+def test_other_errors_are_not_turned_into_oom():
+    cfg = config(sdpa=[{"backend": "efficient"}])  # no CPU kernel
+    cell = experiments.cells("pytorch_attention", cfg)["sdpa_efficient-fp32-d8-s16"]
+    with pytest.raises(RuntimeError) as info:
+        attention.run(cell)
+    assert not isinstance(info.value, torch.OutOfMemoryError)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def oom_above(monkeypatch, limit: int) -> None:
+    """Make the naive attention run out of memory in the forward pass from seq ``limit`` on."""
+    original = attention.scaled_dot_product_attention
+
+    def attention_or_oom(Q, K, V, mask=None):
+        if Q.shape[-2] >= limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {Q.shape[-2]} x {Q.shape[-2]}")
+        return original(Q=Q, K=K, V=V, mask=mask)
+
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", attention_or_oom)
+
+
+def test_section_reports_the_oom_point_accounting_and_scaling(tmp_path, monkeypatch):
+    cfg = config(sdpa=[{"backend": "flash"}])
+    oom_above(monkeypatch, 64)
+    paths = run_all(cfg, "pytorch_attention", tmp_path)
+    monkeypatch.undo()
+    render_report(paths, config_json(cfg), tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    html = (tmp_path / "report" / "index.html").read_text()
+    section = md.split('<a id="pytorch_attention"></a>', 1)[1].split("<a id=", 1)[0]
+    for d in (8, 16):
+        row = next(line for line in section.splitlines() if line.startswith(f"| {d} | 64 |"))
+        assert row.count("**OOM**") == 6  # forward, backward, memory before backward, peak, saved, status
+    # the smallest OOM configuration is (seq 64, d_head 8); its accounting comes from the formulas
+    assert "The smallest of them is d_head 8 at seq 64, which ran out of memory in the timed forward passes" in section
+    acc = accounting.naive_attention_memory(2, 64, 8, 4)
+    assert f"| 2·64²·4 | {fmt_bytes(acc['score_matrix'])} |" in section
+    assert fmt_bytes(acc["saved_for_backward"]) in section
+    # next to it, the largest naive cell that fit, measured against the formula
+    fit = json.loads((tmp_path / "pytorch_attention" / "naive-fp32-d16-s32.json").read_text())["data"]
+    assert "at d_head 16, seq 32 (the largest naive cell that fit)" in section.replace("\\_", "_")
+    assert fit["saved_activation_bytes"] == accounting.naive_attention_memory(2, 32, 16)["saved_for_backward"]
+    # scaling: the fitted exponent of saved bytes, from the data
+    saved = [json.loads((tmp_path / "pytorch_attention" / f"naive-fp32-d8-s{s}.json").read_text())["data"]
+             ["saved_activation_bytes"] for s in (16, 32)]
+    exponent = attention_section.fit_exponent([16, 32], saved)
+    assert re.search(rf"grow as seq to the power {exponent:.2f}", section)
+    # the SDPA rows ran where the naive attention did not
+    assert "it also ran at seq 64, where the naive attention did not" in section
+    assert (tmp_path / "report" / "figures" / "pytorch_attention_scaling.png").stat().st_size > 1000
+    assert '<td class="oom">OOM</td>' in html
+
+
+def test_torch_compile_section_pairs_compiled_cells_with_their_eager_twins(tmp_path):
+    cfg = config()
+    eager_paths = run_all(cfg, "benchmarking", tmp_path, only=lambda c: c["mode"] == "forward")
+    eager = json.loads(eager_paths[0].read_text())
+    # A compiled result with the same settings: the eager one's record with the switch on and half its time.
+    compiled = json.loads(eager_paths[0].read_text())
+    compiled["config"]["compile"] = True
+    compiled["cell"] += "-compiled"
+    compiled["experiment"] = "compiled_model"
+    compiled["data"]["stats_s"]["mean"] = eager["data"]["stats_s"]["mean"] / 2
+    compiled["data"]["compile"] = {"first_call_s": 12.5, "graph_breaks": 0, "graphs": 1}
+    path = tmp_path / "compiled_model" / "c.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(compiled))
+    pairs = compile_section.model_pairs([dict(compiled, _path=str(path))], [dict(eager, _path=str(eager_paths[0]))])
+    assert len(pairs) == 1
+    assert pairs.iloc[0]["mean_s_eager"] / pairs.iloc[0]["mean_s"] == pytest.approx(2.0)
+    render_report(eager_paths + [path], config_json(cfg), tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split('<a id="torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
+    assert "forward 2.00× (micro, context 8)" in section
+    assert "The first compiled step took 12.5 s" in section
+
+
+def test_optimized_step_shows_where_the_time_goes(tmp_path):
+    cfg = config()
+    paths = run_all(cfg, "optimized_step", tmp_path) + run_all(cfg, "roofline", tmp_path)
+    paths += run_all(cfg, "benchmarking", tmp_path, only=lambda c: c["mode"] == "train_step")
+    record = json.loads(paths[0].read_text())
+    assert record["status"] == "ok", record["error"]
+    data = record["data"]
+    assert set(data["phase_stats_s"]) == {"forward", "backward", "optimizer_step"}
+    render_report(paths, config_json(cfg), tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split('<a id="torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
+    roofline = json.loads((tmp_path / "roofline" / "probe.json").read_text())["data"]["matmul"]["bf16"]["tflops"]
+    fraction = data["tflops"] / roofline
+    row = next(line for line in section.splitlines() if line.startswith("| micro | 8 | 4 |"))
+    assert "native, bf16 autocast, not compiled, fused AdamW" in row
+    assert f"| {attention_section.sig(100 * fraction)} |" in row
+    shares = [float(line.split("|")[3]) for line in section.splitlines()
+              if line.startswith(("| forward |", "| backward |", "| optimizer step |", "| rest of the step"))]
+    assert sum(shares) == pytest.approx(100, abs=0.5)
+    assert "speed-up over vanilla" in section and "not compiled" in section
+
+
+@pytest.mark.slow
+def test_compiled_attention_keeps_fewer_matrices_and_counts_its_compilation(tmp_path):
+    cfg = config()
+    cell = experiments.cells("compiled_attention", cfg)["compiled-fp32-d8-s32"]
+    data = attention.run(cell)
+    eager = attention.run(experiments.cells("pytorch_attention", cfg)["naive-fp32-d8-s32"])
+    assert data["compile"]["graphs"] >= 1 and data["compile"]["graph_breaks"] == 0
+    assert data["compile"]["first_call_s"] > data["forward_stats_s"]["mean"]
+    assert 0 < data["saved_activation_bytes"] <= eager["saved_activation_bytes"]
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_cuda_memory_before_backward_holds_what_autograd_saved():
+    cfg = config("cuda", sdpa=[{"backend": "efficient"}, {"backend": "flash", "dtype": "bf16"}])
+    cells = experiments.cells("pytorch_attention", cfg)
+    data = attention.run(cells["naive-fp32-d16-s64"])
+    acc = accounting.naive_attention_memory(2, 64, 16)
+    assert data["activation_bytes_before_backward"] >= data["saved_activation_bytes"] == acc["saved_for_backward"]
+    assert data["peak"]["allocated_bytes"] >= data["memory_before_backward_bytes"]
+    for name in ("sdpa_efficient-fp32-d16-s64", "sdpa_flash-bf16-d16-s64"):
+        other = attention.run(cells[name])
+        assert other["saved_activation_bytes"] < data["saved_activation_bytes"]
+
+
+@pytest.mark.gpu
+def test_cuda_optimized_step_compiles_and_reports_its_phases():
+    cfg = config("cuda")
+    cell = dict(next(iter(experiments.cells("optimized_step", cfg).values())), compile=True)
+    data = experiments.runner("optimized_step")(cell)
+    assert data["compile"]["graphs"] >= 1
+    assert set(data["phase_stats_s"]) == {"forward", "backward", "optimizer_step"}
+    assert math.isfinite(data["tflops"])

@@ -1,0 +1,23 @@
+# pytorch_attention: the hand-written attention alone on every d_head x seq, and the SDPA
+# backends on the same grid; one job and one result per cell, OOM included.
+ATTENTION_CODE = code("experiments/attention.py", "model.py", "measure.py", "compiling.py", "runner.py")
+
+
+rule pytorch_attention:
+    input:
+        ATTENTION_CODE,
+    output:
+        "results/pytorch_attention/{cell}.json",
+    params:
+        cell=cell_json("pytorch_attention"),
+    log:
+        "logs/pytorch_attention/{cell}.log",
+    benchmark:
+        "benchmarks/pytorch_attention/{cell}.tsv"
+    resources:
+        gpu=GPU,
+    shell:
+        RUN_CELL
+
+
+REPORT_INPUTS["pytorch_attention"] = result_files("pytorch_attention")
