@@ -17,6 +17,7 @@ include: "workflow/rules/flash_benchmarking.smk"
 include: "workflow/rules/nsys_profile.smk"
 include: "workflow/rules/attention.smk"
 include: "workflow/rules/torch_compile.smk"
+include: "workflow/rules/memory_profiling.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -85,6 +85,74 @@ def attention_flops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]
     }
 
 
+# Tensors autograd keeps for the backward pass of one forward pass of the built-in model,
+# fp32, counted with torch.autograd.graph.saved_tensors_hooks (tests/test_memory_profiling.py
+# checks the count against the model). Per block: the block input and the attention
+# residual (the two RMSNorm inputs), each RMSNorm's x·rms and output, Q and K after RoPE, V,
+# and the merged heads (10 tensors of B·T·d); the naive attention's masked scores, exp and
+# probabilities (3 of B·h·T²), where the native fused attention keeps its B·T·d output and
+# a B·h·T log-sum-exp instead; SwiGLU's W1x, σ(W1x), W1x·σ(W1x), W3x and their product (5 of
+# B·T·f).
+# After the blocks: the final RMSNorm's input, x·rms and output (3 of B·T·d). Terms of B·T,
+# B·h·T and T² elements (norm scales, softmax row statistics, mask, RoPE tables) are left out.
+ACTIVATION_FORMULA = (
+    "saved for backward = 4 bytes × [L·(10·B·T·d + 3·B·h·T² + 5·B·T·f) + 3·B·T·d] (naive attention); "
+    "native fused attention: 4 bytes × [L·(11·B·T·d + 5·B·T·f) + 3·B·T·d]; "
+    "logits 4·B·T·V, and with a loss the log-softmax output and its gradient, 4·B·T·V each"
+)
+
+
+def saved_activation_bytes(spec: ModelSpec, batch: int, context: int, impl: str = "naive") -> dict[str, int]:
+    """fp32 activations the forward pass keeps for backward (see ACTIVATION_FORMULA)."""
+    B, T, d, f, h, L = batch, context, spec.d_model, spec.d_ff, spec.num_heads, spec.num_layers
+    if impl == "naive":
+        attention = 3 * B * h * T * T
+        residual = 10 * B * T * d
+    elif impl == "native":
+        attention = 0
+        residual = 11 * B * T * d
+    else:
+        raise ValueError(f"unknown implementation {impl!r}; expected 'naive' or 'native'")
+    per_layer = 4 * (residual + attention + 5 * B * T * f)
+    final = 4 * 3 * B * T * d
+    return {"per_layer": per_layer, "attention_per_layer": 4 * attention, "layers": L * per_layer,
+            "final": final, "total": L * per_layer + final}
+
+
+def predicted_peak_bytes(spec: ModelSpec, batch: int, context: int, mode: str, grad: str = "enabled",
+                         impl: str = "naive") -> dict[str, int]:
+    """What must be live at once at the peak of one step, in fp32 (an estimate, not a bound).
+
+    forward without autograd: the weights and the logits. Forward with autograd: also the
+    activations saved for backward. With a backward pass, the start of backward holds the
+    weights, the saved activations, the logits, the log-softmax output and the logits'
+    gradient (parameter gradients are freed by ``zero_grad(set_to_none=True)`` and come back
+    as activations are released); a train step also holds AdamW's two moments, and its end
+    holds the 16 bytes/parameter of weights, gradients and moments.
+    """
+    state = training_state_bytes(spec)
+    logits = 4 * batch * context * spec.vocab_size
+    acts = saved_activation_bytes(spec, batch, context, impl)["total"]
+    parts = {"parameters": state["parameters"], "gradients": 0, "optimizer_state": 0, "activations": 0,
+             "logits": logits}
+    if mode == "forward":
+        if grad != "no_grad":
+            parts["activations"] = acts
+        parts["total"] = sum(parts.values())
+        return parts
+    if mode not in ("forward_backward", "train_step"):
+        raise ValueError(f"unknown mode {mode!r}")
+    optimizer = state["optimizer_state"] if mode == "train_step" else 0
+    parts.update(activations=acts, logits=3 * logits, optimizer_state=optimizer)
+    start_of_backward = state["parameters"] + optimizer + acts + 3 * logits
+    end_of_step = state["parameters"] + state["gradients"] + optimizer
+    parts["gradients"] = state["gradients"] if end_of_step > start_of_backward else 0
+    if parts["gradients"]:
+        parts.update(activations=0, logits=0)
+    parts["total"] = max(start_of_backward, end_of_step)
+    return parts
+
+
 # Attention on (B, T, d) inputs, one head, b bytes per value (pytorch_attention).
 # The naive implementation materializes B x T x T matrices; autograd saves three of them for
 # backward: the scores (input of the row max), exp(scores - max) (numerator of the division)

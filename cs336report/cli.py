@@ -4,6 +4,7 @@
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json
     python -m cs336report render --config-json JSON --out report results/**/*.json
+    python -m cs336report parse-snapshot results/memory_profiling/NAME.pickle --result results/memory_profiling/NAME.json --out results/memory_profiling_parse/NAME.json
     python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
     python -m cs336report nsys-stats results/nsys_profile/NAME --out-dir results/nsys_stats/NAME
     python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/NAME/run.json --out FILE
@@ -87,6 +88,12 @@ def _parse_nsys(args) -> int:
     return 0
 
 
+def _parse_snapshot(args) -> int:
+    from .snapshot_step import main_args
+
+    return main_args(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cs336report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", help="the profiled run's run.json (status, cell, Python timer)")
     p.add_argument("--name", help="cell name (default: from the run, else the folder name)")
     p.set_defaults(func=_parse_nsys)
+
+    p = sub.add_parser("parse-snapshot", help="parse a CUDA memory snapshot pickle into a result JSON")
+    p.add_argument("snapshot", help="snapshot pickle (optionally .gz), as written by _dump_snapshot")
+    p.add_argument("--out", required=True, help="result JSON to write")
+    p.add_argument("--result", help="the capture's result JSON (status, config and provenance come from it)")
+    p.add_argument("--name", help="cell name (default: the capture's, else the file name)")
+    p.add_argument("--cell", help="the cell config as JSON, when there is no capture result")
+    p.add_argument("--top", type=int, default=20, help="largest allocations to keep")
+    p.add_argument("--max-points", type=int, default=3000, help="points of the plotted timeline")
+    p.set_defaults(func=_parse_snapshot)
 
     args = parser.parse_args(argv)
     return args.func(args)

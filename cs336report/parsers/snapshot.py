@@ -34,11 +34,16 @@ anything in it can run.
   ``external_annotations`` or ``user_metadata`` markers when present, else from the
   Python frames (see :func:`frame_phase`).  Events without frames (e.g. allocations
   made by the autograd engine thread when only Python stacks were recorded) take
-  the phase of the event before them.  A new training step starts whenever a
-  forward run follows a backward or optimizer run.
+  the phase of the event before them.  Steps come from annotated ranges named
+  ``step_marker`` (``"step"``: each START begins one) when the snapshot has them;
+  otherwise a new training step starts whenever a forward run follows a backward or
+  optimizer run.
 * **categories** -- see :data:`DEFAULT_RULES` and :func:`categorize`.
-* **top allocations**, **per-category totals**, **ramps** (the allocation sawtooth)
-  and a downsampled timeline for plotting.
+* **top allocations**, **per-category totals**, **ramps** (the allocation sawtooth),
+  **by_size** (how often each allocation size occurs, and in which categories) and a
+  downsampled timeline for plotting, with the live bytes of every category at each
+  kept point (``timeline["by_category"]``; ``Preexisting`` is the baseline that is
+  still live).
 
 Category precedence, for one allocation:
 
@@ -67,12 +72,12 @@ from __future__ import annotations
 import ast
 import gzip
 import heapq
-import io
 import linecache
 import math
 import os
 import pickle
 import re
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -139,15 +144,15 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise SnapshotError(f"{self._source}: refused persistent id {pid!r} in pickle")
 
 
-def _restricted_loads(data: bytes, source: str) -> Any:
+def _restricted_load(stream, source: str, compressed: bool) -> Any:
+    """Unpickle from ``stream`` (read as it goes, never copied whole into memory)."""
     try:
-        return _RestrictedUnpickler(io.BytesIO(data), source).load()
+        return _RestrictedUnpickler(stream, source).load()
     except SnapshotError:
         raise
-    except (EOFError, pickle.UnpicklingError) as exc:
-        raise SnapshotError(
-            f"{source}: not a complete pickle (truncated or corrupt): {exc or type(exc).__name__}"
-        ) from exc
+    except (EOFError, OSError, zlib.error, pickle.UnpicklingError) as exc:
+        what = "gzip stream (truncated or corrupt)" if compressed else "pickle (truncated or corrupt)"
+        raise SnapshotError(f"{source}: not a complete {what}: {exc or type(exc).__name__}") from exc
     except Exception as exc:  # malformed opcode streams raise assorted errors
         raise SnapshotError(f"{source}: not a readable pickle: {type(exc).__name__}: {exc}") from exc
 
@@ -155,26 +160,36 @@ def _restricted_loads(data: bytes, source: str) -> Any:
 def load_snapshot(path: str | os.PathLike) -> dict:
     """Load a snapshot pickle (optionally gzip-compressed) without running code.
 
+    The file is unpickled as it is read (through a gzip decoder when it starts with the
+    gzip magic bytes), so neither the file's bytes nor the decompressed pickle are held in
+    memory beside the loaded snapshot.
+
     Raises :class:`SnapshotError` naming the file for an empty, truncated or
     non-pickle file, for a pickle that references any global, and for a pickle
     that does not have the shape of a snapshot.
     """
     source = os.fspath(path)
     try:
-        with open(source, "rb") as fh:
-            data = fh.read()
+        fh = open(source, "rb")
     except OSError as exc:
         raise SnapshotError(f"{source}: cannot read file: {exc}") from exc
-    if not data:
-        raise SnapshotError(f"{source}: file is empty (expected a pickled memory snapshot)")
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, ValueError) as exc:
-            raise SnapshotError(f"{source}: truncated or corrupt gzip stream: {exc}") from exc
-        if not data:
-            raise SnapshotError(f"{source}: gzip stream is empty")
-    obj = _restricted_loads(data, source)
+    with fh:
+        head = fh.read(2)
+        if not head:
+            raise SnapshotError(f"{source}: file is empty (expected a pickled memory snapshot)")
+        fh.seek(0)
+        compressed = head == _GZIP_MAGIC
+        if compressed:
+            with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+                try:
+                    empty = not gz.peek(1)
+                except (EOFError, OSError, zlib.error) as exc:
+                    raise SnapshotError(f"{source}: truncated or corrupt gzip stream: {exc}") from exc
+                if empty:
+                    raise SnapshotError(f"{source}: gzip stream is empty")
+                obj = _restricted_load(gz, source, compressed=True)
+        else:
+            obj = _restricted_load(fh, source, compressed=False)
     validate_snapshot(obj, source)
     return obj
 
@@ -213,7 +228,10 @@ _LIB_RE = re.compile(
     r"|torchinductor_|<eval_with_key|^<"
 )
 _OPTIM_FUNC_RE = re.compile(r"_?(single_tensor_|multi_tensor_|fused_)?adamw?|_fused_adamw_?")
-_BACKWARD_CPP_RE = re.compile(r"autograd::Engine|AccumulateGrad|\w+Backward\d*::apply|autograd::generated")
+# C++ frames that run only inside the autograd engine.  Destroying a graph (e.g. when a
+# forward-only step drops its output) also calls into autograd -- deleteNode,
+# XBackward0::release_variables -- without any of these, so such frees stay in their phase.
+_BACKWARD_CPP_RE = re.compile(r"autograd::Engine|PythonEngine|AccumulateGrad|\w+Backward\d*::apply")
 
 
 def _is_python_frame(filename: str) -> bool:
@@ -466,7 +484,7 @@ def _frame_hint(f: FrameView) -> str | None:
         return "backward"
     if f.name == "grad" and "/torch/autograd/" in fn:
         return "backward"
-    if not f.python and (_BACKWARD_CPP_RE.search(f.name) or "torch/csrc/autograd" in fn):
+    if not f.python and _BACKWARD_CPP_RE.search(f.name):
         return "backward"
     return None
 
@@ -564,28 +582,47 @@ def _annotation_phase(name: str) -> str | None:
 
 
 class _AnnotationSweep:
-    """Phase markers from external_annotations, queried with increasing times."""
+    """Phase and step markers from external_annotations, queried with increasing times.
 
-    def __init__(self, annotations: Sequence[Mapping], device: int):
+    Ranges whose name implies a phase (see :func:`_annotation_phase`) set the phase of
+    the events inside them; each START of a range named exactly ``step_marker`` begins
+    a new step.
+    """
+
+    def __init__(self, annotations: Sequence[Mapping], device: int, step_marker: str | None = "step"):
         marks = []
+        steps = []
         for a in annotations or ():
             if not isinstance(a, Mapping):
                 continue
             if "device" in a and a.get("device") != device:
                 continue
-            phase = _annotation_phase(str(a.get("name", "")))
+            name = str(a.get("name", ""))
             stage = str(a.get("stage", "")).upper()
             t = a.get("time_us")
-            if phase is None or stage not in ("START", "END") or not isinstance(t, (int, float)):
+            if stage not in ("START", "END") or not isinstance(t, (int, float)):
                 continue
-            marks.append((t, 0 if stage == "END" else 1, str(a.get("name")), phase))
+            if step_marker is not None and name == step_marker:
+                if stage == "START":
+                    steps.append(t)
+                continue
+            phase = _annotation_phase(name)
+            if phase is None:
+                continue
+            marks.append((t, 0 if stage == "END" else 1, name, phase))
         marks.sort(key=lambda m: (m[0], m[1]))
         self.marks = marks
         self.pos = 0
         self.open: list[tuple[str, str]] = []
+        self.step_starts = sorted(steps)
+        self.step_pos = 0
 
     def __bool__(self):
         return bool(self.marks)
+
+    @property
+    def has_steps(self) -> bool:
+        return bool(self.step_starts)
 
     def phase_at(self, t: float | None) -> str | None:
         if t is None:
@@ -601,6 +638,13 @@ class _AnnotationSweep:
                         break
             self.pos += 1
         return self.open[-1][1] if self.open else None
+
+    def step_at(self, t: float | None) -> int:
+        """Index of the step marked at time ``t`` (events before the first marker: step 0)."""
+        if t is not None:
+            while self.step_pos < len(self.step_starts) and self.step_starts[self.step_pos] <= t:
+                self.step_pos += 1
+        return max(self.step_pos - 1, 0)
 
 
 def _pick_device(snapshot: dict, device: int | None) -> int:
@@ -696,13 +740,18 @@ def parse_snapshot(
     user_code: Sequence[str] = (r"cs336",),
     chain_depth: int = 6,
     ramp_threshold: float = 0.05,
+    step_marker: str | None = "step",
+    max_sizes: int = 500,
 ) -> dict:
     """Parse a snapshot file (or an already loaded dict) into a JSON-serialisable dict.
 
     ``device``: trace to analyse (default: the device with the most events, ties to
     the lowest index).  ``categories``: extra rules, see :func:`build_rules`.
     ``ramp_threshold``: a swing must exceed this fraction of the timeline's range
-    (and 1 MiB) to end a ramp or drop.
+    (and 1 MiB) to end a ramp or drop.  ``step_marker``: name of the annotated range
+    (e.g. a ``record_function``) around each step; when the snapshot holds such ranges,
+    they define the steps.  ``max_sizes``: how many distinct allocation sizes
+    ``by_size`` keeps (largest total first).
     """
     if isinstance(snapshot, dict):
         source = None
@@ -725,13 +774,15 @@ def parse_snapshot(
     if not has_free_completed and any(isinstance(e, dict) and e.get("action") == "free_requested" for e in trace):
         warnings.append("trace has no free_completed events; free_requested events are used as frees")
 
-    annotations = _AnnotationSweep(snap.get("external_annotations") or [], dev)
+    annotations = _AnnotationSweep(snap.get("external_annotations") or [], dev, step_marker)
     has_time = n > 0 and all(isinstance(e, dict) and "time_us" in e for e in (trace[0], trace[-1]))
 
     # Per-event compact arrays (one pass over the trace).
     delta_cum = array("q", bytes(8 * n))  # allocated bytes minus baseline, after event i
     reserved_cum = array("q", bytes(8 * n))
     phase_of = array("b", bytes(n))
+    step_of = array("i", bytes(4 * n))
+    marked_steps = annotations.has_steps and has_time
     alloc_cat = {}  # event index -> category code, allocs only
     counts: dict[str, int] = {}
     live: dict[int, tuple[int, int]] = {}  # addr -> (size, event index) allocated in trace
@@ -741,6 +792,7 @@ def parse_snapshot(
     total_alloc = total_free = 0
     seg_delta = 0
     per_cat = {c: {"count": 0, "total_bytes": 0, "max_bytes": 0, "by_phase": {p: 0 for p in PHASES}} for c in cat_names}
+    by_size: dict[int, list] = {}  # size -> [count, {category code: count}]
     top_heap: list[tuple[int, int]] = []
     stack_cache: dict[int, tuple[list[FrameView], str | None]] = {}
     cat_cache: dict[tuple[tuple, str], str] = {}
@@ -778,6 +830,8 @@ def parse_snapshot(
             phase = fphase if fphase is not None else (last_phase or "forward")
         last_phase = phase
         phase_of[i] = PHASES.index(phase)
+        if marked_steps:
+            step_of[i] = annotations.step_at(e.get("time_us"))
 
         size = int(e.get("size", 0) or 0)
         addr = e.get("addr")
@@ -799,6 +853,11 @@ def parse_snapshot(
             pc["by_phase"][phase] += size
             if size > pc["max_bytes"]:
                 pc["max_bytes"] = size
+            sz_stat = by_size.get(size)
+            if sz_stat is None:
+                sz_stat = by_size[size] = [0, {}]
+            sz_stat[0] += 1
+            sz_stat[1][code] = sz_stat[1].get(code, 0) + 1
             if views:
                 allocs_with_frames += 1
             if top_n > 0:
@@ -899,39 +958,60 @@ def parse_snapshot(
         peak_i = None
         peak_bytes = baseline
 
-    # Phases and steps.
+    # Phases and steps.  Without step markers, a new step starts whenever a forward run
+    # follows a backward or optimizer run.
     phases_out: list[dict] = []
-    step_of = array("i", bytes(4 * n))
     step = 0
     run_start = 0
     for i in range(n):
-        if i > 0 and phase_of[i] != phase_of[i - 1]:
+        if marked_steps:
+            step = step_of[i]
+        if i > 0 and (phase_of[i] != phase_of[i - 1] or step != step_of[i - 1]):
             phases_out.append(_phase_span(trace, phase_of[i - 1], run_start, i - 1, step_of[run_start], delta_cum, baseline, has_time))
-            if phase_of[i] == 0:
+            if not marked_steps and phase_of[i] == 0:
                 step += 1
             run_start = i
         step_of[i] = step
     if n:
         phases_out.append(_phase_span(trace, phase_of[n - 1], run_start, n - 1, step_of[run_start], delta_cum, baseline, has_time))
-    n_steps = (step + 1) if n else 0
+    n_steps = (max(step_of) + 1) if n else 0
 
-    # Live memory by category at the peak (second, partial pass).
+    # Second pass over the numbers only: live bytes per category at the points the
+    # plotted timeline keeps and at the peak.  "Preexisting" is the baseline minus the
+    # frees of blocks allocated before the trace window.
+    keep = _downsample(delta_cum, max_points) if n else []
+    keep_set = set(keep)
+    series: dict[str, list[int]] = {c: [] for c in cat_names}
+    series["Preexisting"] = []
     live_at_peak = {c: 0 for c in cat_names}
-    if peak_i is not None:
-        live2: dict[int, tuple[int, int]] = {}
-        for i in range(peak_i + 1):
-            e = trace[i]
-            act = e["action"]
-            if act == "alloc":
-                live2[e.get("addr")] = (int(e.get("size", 0) or 0), alloc_cat[i])
-            elif act == free_action:
-                live2.pop(e.get("addr"), None)
-        for sz, code in live2.values():
-            live_at_peak[cat_names[code]] += sz
-        traced = sum(live_at_peak.values())
-        live_at_peak["Preexisting"] = peak_bytes - traced
+    running = [0] * len(cat_names)
+    live2: dict[int, tuple[int, int]] = {}
+    pre = baseline
+    for i in range(n):
+        e = trace[i]
+        act = e["action"]
+        if act == "alloc":
+            sz = int(e.get("size", 0) or 0)
+            code = alloc_cat[i]
+            live2[e.get("addr")] = (sz, code)
+            running[code] += sz
+        elif act == free_action:
+            got = live2.pop(e.get("addr"), None)
+            if got is None:
+                pre -= int(e.get("size", 0) or 0)
+            else:
+                running[got[1]] -= got[0]
+        if i in keep_set:
+            for code, c in enumerate(cat_names):
+                series[c].append(running[code])
+            series["Preexisting"].append(pre)
+        if i == peak_i:
+            for code, c in enumerate(cat_names):
+                live_at_peak[c] = running[code]
+            live_at_peak["Preexisting"] = peak_bytes - sum(running)
     for c in cat_names:
         per_cat[c]["live_at_peak_bytes"] = live_at_peak.get(c, 0)
+    by_category_series = {c: v for c, v in series.items() if any(v)}
 
     # Top allocations.
     top = []
@@ -997,7 +1077,6 @@ def parse_snapshot(
             d[f"{k}_us"] += s["duration_us"]
 
     # Downsampled timeline.
-    keep = _downsample(y_full, max_points) if n else []
     timeline = {
         "x": keep,
         "t_us": [trace[i].get("time_us") for i in keep] if has_time else None,
@@ -1009,7 +1088,17 @@ def parse_snapshot(
         "n_events": n,
         "downsampled": len(keep) < n,
         "x_label": "trace event index",
+        "by_category": by_category_series,
     }
+
+    sizes_out = []
+    for size, (count, cats) in sorted(by_size.items(), key=lambda kv: (-kv[0] * kv[1][0], -kv[0]))[:max_sizes]:
+        sizes_out.append({
+            "size": size,
+            "count": count,
+            "total_bytes": size * count,
+            "categories": {cat_names[c]: k for c, k in sorted(cats.items(), key=lambda ck: -ck[1])},
+        })
 
     return {
         "source": source,
@@ -1045,6 +1134,8 @@ def parse_snapshot(
         "n_steps": n_steps,
         "top_allocations": top,
         "per_category": {c: per_cat[c] for c in cat_names},
+        "by_size": sizes_out,
+        "n_distinct_sizes": len(by_size),
         "ramps": {"threshold_bytes": threshold, "segments": segs, "per_step": [per_step[k] for k in sorted(per_step)]},
         "timeline": timeline,
         "warnings": warnings[:50],

@@ -1,0 +1,459 @@
+"""memory_profiling: cells, the capture (with a stand-in recorder on the CPU, for real on a GPU),
+the activation formula against the model, the parse step on the real snapshots from a GPU,
+and the report section built from them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cs336report import accounting, experiments
+from cs336report.config import DEFAULT_CONFIG, Config
+from cs336report.experiments import memory
+from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.parsers.snapshot import parse_snapshot
+from cs336report.report.render import render_report
+from cs336report.report.sections import memory_profiling as section
+from cs336report.report.tables import fmt_bytes, sig
+from cs336report.results import load, save
+from cs336report.runner import run_cell
+from cs336report.snapshot_step import parse_step
+
+REPO = Path(__file__).resolve().parent.parent
+REAL = REPO / "tests" / "fixtures" / "snapshots" / "real"
+# The model and run of the real snapshots (tests/fixtures/snapshots/real/SOURCES.md).
+FIXTURE_MODEL = {"d_model": 128, "d_ff": 512, "num_layers": 2, "num_heads": 4, "vocab_size": 10000, "rope_theta": 10000.0}
+MiB = 2**20
+
+
+def gpu_config() -> Config:
+    return Config.from_file(DEFAULT_CONFIG, cuda_available=True)
+
+
+def micro_cell(tmp_path, mode="train_step", grad="enabled", precision="fp32", impl="naive", device="cpu") -> dict:
+    spec = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 2, "vocab_size": 100, "rope_theta": 10000.0}
+    return {"device": device, "size": "micro", "model": spec, "context": 16, "mode": mode, "precision": precision,
+            "implementation": impl, "batch_size": 2, "warmup_steps": 2, "measured_steps": 2, "tf32": False, "seed": 0,
+            "grad": grad, "max_entries": 10000, "stacks": "python",
+            "snapshot_file": str(tmp_path / f"{mode}-{grad}-{precision}.pickle")}
+
+
+def fixture_cell(mode: str) -> dict:
+    return {"device": "cuda", "size": "mini", "model": FIXTURE_MODEL, "context": 64, "mode": mode, "precision": "fp32",
+            "implementation": "naive", "batch_size": 4, "warmup_steps": 1, "measured_steps": 2, "tf32": False,
+            "seed": 0, "grad": "enabled"}
+
+
+class FakeMemory:
+    """Stands in for the CUDA allocator: logs calls, writes a snapshot dict of the right shape."""
+
+    def __init__(self, fail_dump=False):
+        self.calls = []
+        self.fail_dump = fail_dump
+
+    def synchronize(self):
+        self.calls.append("sync")
+
+    def allocated(self):
+        return 123
+
+    def reset_peak(self):
+        self.calls.append("reset")
+
+    def peaks(self):
+        return {"allocated_bytes": 456, "reserved_bytes": 789}
+
+    def capacity(self):
+        return 10**9
+
+    def start(self, max_entries, stacks):
+        self.calls.append(("start", max_entries, stacks))
+
+    def dump(self, path):
+        self.calls.append("dump")
+        if self.fail_dump:
+            raise RuntimeError("disk full")
+        Path(path).write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}))
+
+    def stop(self):
+        self.calls.append("stop")
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def test_cells_cover_the_grid_on_cuda_and_none_on_cpu():
+    cfg = gpu_config()
+    grid = cfg.grid("memory_profiling")
+    cells = experiments.cells("memory_profiling", cfg)
+    impls = grid.get("implementations") or [cfg.run["implementation"]]
+    extra = [c for c in grid["native_contexts"] if "native" not in impls or c not in grid["contexts"]]
+    expected = (len(impls) * len(grid["contexts"]) + len(extra)) * len(grid["precisions"]) * len(grid["modes"]) \
+        * len(grid["sizes"])
+    assert len(cells) == expected
+    for name, cell in cells.items():
+        assert cell["snapshot_file"] == f"results/memory_profiling/{name}.pickle"
+        assert cell["measured_steps"] == grid["steps"] and cell["max_entries"] == grid["max_entries"]
+        assert (cell["grad"] == "no_grad") == name.endswith("forward_no_grad")
+    assert {c["context"] for c in cells.values() if c["implementation"] == "native"} == set(grid["native_contexts"])
+    assert experiments.cells("memory_profiling", Config.from_file(DEFAULT_CONFIG, cuda_available=False)) == {}
+
+
+def test_schema_rejects_unknown_mode():
+    raw = yaml.safe_load(open(DEFAULT_CONFIG))
+    raw["grids"]["gpu"]["memory_profiling"]["modes"] = ["forward", "backwards"]
+    with pytest.raises(ValueError, match="memory_profiling.modes"):
+        Config.from_dict(raw, cuda_available=True)
+
+
+# ----------------------------------------------------------------------------- capture
+
+
+@pytest.mark.parametrize("mode,grad", [("forward", "enabled"), ("forward", "no_grad"), ("forward_backward", "enabled"),
+                                       ("train_step", "enabled")])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_capture_records_after_warmup_and_always_dumps(tmp_path, mode, grad, precision):
+    cell = micro_cell(tmp_path, mode, grad, precision)
+    fake = FakeMemory()
+    data = memory.capture(cell, fake)
+    assert fake.calls.index("reset") < fake.calls.index(("start", 10000, "python")) < fake.calls.index("dump") \
+        < fake.calls.index("stop")
+    assert len(data["step_times_s"]) == cell["measured_steps"]
+    assert data["peak_memory"] == {"allocated_bytes": 456, "reserved_bytes": 789}
+    assert data["allocated_before_bytes"] == 123 and data["grad_mode"] == grad
+    assert data["snapshot"]["bytes"] == os.path.getsize(cell["snapshot_file"]) > 0
+    assert data["params"] == data["params_expected"]
+
+
+def test_capture_ranges_name_steps_and_phases(tmp_path):
+    cell = micro_cell(tmp_path, "train_step")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        memory.capture(cell, FakeMemory())
+    names = [e.name for e in prof.events()]
+    steps = cell["warmup_steps"] + cell["measured_steps"]
+    for name in ("step", "forward", "backward", "optimizer_step"):
+        assert names.count(name) == steps, name
+
+
+def test_failed_step_still_writes_snapshot_and_stops(tmp_path, monkeypatch):
+    cell = micro_cell(tmp_path, "forward")
+    fake = FakeMemory()
+    real = memory.make_step
+
+    def failing(*args, **kwargs):
+        step = real(*args, **kwargs)
+        calls = {"n": 0}
+
+        def wrapped():
+            calls["n"] += 1
+            if calls["n"] > cell["warmup_steps"]:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            step()
+        return wrapped
+
+    monkeypatch.setattr(memory, "make_step", failing)
+    with pytest.raises(torch.OutOfMemoryError):
+        memory.capture(cell, fake)
+    assert "dump" in fake.calls and fake.calls[-1] == "stop"
+    assert Path(cell["snapshot_file"]).stat().st_size > 0
+
+
+def test_failure_before_recording_leaves_a_file_and_does_not_stop(tmp_path, monkeypatch):
+    cell = micro_cell(tmp_path, "forward")
+    monkeypatch.setattr(memory, "build_model", lambda c: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))
+    fake = FakeMemory(fail_dump=True)
+    with pytest.raises(torch.OutOfMemoryError):
+        memory.capture(cell, fake)
+    assert "stop" not in fake.calls
+    assert Path(cell["snapshot_file"]).exists()
+
+
+def test_run_needs_cuda(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    cell = micro_cell(tmp_path)
+    record = run_cell("memory_profiling", "micro", cell, tmp_path / "r.json")
+    assert record["status"] == "error" and "needs a CUDA device" in record["error"]
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+def saved_bytes(spec: ModelSpec, impl: str, B: int, T: int) -> int:
+    """Bytes of the distinct non-parameter storages autograd saves in one forward pass (CPU, fp32)."""
+    torch.manual_seed(0)
+    model = TransformerLM(spec, T, impl=impl)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params and t.is_floating_point():
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(torch.randint(0, spec.vocab_size, (B, T)))
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("impl", ["naive", "native"])
+def test_activation_formula_matches_what_autograd_saves(impl):
+    B, T = 2, 32
+    one = ModelSpec(d_model=64, d_ff=128, num_layers=1, num_heads=2, vocab_size=50)
+    three = ModelSpec(d_model=64, d_ff=128, num_layers=3, num_heads=2, vocab_size=50)
+    per_layer = (saved_bytes(three, impl, B, T) - saved_bytes(one, impl, B, T)) / 2
+    formula = accounting.saved_activation_bytes(one, B, T, impl)
+    # the formula leaves out B·T, B·h·T and T² terms: a few percent at this size
+    assert per_layer == pytest.approx(formula["per_layer"], rel=0.05)
+    assert saved_bytes(three, impl, B, T) == pytest.approx(
+        accounting.saved_activation_bytes(three, B, T, impl)["total"], rel=0.05)
+
+
+def test_predicted_peak_parts():
+    spec = ModelSpec(**gpu_config().size("2.7B"))
+    n = accounting.param_count(spec)
+    nograd = accounting.predicted_peak_bytes(spec, 4, 128, "forward", "no_grad")
+    fwd = accounting.predicted_peak_bytes(spec, 4, 128, "forward")
+    train = accounting.predicted_peak_bytes(spec, 4, 512, "train_step")
+    logits = 4 * 4 * 128 * spec.vocab_size
+    assert nograd["total"] == 4 * n + logits
+    assert fwd["total"] - nograd["total"] == accounting.saved_activation_bytes(spec, 4, 128)["total"]
+    acts = accounting.saved_activation_bytes(spec, 4, 512)["total"]
+    assert train["total"] == max(12 * n + acts + 3 * 4 * 4 * 512 * spec.vocab_size, 16 * n)
+    assert round(16 * n / 2**30, 1) == 50.8  # the handout's 16 bytes/parameter floor for 2.7B
+
+
+def test_explain_size_names_the_shapes():
+    spec = ModelSpec(**gpu_config().size("2.7B"))
+    B, T = 4, 512
+    scores = B * spec.num_heads * T * T * 4
+    assert section.explain_size(scores, spec, B, T, "AttnScores", "fp32").startswith("B·h·T² × fp32")
+    assert section.explain_size(spec.vocab_size * spec.d_model * 4, spec, B, T, "Gradient", "fp32").startswith("V·d")
+    assert section.explain_size(B * T * spec.d_ff * 2, spec, B, T, "FFN", "bf16").startswith("B·T·d_ff × bf16")
+    assert section.explain_size(12345, spec, B, T) == "–"
+
+
+# ----------------------------------------------------------------------------- parse step
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    """The real snapshots through the parse CLI, as the workflow runs it."""
+    out = tmp_path_factory.mktemp("parsed")
+    paths = {}
+    for mode in ("forward", "train_step"):
+        name = f"naive-fp32-mini-ctx64-{mode}"
+        paths[mode] = out / "memory_profiling_parse" / f"{name}.json"
+        run = subprocess.run(
+            [sys.executable, "-m", "cs336report", "parse-snapshot", str(REAL / f"mini_ctx64_{mode}.pickle.gz"),
+             "--name", name, "--cell", json.dumps(fixture_cell(mode)), "--out", str(paths[mode])],
+            cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+    return paths
+
+
+def test_parse_step_on_real_snapshots(parsed):
+    for mode, path in parsed.items():
+        record = load(path)
+        snap, parse = record["data"]["snapshot"], record["data"]["parse"]
+        assert record["status"] == "ok" and record["experiment"] == "memory_profiling_parse"
+        assert record["config"]["mode"] == mode
+        assert snap["accounting"]["ok"]
+        assert snap == parse_snapshot(REAL / f"mini_ctx64_{mode}.pickle.gz", **parse["options"]) | {
+            "source": snap["source"]}
+        assert parse["file_bytes"] == (REAL / f"mini_ctx64_{mode}.pickle.gz").stat().st_size
+        assert parse["seconds"] > 0 and parse["peak_rss_bytes"] >= parse["peak_rss_before_bytes"] > 0
+        assert parse["n_events"] == snap["n_events"] > 0
+        tl = snap["timeline"]
+        for k in range(tl["n_points"]):
+            assert sum(v[k] for v in tl["by_category"].values()) == tl["y"][k]
+    forward = load(parsed["forward"])["data"]["snapshot"]
+    # a forward-only step destroys its graph: those frees are not a backward pass
+    assert {p["phase"] for p in forward["phases"]} == {"forward"}
+
+
+def test_parse_step_follows_capture_status(tmp_path):
+    cell = fixture_cell("train_step")
+    capture = {"schema": "cs336report.result/1", "experiment": "memory_profiling", "cell": "c", "status": "oom",
+               "error": "OutOfMemoryError: CUDA out of memory", "config": cell, "data": {},
+               "provenance": {"device": "cuda", "gpu": "NVIDIA H100"}}
+    save(capture, tmp_path / "c.json")
+    (tmp_path / "c.pickle").write_bytes(b"")
+    record = parse_step(tmp_path / "c.pickle", tmp_path / "p.json", result=tmp_path / "c.json")
+    assert record["status"] == "oom" and record["data"]["snapshot"] is None
+    assert "before recording" in record["data"]["parse"]["error"]
+    assert record["provenance"]["gpu"] == "NVIDIA H100" and record["cell"] == "c"
+    # an OOM snapshot that was written is still parsed
+    (tmp_path / "c.pickle").write_bytes((REAL / "mini_ctx64_train_step.pickle.gz").read_bytes())
+    record = parse_step(tmp_path / "c.pickle", tmp_path / "p.json", result=tmp_path / "c.json")
+    assert record["status"] == "oom" and record["data"]["snapshot"]["n_events"] > 0
+
+
+def test_parse_step_refuses_a_hostile_pickle(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    (tmp_path / "evil.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[Evil()]]}))
+    record = parse_step(tmp_path / "evil.pickle", tmp_path / "p.json", cell=fixture_cell("forward"))
+    assert record["status"] == "error" and "refused" in record["error"] and "evil.pickle" in record["error"]
+    assert not marker.exists()
+    (tmp_path / "cut.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]})[:-5])
+    record = parse_step(tmp_path / "cut.pickle", tmp_path / "p2.json")
+    assert record["status"] == "error" and "cut.pickle" in record["error"]
+
+
+def test_step_markers_define_steps():
+    t = [100, 110, 120, 130, 140, 150]
+    alloc = lambda i, addr: {"action": "alloc", "addr": addr, "size": MiB, "time_us": t[i], "frames": []}  # noqa: E731
+    free = lambda i, addr: {"action": "free_completed", "addr": addr, "size": MiB, "time_us": t[i], "frames": []}  # noqa: E731
+    teardown = [{"filename": "??", "line": 0, "name": "torch::autograd::deleteNode(torch::autograd::Node*)"},
+                {"filename": "??", "line": 0, "name": "torch::autograd::generated::BmmBackward0::release_variables()"}]
+    trace = [alloc(0, 1), {**free(1, 1), "frames": teardown}, alloc(2, 2), free(3, 2), alloc(4, 3), free(5, 3)]
+    marks = [{"stage": s, "name": "step", "device": 0, "time_us": u} for s, u in
+             (("START", 95), ("END", 115), ("START", 118), ("END", 135), ("START", 138), ("END", 155))]
+    marks += [{"stage": "START", "name": "forward", "device": 0, "time_us": 96},
+              {"stage": "END", "name": "forward", "device": 0, "time_us": 105}]
+    out = parse_snapshot({"segments": [], "device_traces": [trace], "external_annotations": marks})
+    assert out["n_steps"] == 3
+    assert [p["step"] for p in out["phases"]] == [0, 1, 2]
+    assert {p["phase"] for p in out["phases"]} == {"forward"}
+    assert out["by_size"] == [{"size": MiB, "count": 3, "total_bytes": 3 * MiB, "categories": {"Other": 3}}]
+
+
+# ----------------------------------------------------------------------------- section
+
+
+def _variants(parsed, tmp_path) -> list[Path]:
+    """The two real parse records, a bf16 twin of each (same snapshot, relabelled), and an OOM capture."""
+    paths = list(parsed.values())
+    for path in parsed.values():
+        r = load(path)
+        r.pop("_path")
+        twin = copy.deepcopy(r)
+        twin["config"]["precision"] = "bf16"
+        twin["cell"] = r["cell"].replace("fp32", "bf16")
+        paths.append(save(twin, tmp_path / "memory_profiling_parse" / f"{twin['cell']}.json"))
+    oom = {"schema": "cs336report.result/1", "experiment": "memory_profiling", "cell": "naive-fp32-mini-ctx128-train_step",
+           "status": "oom", "error": "OutOfMemoryError: CUDA out of memory", "config": {**fixture_cell("train_step"),
+                                                                                         "context": 128},
+           "data": {}, "provenance": {"device": "cuda"}}
+    paths.append(save(oom, tmp_path / "memory_profiling" / "oom.json"))
+    return paths
+
+
+class Ctx:
+    def __init__(self, records, tmp_path):
+        self.device = "cuda"
+        self._records = records
+        self.saved = []
+        self.dir = tmp_path
+
+    def records(self, experiment):
+        return sorted([r for r in self._records if r["experiment"] == experiment], key=lambda r: r["cell"])
+
+    def figure(self, name, fig, caption, alt=None):
+        fig.savefig(self.dir / f"{name}.png")
+        self.saved.append(name)
+        return {"name": name}
+
+
+def test_section_numbers_come_from_the_snapshots(parsed, tmp_path):
+    records = [load(p) for p in _variants(parsed, tmp_path)]
+    ctx = Ctx(records, tmp_path)
+    out = section.build(ctx)
+    train = load(parsed["train_step"])["data"]["snapshot"]
+    forward = load(parsed["forward"])["data"]["snapshot"]
+    # (a): one side-by-side figure per implementation x precision x context with snapshots
+    assert sorted(ctx.saved) == ["memory_timeline_naive_bf16_ctx64", "memory_timeline_naive_fp32_ctx64"]
+    assert (tmp_path / "memory_timeline_naive_fp32_ctx64.png").stat().st_size > 10_000
+    a = out["analysis"]
+    assert a["full"]["peak"] == fmt_bytes(train["peak"]["bytes"]) and a["full"]["peak_phase"] == train["peak"]["phase"]
+    assert a["forward"]["peak"] == fmt_bytes(forward["peak"]["bytes"])
+    # (b): context 64 from the snapshots, context 128 OOM
+    peak = out["peak_tables"][[t.title for t in out["peak_tables"]].index(
+        "Peak memory by context length, naive implementation, fp32")]
+    rows = {r[0].text: r for r in peak.rows}
+    assert rows["128"][2].status == "oom"
+    assert rows["64"][1].text == sig(forward["peak"]["bytes"] / MiB) and rows["64"][2].text == sig(train["peak"]["bytes"] / MiB)
+    # (c): the bf16 twins are the same snapshots, so every difference is zero
+    assert all(r[5].text == "0" for r in out["precision_table"].rows)
+    assert out["category_tables"] and all(c.text in ("0", "–") for t in out["category_tables"] for r in t.rows
+                                          for c in r[3::3])
+    # (d): B·T·d·4 bytes and how often that size occurs per recorded step
+    size = 4 * 64 * 128 * 4
+    hit = next(s for s in forward["by_size"] if s["size"] == size)
+    assert out["residual"][0]["bytes"] == f"{size:,}" and out["residual"][0]["mib"] == sig(size / MiB)
+    assert out["residual"][0]["per_step"] == sig(hit["count"] / 2, 3)
+    # (e): the largest allocation is the logits, B·T·V fp32, by size alone
+    assert a["largest"]["size"] == fmt_bytes(4 * 64 * 10000 * 4) and a["largest"]["what"].startswith("B·T·V × fp32")
+    # accounting: measured / predicted from the formula
+    spec = ModelSpec(**FIXTURE_MODEL)
+    pred = accounting.predicted_peak_bytes(spec, 4, 64, "train_step")["total"]
+    acc = {(r[1].text, r[2].text, r[3].text): r for r in out["accounting_table"].rows}
+    assert acc[("fp32", "64", "train step (AdamW)")][-1].text == sig(train["peak"]["bytes"] / pred)
+    # rise and fall from the trace's own times
+    ramps = {(r[1].text, r[3].text): r for r in out["ramp_table"].rows}
+    steps = [s for s in forward["ramps"]["per_step"] if s["ramp_bytes"] or s["drop_bytes"]]
+    assert ramps[("fp32", "forward (autograd on)")][5].text == sig(statistics.median(s["ramp_us"] for s in steps) / 1e3)
+    assert ramps[("fp32", "forward (autograd on)")][6].text == sig(statistics.median(s["drop_us"] for s in steps) / 1e3)
+    assert a["failed"] == [{"cell": "naive-fp32-mini-ctx128-train_step", "status": "OOM",
+                            "error": "OutOfMemoryError: CUDA out of memory"}]
+
+
+def test_section_renders_in_both_formats(parsed, tmp_path):
+    paths = [str(p) for p in _variants(parsed, tmp_path)]
+    render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    html = (tmp_path / "report" / "index.html").read_text()
+    body = md.split('<a id="memory_profiling"></a>', 1)[1]
+    for heading in ("(a) Memory timelines", "(b) Peak memory", "(c) Mixed precision", "(d) One residual-stream",
+                    "(e) The largest allocations", "Rise and fall", "Analytic accounting", "Snapshots and parsing"):
+        assert f"### {heading}" in body
+    assert "figures/memory_timeline_naive_fp32_ctx64.png" in md
+    assert (tmp_path / "report" / "figures" / "memory_timeline_naive_fp32_ctx64.png").exists()
+    assert '<h2 id="memory_profiling">' in html and "**OOM**" in body
+    assert html.count('src="data:image/png;base64,') >= 2
+
+
+def test_section_says_it_needs_cuda_on_cpu():
+    class CpuCtx:
+        device = "cpu"
+
+    assert "needs a CUDA device" in section.skip_reason(CpuCtx())
+
+
+# ----------------------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,grad", [("forward", "enabled"), ("forward", "no_grad"), ("train_step", "enabled")])
+def test_gpu_capture_and_parse(tmp_path, mode, grad):
+    cell = micro_cell(tmp_path, mode, grad, device="cuda")
+    cell["stacks"] = "all"
+    record = run_cell("memory_profiling", "micro", cell, tmp_path / "capture.json")
+    assert record["status"] == "ok", record["error"]
+    parsed = parse_step(cell["snapshot_file"], tmp_path / "parsed.json", result=tmp_path / "capture.json")
+    snap = parsed["data"]["snapshot"]
+    assert parsed["status"] == "ok" and snap["accounting"]["ok"], snap["accounting"]["note"]
+    assert snap["n_steps"] == cell["measured_steps"]
+    phases = {p["phase"] for p in snap["phases"]}
+    assert phases == ({"forward", "backward", "optimizer"} if mode == "train_step" else {"forward"})
+    peak = record["data"]["peak_memory"]["allocated_bytes"]
+    # requested sizes (snapshot) against the allocator's rounded block sizes (torch counter)
+    assert 0.5 * peak <= snap["peak"]["bytes"] <= peak
+    if mode == "train_step":
+        assert snap["per_category"]["Gradient"]["count"] > 0 and snap["per_category"]["OptimizerState"]["count"] > 0
