@@ -18,6 +18,7 @@ include: "workflow/rules/nsys_profile.smk"
 include: "workflow/rules/attention.smk"
 include: "workflow/rules/torch_compile.smk"
 include: "workflow/rules/memory_profiling.smk"
+include: "workflow/rules/mixed_precision.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -55,7 +55,8 @@ def test_changing_one_size_reruns_its_cells_and_the_report_only(workdir):
     counts = job_counts(run.stdout + run.stderr)
     mini_cells = [p for p in (workdir / "results/benchmarking").glob("*-mini-*.json")]
     profiled = {rule: len(list((workdir / "results" / rule).glob("*-mini-*"))) for rule in
-                ("nsys_profile", "nsys_stats", "nsys_parse")}
+                ("nsys_profile", "nsys_stats", "nsys_parse", "benchmarking_bf16", "autocast_memory",
+                 "autocast_saved_tensors")}
     assert counts == {"benchmarking": len(mini_cells), "benchmarking_warmup": 4, "report": 1,
                       **{rule: n for rule, n in profiled.items() if n}}
 
@@ -119,3 +120,23 @@ def test_cpu_report_has_the_attention_and_compile_sections(workdir):
     first = json.loads((workdir / "results/compiled_model/naive-fp32-tiny-ctx32-forward-compiled.json").read_text())
     assert first["status"] == "ok" and first["data"]["compile"]["graphs"] >= 1
     assert (workdir / "report/cpu/figures/pytorch_attention_scaling.png").stat().st_size > 1000
+
+def test_cpu_report_has_the_mixed_precision_sections(workdir):
+    from cs336report.report.tables import sig
+
+    md = (workdir / "report/cpu/report.md").read_text()
+    accumulation = md.split('<a id="mixed_precision_accumulation"></a>', 1)[1].split("<a id=", 1)[0]
+    result = json.loads((workdir / "results/mixed_precision_accumulation/cpu.json").read_text())
+    for row in result["data"]["rows"]:
+        assert f"| {row['description']} |" in accumulation and format(row["result"], ".8g") in accumulation
+    section = md.split('<a id="benchmarking_mixed_precision"></a>', 1)[1].split("<a id=", 1)[0]
+    short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+    ln = [next(short[row["dtype"]] for row in json.loads((workdir / f"results/autocast_dtypes/cpu-{t}.json").read_text())
+               ["data"]["rows"] if row["component"] == "ln output") for t in ("fp16", "bf16")]
+    assert f"| LayerNorm output | {ln[0]} | {ln[1]} |" in section
+    assert "torch keeps no peak-memory counter for the CPU" in section
+    bf16 = json.loads((workdir / "results/benchmarking_bf16/naive-bf16-mini-ctx64-forward.json").read_text())
+    assert sig(bf16["data"]["stats_s"]["mean"] * 1e3) in section
+    assert not list((workdir / "results/benchmarking_bf16").glob("*-fp32-*"))  # fp32 comes from benchmarking
+    census = json.loads((workdir / "results/autocast_saved_tensors/native-mini-census.json").read_text())
+    assert census["status"] == "ok" and all(case["status"] == "ok" for case in census["data"]["cases"])

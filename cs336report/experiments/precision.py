@@ -10,6 +10,13 @@ torch version, dtype names as strings).
   forward and backward pass under ``torch.autocast``.
 * :func:`norm_sensitivity` -- LayerNorm / RMSNorm statistics computed in a low
   precision dtype, compared with a float64 reference.
+
+Each is also an experiment of the workflow (``EXPERIMENTS`` at the end): one cell per
+device listed in its grid (``grids.<gpu|cpu>.<experiment>.devices``, default the run's
+device), and for autocast_dtypes one per device and autocast dtype.
+
+    python -m cs336report run mixed_precision_accumulation --name cpu \
+        --cell '{"device": "cpu", "n": 1000, "step": 0.01}' --out accumulation.json
 """
 
 from __future__ import annotations
@@ -60,14 +67,26 @@ ACCUMULATION_CASES = [
 ]
 
 
-def accumulation(device: str = "cpu", n: int = 1000, step: float = 0.01) -> dict:
+def ulp(value: float, dtype: torch.dtype) -> float:
+    """Gap between ``value`` (a normal number of ``dtype``) and the next larger one."""
+    if value == 0:
+        return torch.finfo(dtype).tiny
+    return 2.0 ** math.floor(math.log2(abs(value))) * torch.finfo(dtype).eps
+
+
+def accumulation(device: str = "cpu", n: int = 1000, step: float = 0.01, points: int = 100) -> dict:
     """Add ``step`` to a zero accumulator ``n`` times for each dtype combination.
 
     Rows: label, description, accumulator_dtype, addend_dtype, cast_addend,
     addend_value (the addend as actually stored), result, expected,
-    abs_error, rel_error.
+    abs_error, rel_error, ulp_at_result (the spacing of the accumulator dtype
+    at the result), stalled (one more addition leaves the accumulator
+    unchanged), last_change (the last addition that changed the accumulator)
+    and trajectory (the accumulator after every ``n // points`` additions, as
+    ``[additions, value]`` pairs).
     """
     expected = n * step
+    every = max(1, n // points)
     rows = []
     for label, description, acc_dtype, add_dtype, cast in ACCUMULATION_CASES:
         acc = torch.tensor(0.0, dtype=acc_dtype, device=device)
@@ -76,9 +95,16 @@ def accumulation(device: str = "cpu", n: int = 1000, step: float = 0.01) -> dict
             addend_used = addend.to(acc_dtype)
         else:
             addend_used = addend
-        for _ in range(n):
+        trajectory, last_change, previous = [], 0, 0.0
+        for i in range(1, n + 1):
             acc += addend_used
+            value = float(acc.item())
+            if value != previous:
+                last_change, previous = i, value
+            if i % every == 0 or i == n:
+                trajectory.append([i, value])
         result = float(acc.item())
+        stalled = bool((acc + addend_used == acc).item())
         rows.append(
             {
                 "label": label,
@@ -91,6 +117,10 @@ def accumulation(device: str = "cpu", n: int = 1000, step: float = 0.01) -> dict
                 "expected": expected,
                 "abs_error": abs(result - expected),
                 "rel_error": abs(result - expected) / abs(expected),
+                "ulp_at_result": ulp(result, acc_dtype),
+                "stalled": stalled,
+                "last_change": last_change,
+                "trajectory": trajectory,
             }
         )
     return {"experiment": "accumulation", **_meta(device), "n": n, "step": step, "rows": rows}
@@ -137,6 +167,9 @@ def autocast_dtypes(
         "experiment": "autocast_dtypes",
         **_meta(device),
         "requested_dtype": dtype,
+        "batch": batch,
+        "in_features": in_features,
+        "out_features": out_features,
         "status": "ok",
         "autocast_enabled": None,
         "autocast_dtype": None,
@@ -404,3 +437,62 @@ def norm_sensitivity(
         "rows": rows,
         "summary": _summarise(rows),
     }
+
+
+# ---------------------------------------------------------------------------
+# Workflow experiments
+# ---------------------------------------------------------------------------
+
+SHORT_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+def _devices(cfg, grid: dict) -> list[str]:
+    return grid.get("devices") or [cfg.device]
+
+
+def accumulation_cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid("mixed_precision_accumulation")
+    if grid is None:
+        return {}
+    return {d: {"device": d, "n": grid["n"], "step": grid["step"]} for d in _devices(cfg, grid)}
+
+
+def run_accumulation(cell: dict) -> dict:
+    return accumulation(cell["device"], cell["n"], cell["step"])
+
+
+def autocast_cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid("autocast_dtypes")
+    if grid is None:
+        return {}
+    return {
+        f"{d}-{dtype}": {"device": d, "dtype": dtype, "batch": grid["batch"], "seed": cfg.run["seed"]}
+        for d in _devices(cfg, grid)
+        for dtype in grid["dtypes"]
+    }
+
+
+def run_autocast(cell: dict) -> dict:
+    return autocast_dtypes(cell["device"], SHORT_DTYPES[cell["dtype"]], batch=cell["batch"], seed=cell["seed"])
+
+
+def norm_cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid("norm_sensitivity")
+    if grid is None:
+        return {}
+    keys = ("magnitudes", "hidden_sizes", "offsets", "rows_per_case")
+    return {d: {"device": d, **{k: grid[k] for k in keys}, "seed": cfg.run["seed"]} for d in _devices(cfg, grid)}
+
+
+def run_norm(cell: dict) -> dict:
+    return norm_sensitivity(
+        cell["device"], magnitudes=tuple(cell["magnitudes"]), hidden_sizes=tuple(cell["hidden_sizes"]),
+        offsets=tuple(cell["offsets"]), rows_per_case=cell["rows_per_case"], seed=cell["seed"],
+    )
+
+
+EXPERIMENTS = {
+    "mixed_precision_accumulation": (accumulation_cells, run_accumulation),
+    "autocast_dtypes": (autocast_cells, run_autocast),
+    "norm_sensitivity": (norm_cells, run_norm),
+}

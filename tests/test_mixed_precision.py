@@ -1,0 +1,435 @@
+"""The mixed-precision experiments as workflow cells, the saved-tensor census, and both report sections."""
+
+import copy
+import itertools
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from cs336report import experiments
+from cs336report.config import DEFAULT_CONFIG, Config
+from cs336report.experiments import autocast_benchmarking as ab
+from cs336report.experiments import benchmarking, precision
+from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.report.render import RenderContext, environments, render_report
+from cs336report.report.sections import benchmarking_mixed_precision as bmp
+from cs336report.report.sections import mixed_precision_accumulation as mpa
+from cs336report.results import load
+from cs336report.runner import run_cell
+
+MICRO = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 2, "vocab_size": 100}
+
+
+def raw_config() -> dict:
+    with open(DEFAULT_CONFIG) as fh:
+        raw = yaml.safe_load(fh)
+    raw["sizes"]["micro"] = dict(MICRO)
+    raw["sizes"]["micro2"] = {**MICRO, "d_model": 64, "num_heads": 4}
+    raw["run"].update(warmup_steps=1, measured_steps=2)
+    cpu = raw["grids"]["cpu"]
+    cpu["benchmarking"] = {"sizes": ["micro", "micro2"], "contexts": [8, 16], "modes": ["forward", "forward_backward"],
+                           "precisions": ["fp32"]}
+    cpu["benchmarking_bf16"] = {"contexts": [8, 16], "precisions": ["fp32", "bf16"]}
+    cpu["autocast_memory"] = {"sizes": ["micro"], "contexts": [8, 16], "modes": ["forward", "forward_backward"]}
+    cpu["norm_sensitivity"] = {"magnitudes": [1, 100, 1e4], "hidden_sizes": [16, 256], "rows_per_case": 2}
+    return raw
+
+
+def config(raw=None, cuda=False) -> Config:
+    return Config.from_dict(raw or raw_config(), cuda_available=cuda)
+
+
+# ---------------------------------------------------------------------------
+# cells
+# ---------------------------------------------------------------------------
+
+
+def test_probe_cells_default_to_the_run_device_and_follow_devices():
+    raw = raw_config()
+    for key in ("mixed_precision_accumulation", "autocast_dtypes", "norm_sensitivity"):
+        raw["grids"]["cpu"][key].pop("devices", None)
+    cfg = config(raw)
+    assert list(precision.accumulation_cells(cfg)) == ["cpu"]
+    assert sorted(precision.autocast_cells(cfg)) == ["cpu-bf16", "cpu-fp16"]
+    gpu = config(cuda=True)
+    gpu_grid = gpu.grid("autocast_dtypes")
+    assert sorted(precision.autocast_cells(gpu)) == sorted(f"{d}-{t}" for d in gpu_grid["devices"] for t in gpu_grid["dtypes"])
+    assert all(c["device"] in ("cuda", "cpu") for c in precision.accumulation_cells(gpu).values())
+
+
+def test_probe_without_grid_has_no_cells():
+    raw = raw_config()
+    del raw["grids"]["cpu"]["norm_sensitivity"]
+    assert precision.norm_cells(config(raw)) == {}
+
+
+def _product(cfg, grid) -> dict:
+    return {benchmarking.cell_name(c): c for c in ab._expand(cfg, grid)}
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_bf16_grid_never_repeats_a_benchmarking_cell_and_misses_none(cuda):
+    cfg = config(cuda=cuda)
+    base = benchmarking.cells(cfg)
+    mine = ab.bf16_cells(cfg)
+    assert not set(mine) & set(base)
+    wanted = _product(cfg, ab.bf16_grid(cfg))
+    assert set(wanted) <= set(mine) | set(base)
+    for name in set(wanted) & set(base):
+        assert base[name] == wanted[name]
+    assert {c["precision"] for c in mine.values()} <= set(ab.bf16_grid(cfg)["precisions"])
+
+
+def test_bf16_grid_inherits_unset_keys_from_benchmarking():
+    raw = raw_config()
+    raw["grids"]["cpu"]["benchmarking_bf16"] = {}
+    cfg = config(raw)
+    grid = ab.bf16_grid(cfg)
+    for key in ("sizes", "contexts", "modes"):
+        assert grid[key] == cfg.grid("benchmarking")[key]
+    assert grid["precisions"] == ["fp32", "bf16"]  # the schema's default
+    assert {c["precision"] for c in ab.bf16_cells(cfg).values()} == {"bf16"}
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_memory_grid_reuses_cells_of_both_benchmarking_grids(cuda):
+    cfg = config(cuda=cuda)
+    taken = {**benchmarking.cells(cfg), **ab.bf16_cells(cfg)}
+    mine = ab.memory_cells(cfg)
+    assert not set(mine) & set(taken)
+    grid = cfg.grid("autocast_memory")
+    wanted = _product(cfg, grid)
+    assert set(wanted) <= set(mine) | set(taken)
+    assert len(wanted) == math.prod(len(grid[k]) for k in ab.GRID_KEYS)
+
+
+def test_census_cells_one_per_implementation_and_size():
+    cfg = config()
+    grid = cfg.grid("autocast_memory")
+    cells = ab.census_cells(cfg)
+    assert sorted(cells) == sorted(f"{i}-{s}-census" for i, s in itertools.product(grid["implementations"], grid["sizes"]))
+    for c in cells.values():
+        assert c["contexts"] == grid["contexts"] and c["context"] == max(grid["contexts"])
+        assert c["precisions"] == grid["precisions"]
+    raw = raw_config()
+    raw["grids"]["cpu"]["autocast_memory"]["saved_tensors"] = False
+    assert ab.census_cells(config(raw)) == {}
+
+
+def test_every_experiment_is_registered():
+    for name in ("mixed_precision_accumulation", "autocast_dtypes", "norm_sensitivity", "benchmarking_bf16",
+                 "autocast_memory", "autocast_saved_tensors"):
+        assert name in experiments.names()
+
+
+# ---------------------------------------------------------------------------
+# accumulation additions
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("value", [1.0, 3.0, 4.0, 9.953125, 1000.0])
+def test_ulp_is_the_gap_to_the_next_number(dtype, value):
+    x = torch.tensor(value, dtype=dtype)
+    y = x.double()
+    while y.to(dtype) == x:  # walk up through float64 until the value rounds to the next one of dtype
+        y = torch.nextafter(y, torch.tensor(math.inf, dtype=torch.float64))
+        y = y + (y - x.double())  # doubling the step keeps the walk short
+    nxt = y.to(dtype)
+    assert precision.ulp(float(x), dtype) == float(nxt) - float(x)
+
+
+def test_accumulation_trajectory_and_stall():
+    result = precision.accumulation(n=400, step=0.01, points=40)
+    for row in result["rows"]:
+        assert row["trajectory"][-1] == [400, row["result"]]
+        assert len(row["trajectory"]) == 40
+        if row["stalled"]:
+            assert row["last_change"] < 400
+            # stalled means adding the addend once more rounds back to the same value
+            assert row["ulp_at_result"] / 2 >= row["addend_value"]
+        else:
+            assert row["last_change"] == 400
+
+
+# ---------------------------------------------------------------------------
+# saved-tensor census
+# ---------------------------------------------------------------------------
+
+
+def _forward(impl: str, precision_: str, context: int = 16):
+    torch.manual_seed(0)
+    spec = ModelSpec(**MICRO)
+    model = TransformerLM(spec, context, impl=impl)
+    tokens = torch.randint(0, spec.vocab_size, (2, context))
+    with benchmarking.autocast_context("cpu", precision_):
+        loss = cross_entropy(model(tokens), tokens)
+    return model, loss
+
+
+def _weight_bytes(model, element_size: int) -> int:
+    """Every matrix weight except the embedding table, which is indexed, not multiplied."""
+    return sum(p.numel() * element_size for name, p in model.named_parameters()
+               if p.dim() == 2 and "token_embeddings" not in name)
+
+
+@pytest.mark.parametrize("impl", ["naive", "native"])
+def test_census_finds_one_bf16_copy_of_every_matrix_weight(impl):
+    model, loss = _forward(impl, "bf16")
+    groups = ab.saved_tensor_census(loss, model)
+    copies = sum(g["bytes"] for g in groups if g["role"] == "parameter_copy")
+    assert copies == _weight_bytes(model, torch.tensor([], dtype=torch.bfloat16).element_size())
+    assert all(g["dtype"] == "bfloat16" for g in groups if g["role"] == "parameter_copy")
+
+
+@pytest.mark.parametrize("impl", ["naive", "native"])
+def test_census_in_fp32_saves_the_parameters_themselves(impl):
+    model, loss = _forward(impl, "fp32")
+    groups = ab.saved_tensor_census(loss, model)
+    assert not [g for g in groups if g["role"] == "parameter_copy"]
+    saved_params = sum(g["bytes"] for g in groups if g["role"] == "parameter")
+    assert saved_params >= _weight_bytes(model, 4)
+
+
+def test_census_counts_each_storage_once():
+    model, loss = _forward("naive", "fp32")
+    groups = ab.saved_tensor_census(loss, model)
+    storages = {}
+    for node in ab._graph_nodes(loss.grad_fn):
+        for _, t in ab._saved(node):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    assert sum(g["bytes"] for g in groups) == sum(storages.values())
+    assert sum(g["count"] for g in groups) == len([b for b in storages.values() if b])
+
+
+def test_run_census_records_every_context_and_precision_and_survives_an_oom(monkeypatch):
+    cfg = config()
+    cell = ab.census_cells(cfg)["naive-micro-census"]
+    real = ab.cross_entropy
+
+    def failing(logits, targets):
+        if logits.dtype == torch.bfloat16 and logits.shape[1] == max(cell["contexts"]):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return real(logits, targets)
+
+    monkeypatch.setattr(ab, "cross_entropy", failing)
+    data = ab.run_census(cell)
+    cases = {(c["context"], c["precision"]): c for c in data["cases"]}
+    assert set(cases) == set(itertools.product(cell["contexts"], cell["precisions"]))
+    for (context, prec), case in cases.items():
+        oom = prec == "bf16" and context == max(cell["contexts"])
+        assert case["status"] == ("oom" if oom else "ok")
+        assert (case["saved_bytes"] > 0) != oom
+    json.dumps(data, allow_nan=False)
+
+
+# ---------------------------------------------------------------------------
+# report sections, from results of real CPU runs
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_results(tmp_path_factory):
+    """Every cell of the mixed-precision experiments on the test grid, run on the CPU."""
+    out = tmp_path_factory.mktemp("results")
+    cfg = config()
+    paths = []
+    for name in ("mixed_precision_accumulation", "autocast_dtypes", "norm_sensitivity", "benchmarking",
+                 "benchmarking_bf16", "autocast_memory", "autocast_saved_tensors"):
+        for cell_name, cell in experiments.cells(name, cfg).items():
+            path = out / name / f"{cell_name}.json"
+            record = run_cell(name, cell_name, cell, path)
+            assert record["status"] == "ok", record["error"]
+            paths.append(path)
+    return cfg, paths
+
+
+def _context(cfg, paths, tmp_path, records=None):
+    figures = tmp_path / "figures"
+    figures.mkdir(exist_ok=True)
+    records = records if records is not None else [load(p) for p in paths]
+    return RenderContext(records, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, figures)
+
+
+def test_accumulation_section_numbers_come_from_the_result(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    ctx = _context(cfg, paths, tmp_path)
+    data = mpa.build(ctx)
+    rows = {r["label"]: r for r in ctx.records("mixed_precision_accumulation")[0]["data"]["rows"]}
+    a = data["analysis"]
+    assert a["reference"]["result"] == mpa.num(rows["a"]["result"])
+    worst = max((r for r in rows.values() if r["accumulator_dtype"] != "float32"), key=lambda r: r["rel_error"])
+    assert a["low"][0]["description"] == worst["description"]
+    assert a["cast_same"] is (rows["c"]["result"] == rows["d"]["result"])
+    assert [m["description"] for m in a["mixed"]] == [r["description"] for r in rows.values()
+                                                      if r["accumulator_dtype"] == "float32"
+                                                      and r["addend_dtype"] != "float32"
+                                                      and not (r["cast_addend"] and a["cast_same"])]
+    for r in rows.values():  # the two parts of the error add up to the signed error
+        split = (r["addend_value"] * 1000 - 10.0) + (r["result"] - 1000 * r["addend_value"])
+        assert split == pytest.approx(r["result"] - r["expected"], abs=1e-9)
+    assert [s["description"] for s in a["stalled"]] == [r["description"] for r in rows.values() if r["stalled"]]
+    assert len(data["tables"][0].rows) == len(rows)
+
+
+def test_accumulation_devices_with_different_results_get_a_table_each(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    record = next(load(p) for p in paths if "mixed_precision_accumulation" in str(p))
+    other = copy.deepcopy(record)
+    other["data"].update(device="cuda:0", device_type="cuda", device_name="Test GPU")
+    other["data"]["rows"][1]["result"] += 0.5
+    data = mpa.build(_context(cfg, paths, tmp_path, [record, other]))
+    assert not data["identical"] and len(data["tables"]) == 2
+    other["data"]["rows"][1]["result"] -= 0.5
+    data = mpa.build(_context(cfg, paths, tmp_path, [record, other]))
+    assert data["identical"] and len(data["tables"]) == 1
+    assert data["devices"] == ["cpu", "cuda (Test GPU)"]
+
+
+def test_dtypes_part_reports_what_was_observed(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    ctx = _context(cfg, paths, tmp_path)
+    part = bmp.dtypes_part(ctx.records("autocast_dtypes"))
+    observed = {r["config"]["dtype"]: {row["component"]: row["dtype"] for row in r["data"]["rows"]}
+                for r in ctx.records("autocast_dtypes")}
+    header = part["table"].columns
+    ln_row = next(row for row in part["table"].rows if row[0].text == "LayerNorm output")
+    for dtype, comps in observed.items():
+        assert ln_row[header.index(f"cpu {dtype} autocast")].text == bmp.short(comps["ln output"])
+    assert part["analysis"]["grads_fp32"] is all(
+        row["dtype"] == "float32" for r in ctx.records("autocast_dtypes") for row in r["data"]["rows"]
+        if row["kind"] == "gradient")
+
+
+def test_dtypes_part_sees_cpu_and_cuda_disagree(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    ctx = _context(cfg, paths, tmp_path)
+    records = ctx.records("autocast_dtypes")
+    gpu = copy.deepcopy(records)
+    for r in gpu:
+        r["config"]["device"], r["data"]["device_name"] = "cuda", "Test GPU"
+        for row in r["data"]["rows"]:
+            if row["component"] == "ln output":
+                row["dtype"] = "float32"
+    part = bmp.dtypes_part(records + gpu)
+    assert part["analysis"]["ln_differs"] is True
+    assert part["table"].columns[1].startswith("cuda")
+
+
+def test_norm_part_answers_from_the_data(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    ctx = _context(cfg, paths, tmp_path)
+    part = bmp.norms_part(ctx.records("norm_sensitivity"), ctx)
+    rows = ctx.records("norm_sensitivity")[0]["data"]["rows"]
+    a = part["analysis"]
+    bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
+    assert a["wide"]["bf16"] == {"overflows": sum(r["overflow"] for r in bf16), "rows": len(bf16)}
+    worst_seq = max(r["rel_error"] for r in bf16 if r["statistic"] == "output" and r["accumulate"] == "sequential"
+                    and not r["overflow"])
+    worst_torch = max(r["rel_error"] for r in bf16 if r["statistic"] == "output" and r["accumulate"] == "backend"
+                      and not r["overflow"])
+    assert a["worst"]["bf16_sequential"]["text"] == bmp.relerr(worst_seq)
+    assert a["bf16_needs_fp32_sum"] is (worst_seq > 10 * worst_torch)
+    assert a["bits"] == {"fp16": 11, "bf16": 8}
+    assert len(part["overflow"].rows) == len(bmp.STATISTICS)
+
+
+def test_speed_part_pairs_fp32_from_benchmarking_with_bf16(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    ctx = _context(cfg, paths, tmp_path)
+    part = bmp.speed_part(ctx)
+    fp32 = {(r["config"]["size"], r["config"]["context"], r["config"]["mode"]): r["data"]["stats_s"]["mean"]
+            for r in ctx.records("benchmarking")}
+    bf16 = {(r["config"]["size"], r["config"]["context"], r["config"]["mode"]): r["data"]["stats_s"]["mean"]
+            for r in ctx.records("benchmarking_bf16")}
+    (table,) = part["tables"]
+    col = table.columns.index("forward speed-up")
+    for row in table.rows:
+        key = (row[0].text, int(row[1].text), "forward")
+        assert row[col].text == bmp.sig(fp32[key] / bf16[key])
+    assert part["analysis"]["n"] == len(set(fp32) & set(bf16))
+
+
+def test_memory_part_says_cpu_has_no_peak_and_computes_changes_from_peaks(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    ctx = _context(cfg, paths, tmp_path)
+    part = bmp.memory_part(ctx)
+    assert part["has_peak"] is False and "table" not in part
+    # the same records with allocator peaks, as a CUDA run writes them
+    records = [load(p) for p in paths]
+    for i, r in enumerate(records):
+        if r["experiment"] in ("benchmarking", "benchmarking_bf16", "autocast_memory"):
+            r["data"]["peak_memory"] = {"allocated_bytes": (i + 1) * 2**20, "reserved_bytes": (i + 2) * 2**20}
+    ctx = _context(cfg, paths, tmp_path, records)
+    part = bmp.memory_part(ctx)
+    peaks = {(r["config"]["implementation"], r["config"]["precision"], r["config"]["size"], r["config"]["context"],
+              r["config"]["mode"]): r["data"]["peak_memory"]["allocated_bytes"] for r in records
+             if r["experiment"] in ("benchmarking", "benchmarking_bf16", "autocast_memory")}
+    table = part["table"]
+    col = table.columns.index("forward + backward change")
+    for row in table.rows:
+        impl, size, context = row[0].text, row[1].text, int(row[2].text)
+        ratio = peaks[(impl, "bf16", size, context, "forward_backward")] / peaks[(impl, "fp32", size, context,
+                                                                                   "forward_backward")]
+        assert row[col].text == f"{100 * (ratio - 1):+.1f}"
+    grid = cfg.grid("autocast_memory")
+    assert len(table.rows) == len(grid["implementations"]) * len(grid["sizes"]) * len(grid["contexts"])
+    a = part["analysis"]
+    assert a["n_up"] + a["n_down"] <= a["n"] == len(grid["implementations"]) * len(grid["sizes"]) * len(
+        grid["contexts"]) * len(grid["modes"])
+
+
+def test_census_part_totals_match_the_result(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    ctx = _context(cfg, paths, tmp_path)
+    part = bmp.census_part(ctx.records("autocast_saved_tensors"))
+    records = ctx.records("autocast_saved_tensors")
+    totals = {(r["config"]["implementation"], c["context"], c["precision"]): c["saved_bytes"]
+              for r in records for c in r["data"]["cases"]}
+    table = part["tables"][0]
+    col = table.columns.index("total saved")
+    for row in table.rows:
+        assert row[col].text == bmp.fmt_bytes(totals[(row[0].text, int(row[1].text), row[2].text)])
+    assert part["copies_same"] is True  # both implementations cast the same weights
+
+
+def test_sections_render_in_both_formats(cpu_results, tmp_path):
+    cfg, paths = cpu_results
+    render_report(paths, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    html = (tmp_path / "out" / "index.html").read_text()
+    for section in ("mixed_precision_accumulation", "benchmarking_mixed_precision"):
+        assert f'<h2 id="{section}">' in html and f'<a id="{section}"></a>' in md
+    assert "torch keeps no peak-memory counter for the CPU" in md
+    assert "Do we still need to treat normalisation specially with bf16?" in md
+    for name in ("mixed_precision_accumulation", "norm_sensitivity", "mixed_precision_speedup_naive"):
+        assert (tmp_path / "out" / "figures" / f"{name}.png").stat().st_size > 1000
+    envs = environments()
+    assert envs["html"].get_template("sections/benchmarking_mixed_precision.j2")
+
+
+# ---------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_memory_cells_record_peaks_and_census_on_cuda(tmp_path):
+    raw = raw_config()
+    raw["grids"]["gpu"]["benchmarking"] = raw["grids"]["cpu"]["benchmarking"]
+    raw["grids"]["gpu"]["benchmarking_bf16"] = raw["grids"]["cpu"]["benchmarking_bf16"]
+    raw["grids"]["gpu"]["autocast_memory"] = raw["grids"]["cpu"]["autocast_memory"]
+    cfg = config(raw, cuda=True)
+    name, cell = next(iter(ab.memory_cells(cfg).items()))
+    record = run_cell("autocast_memory", name, cell, tmp_path / "m.json")
+    assert record["status"] == "ok" and record["data"]["peak_memory"]["allocated_bytes"] > 0
+    name, cell = next(iter(ab.census_cells(cfg).items()))
+    record = run_cell("autocast_saved_tensors", name, cell, tmp_path / "c.json")
+    assert record["status"] == "ok"
+    for case in record["data"]["cases"]:
+        assert case["allocated_after_forward_bytes"] > case["allocated_before_bytes"]
+        copies = sum(g["bytes"] for g in case["groups"] if g["role"] == "parameter_copy")
+        assert (copies > 0) == (case["precision"] == "bf16")
