@@ -244,6 +244,20 @@ def test_explain_size_names_the_shapes():
     assert section.explain_size(12345, spec, B, T) == "–"
 
 
+def test_weight_copies_count_bf16_casts_outside_backward():
+    model = gpu_config().size("2.7B")
+    d, f = model["d_model"], model["d_ff"]
+    by_size = [{"size": 2 * d * d, "count": 300, "categories": {"AttnProj": 256, "Gradient": 44}},
+               {"size": 2 * f * d, "count": 192, "categories": {"FFN": 192}},
+               {"size": 4 * d * d, "count": 10, "categories": {"Gradient": 10}}]
+    row = {"model": model, "batch": 4, "context": 512, "steps": 2, "label": "forward",
+           "snap": {"by_size": by_size, "n_steps": 2}}
+    w = section.weight_copies(row)
+    assert w["per_step"] == sig((256 + 192) / 2, 3)
+    assert w["bytes"] == fmt_bytes((256 * 2 * d * d + 192 * 2 * f * d) / 2)
+    assert section.weight_copies({**row, "snap": {"by_size": by_size[2:], "n_steps": 2}}) is None
+
+
 # ----------------------------------------------------------------------------- parse step
 
 

@@ -614,6 +614,9 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
                          "pct": f"{rel * 100:+.1f} %", "significant": abs(rel) >= SIGNIFICANT,
                          "rank": MODE_ORDER.index(label)})
     out["precision_cmp"] = sorted(prec, key=lambda x: (x["impl"], x["rank"]))
+    out["weight_copies"] = [w for w in (weight_copies(r) for _, r in ok.iterrows()
+                                        if r["precision"] == "bf16" and int(r["context"]) == top_ctx
+                                        and r["implementation"] == out["impl"] and r["snap"]) if w]
     out["significant_threshold"] = fmt_pct(SIGNIFICANT, 2)
     # (e) largest allocation
     ref = full if full is not None else (fwd if fwd is not None and fwd["snap"] else None)
@@ -655,6 +658,28 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
                         "seconds": fmt_seconds(big["parse_s"]),
                         "rss": fmt_bytes(big["parse_rss"]) if _ok(big["parse_rss"]) else "–"}
     return out
+
+
+def weight_copies(row) -> dict | None:
+    """Allocations of exactly a weight matrix's size in bf16 outside backward and the optimizer:
+    the casts autocast makes of the fp32 weights, per recorded step."""
+    spec = _spec(row)
+    d, f, V = spec.d_model, spec.d_ff, spec.vocab_size
+    B, T = int(row["batch"]), int(row["context"])
+    activations = {n * b for name, n, _, _ in named_shapes(spec, B, T) if name.startswith("B·") for b in (2, 4)}
+    sizes = {2 * d * d, 2 * f * d, 2 * V * d} - activations  # sizes an activation could also have are left out
+    count = nbytes = 0
+    for s in row["snap"].get("by_size", []):
+        if s["size"] in sizes:
+            n = sum(k for c, k in s["categories"].items() if c not in ("Gradient", "OptimizerState"))
+            count += n
+            nbytes += n * s["size"]
+    if not count:
+        return None
+    steps = row["steps"] if _ok(row["steps"]) else row["snap"].get("n_steps") or 1
+    weights = sum(2 * n for n in (d * d * 4 * spec.num_layers, f * d * 3 * spec.num_layers, 2 * V * d))
+    return {"label": MODE_LABELS[row["label"]], "per_step": sig(count / steps, 3), "bytes": _gib(nbytes / steps),
+            "all_weights": _gib(weights), "rank": MODE_ORDER.index(row["label"])}
 
 
 def settings(df: pd.DataFrame) -> list[dict]:
