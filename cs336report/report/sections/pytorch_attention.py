@@ -349,6 +349,7 @@ def scaling_figure(df: pd.DataFrame, memory_key: str):
     ds = sorted(ok["d"].unique())
     colours = {d: plt.cm.tab10(i % 10) for i, d in enumerate(ds)}
     styles = ["-", "--", ":", "-.", (0, (1, 1)), (0, (5, 1))]
+    markers = ["o", "s", "^", "D", "v", "P"]
     variants = list(dict.fromkeys(zip(ok["variant"].astype(str), ok["dtype"])))
     memory_label = ("in use before backward, less inputs (MiB)" if memory_key == "activation_bytes"
                     else "saved for backward (MiB)")
@@ -362,8 +363,8 @@ def scaling_figure(df: pd.DataFrame, memory_key: str):
                 g = ok[(ok["variant"].astype(str) == variant) & (ok["dtype"] == dtype) & (ok["d"] == d)]
                 g = g.sort_values("seq")
                 if g[column].notna().any():
-                    ax.plot(g["seq"], g[column] * scale, marker="o", markersize=3, color=colours[d],
-                            linestyle=styles[i % len(styles)])
+                    ax.plot(g["seq"], g[column] * scale, marker=markers[i % len(markers)], markersize=3,
+                            color=colours[d], linestyle=styles[i % len(styles)])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length (tokens)")
@@ -371,7 +372,8 @@ def scaling_figure(df: pd.DataFrame, memory_key: str):
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
     handles = [plt.Line2D([], [], color=colours[d], marker="o", label=f"d_head {d}") for d in ds]
-    handles += [plt.Line2D([], [], color="grey", linestyle=styles[i % len(styles)], label=label(v, dt))
+    handles += [plt.Line2D([], [], color="grey", linestyle=styles[i % len(styles)], marker=markers[i % len(markers)],
+                           label=label(v, dt))
                 for i, (v, dt) in enumerate(variants)]
     axes[-1].legend(handles=handles, fontsize="small", loc="upper left")
     fig.tight_layout()
@@ -379,6 +381,10 @@ def scaling_figure(df: pd.DataFrame, memory_key: str):
 
 
 # ----------------------------------------------------------------------------- build
+
+
+def skip_reason(ctx) -> str:
+    return "no pytorch_attention grid is configured for this device"
 
 
 def settings(records: list[dict]) -> list[dict]:

@@ -308,10 +308,11 @@ def build(ctx) -> dict:
                                             else "bytes saved for backward")
         both = pd.concat([eager[eager["variant"] == "naive"], compiled])
         both = both[both["d"].isin(set(compiled["d"])) & both["seq"].isin(set(compiled["seq"]))]
-        out["attention_figure"] = ctx.figure(
-            "torch_compile_attention", attn.scaling_figure(both, memory_key),
-            "Eager and compiled naive attention against sequence length, log-log. Colour: head dimension; "
-            "line style: eager or compiled.")
+        if compiled["seq"].nunique() >= 2:  # a scaling plot needs more than one sequence length
+            out["attention_figure"] = ctx.figure(
+                "torch_compile_attention", attn.scaling_figure(both, memory_key),
+                "Eager and compiled naive attention against sequence length, log-log. Colour: head dimension; "
+                "line style: eager or compiled.")
     # (b)
     pairs = model_pairs(ctx.records("compiled_model"), ctx.records("benchmarking"))
     if not pairs.empty:
