@@ -32,5 +32,5 @@ rule all:
 # After a successful run, Snakemake's own report (rule graph, run times) beside the writeup.
 onsuccess:
     html, wf = rules.report.output.html, f"{REPORT_DIR}/workflow.html"
-    if os.path.exists(html) and (not os.path.exists(wf) or os.path.getmtime(wf) < os.path.getmtime(html)):
+    if not CFG.render_published and os.path.exists(html) and (not os.path.exists(wf) or os.path.getmtime(wf) < os.path.getmtime(html)):
         shell(f"{PY} -m snakemake --nolock --quiet all --report {REPORT_DIR}/workflow.html > logs/workflow-report.log 2>&1 || true")

@@ -42,7 +42,7 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
         record.pop("_path")
         record["benchmark"] = benchmark_of(path, benchmarks)
         dest = out / record["experiment"] / f"{Path(path).stem}.json"
-        save(record, dest)
+        save(record, dest, compact=True)
         files.append(str(dest))
     save(config, out / "config.json")
     manifest = {"published_at": now_iso(), "files": files}

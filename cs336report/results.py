@@ -36,11 +36,13 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def save(record: dict, path: str | Path) -> Path:
-    """Atomically write ``record`` as JSON to ``path`` (temp file + rename)."""
+def save(record: dict, path: str | Path, compact: bool = False) -> Path:
+    """Atomically write ``record`` as JSON to ``path`` (temp file + rename); ``compact``
+    drops the indentation (published records, which are committed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(record, indent=1, sort_keys=True, allow_nan=True)
+    layout = {"separators": (",", ":")} if compact else {"indent": 1}
+    text = json.dumps(record, sort_keys=True, allow_nan=True, **layout)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
@@ -116,7 +118,8 @@ def provenance(device: str) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton_version,
-        "git_commit": _git("rev-parse", "HEAD"),
+        # a copy of the tree without .git (e.g. shipped to a GPU node) can name its commit here
+        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("CS336REPORT_GIT_COMMIT"),
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,

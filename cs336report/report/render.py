@@ -127,7 +127,8 @@ def _provenance(records: list[dict]) -> dict:
             v = r["provenance"].get(k)
             if v not in seen[k]:
                 seen[k].append(v)
-    out = {k: ", ".join("–" if v is None else str(v) for v in vals) or "–" for k, vals in seen.items()}
+    # a value missing on some records (e.g. no GPU for the CPU-side cells) is shown only when no record has one
+    out = {k: ", ".join(str(v) for v in vals if v is not None) or "–" for k, vals in seen.items()}
     out["model"] = _model_provenance(records)
     return out
 
@@ -206,6 +207,16 @@ def _cost(records: list[dict]) -> dict:
     return {"table": table, "total": fmt_seconds(total), "total_s": total}
 
 
+def _skip_reason(module, ctx: RenderContext) -> str:
+    """Why a section has no results: not configured for this device, or configured but not run."""
+    grid = (ctx.config.get("grids") or {}).get(ctx.config.get("_grid", "cpu"), {})
+    configured = [e for e in module.EXPERIMENTS if grid.get(e)]
+    if configured:
+        return (f"its grid ({', '.join(configured)}) is configured, but this run produced no results for it; "
+                f"the cost appendix lists what ran")
+    return getattr(module, "skip_reason", lambda c: "no results configured")(ctx)
+
+
 def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
     ctx = RenderContext(records, config, figures_dir)
     sections = []
@@ -214,7 +225,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
         sections.append({
             "id": module.ID, "title": module.TITLE, "template": f"sections/{module.ID}.j2",
             "ran": present, "rules": list(module.EXPERIMENTS),
-            "skip_reason": None if present else getattr(module, "skip_reason", lambda c: "no results configured")(ctx),
+            "skip_reason": None if present else _skip_reason(module, ctx),
             "data": module.build(ctx) if present else None,
         })
     device = config.get("_device", "cpu")

@@ -1,0 +1,35 @@
+"""Publishing a run and re-rendering the report from the published results alone."""
+
+import json
+
+import pytest
+from conftest import snakemake
+
+pytestmark = pytest.mark.slow
+
+
+def test_publish_then_render_without_running_experiments(workdir):
+    (workdir / "pub.yaml").write_text("published: {dir: pubdata, render: false}\n")
+    run = snakemake(workdir, "publish", "--configfile", "workflow/config/default.yaml", "pub.yaml")
+    assert run.returncode == 0, run.stderr[-2000:]
+    manifest = json.loads((workdir / "pubdata/manifest.json").read_text())
+    n_results = len(list((workdir / "results").glob("*/*.json")))
+    assert len(manifest["files"]) == n_results
+    record = json.loads((workdir / manifest["files"][0]).read_text())
+    assert record["benchmark"]["wall_s"] > 0 and "_path" not in record
+
+    (workdir / "render.yaml").write_text("published: {dir: pubdata, render: true}\nreport_dir: pubreport\n")
+    dry = snakemake(workdir, "-n", "report", "--configfile", "workflow/config/default.yaml", "render.yaml")
+    assert "benchmarking " not in dry.stdout and "report " in dry.stdout
+    run = snakemake(workdir, "report", "--configfile", "workflow/config/default.yaml", "render.yaml")
+    assert run.returncode == 0, run.stderr[-2000:]
+    md = (workdir / "pubreport/report.md").read_text()
+    assert "pubdata/benchmarking/" in md  # tables name the published files they came from
+    assert "Cost of this report" in md
+
+
+def test_render_published_without_a_published_folder_says_what_to_do(workdir):
+    (workdir / "missing.yaml").write_text("published: {dir: nowhere, render: true}\n")
+    run = snakemake(workdir, "-n", "report", "--configfile", "workflow/config/default.yaml", "missing.yaml")
+    assert run.returncode != 0
+    assert "nowhere/manifest.json" in run.stderr and "snakemake --cores 1 publish" in run.stderr
