@@ -163,14 +163,20 @@ def _model_provenance(records: list[dict]) -> dict:
     return {"models": list(models.values()), "params": rows, "mismatch": any(not p["match"] for p in rows)}
 
 
+def _config_text(cell: dict) -> str:
+    """A cell's settings in one line (the model's shape is named by its size)."""
+    skip = {"model", "model_source", "device"}
+    return ", ".join(f"{k}={v}" for k, v in sorted(cell.items()) if k not in skip and not isinstance(v, (dict, list)))
+
+
 def _appendix(records: list[dict]) -> Table:
     rows = []
     for r in sorted(records, key=lambda r: (r["experiment"], r["cell"])):
         status = Cell(STATUS_TEXT.get(r["status"], r["status"]), r["status"])
         rows.append([Cell(r["experiment"]), Cell(r["cell"]), status, Cell(f"{r.get('wall_s', 0):.1f}"),
-                     Cell(r.get("error") or ""), Cell(r["_path"])])
-    return Table(title="Experiments", columns=["rule", "cell", "status", "wall time", "error", "result file"],
-                 units=["", "", "", "s", "", ""], rows=rows, sources=[r["_path"] for r in records])
+                     Cell(r.get("error") or ""), Cell(_config_text(r.get("config") or {})), Cell(r["_path"])])
+    return Table(title="Experiments", columns=["rule", "cell", "status", "wall time", "error", "config", "result file"],
+                 units=["", "", "", "s", "", "", ""], rows=rows, sources=[r["_path"] for r in records])
 
 
 def _peak_bytes(record: dict) -> float | None:
