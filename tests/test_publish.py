@@ -1,11 +1,18 @@
 """Publishing a run and re-rendering the report from the published results alone."""
 
 import json
+import shutil
 
 import pytest
 from conftest import snakemake
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def workdir(workdir, tmp_path):
+    """A copy of the session's built CPU workflow, so other configs here leave the shared one alone."""
+    return shutil.copytree(workdir, tmp_path / "work", symlinks=True)
 
 
 def test_publish_then_render_without_running_experiments(workdir):
@@ -31,5 +38,6 @@ def test_publish_then_render_without_running_experiments(workdir):
 def test_render_published_without_a_published_folder_says_what_to_do(workdir):
     (workdir / "missing.yaml").write_text("published: {dir: nowhere, render: true}\n")
     run = snakemake(workdir, "-n", "report", "--configfile", "workflow/config/default.yaml", "missing.yaml")
+    output = run.stdout + run.stderr
     assert run.returncode != 0
-    assert "nowhere/manifest.json" in run.stderr and "snakemake --cores 1 publish" in run.stderr
+    assert "nowhere/manifest.json" in output and "snakemake --cores 1 publish" in output
