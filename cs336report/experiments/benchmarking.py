@@ -11,7 +11,7 @@ the forward and backward columns of the report come from the same steps as the t
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -98,8 +98,24 @@ def autocast_context(device: str, precision: str):
     return torch.autocast(device_type=device.split(":")[0], dtype=dtype)
 
 
-def run(cell: dict) -> dict:
-    """Measure one cell; returns the ``data`` part of its result record."""
+@contextmanager
+def _phase(timer: PhaseTimer, name: str, range_outside: bool):
+    """Time ``name`` and mark it with a profiler range; ``range_outside`` puts the range around
+    the timer's synchronizations, so a profiler sees the phase's kernels finish inside it."""
+    if range_outside:
+        with region(name), timer.phase(name):
+            yield
+    else:
+        with timer.phase(name), region(name):
+            yield
+
+
+def prepare(cell: dict, range_outside: bool = False):
+    """The model of ``cell`` on its device and one step of its mode.
+
+    Returns (model, model_info, spec, step); ``step()`` runs forward (and backward, and the
+    AdamW step, as the mode asks) and returns the synchronized time of each phase.
+    """
     mode, device = cell["mode"], cell["device"]
     if mode not in MODES:
         raise ValueError(f"cell field 'mode' is {mode!r}, expected one of {MODES}")
@@ -117,16 +133,25 @@ def run(cell: dict) -> dict:
     def step() -> dict:
         timer = PhaseTimer(device)
         model.zero_grad(set_to_none=True)
-        with timer.phase("forward"), region("forward"), autocast_context(device, cell["precision"]):
+        with _phase(timer, "forward", range_outside), autocast_context(device, cell["precision"]):
             logits = forward(tokens)  # (batch, seq, vocab)
             loss = cross_entropy(logits, targets) if mode != "forward" else None
         if loss is not None:
-            with timer.phase("backward"), region("backward"):
+            with _phase(timer, "backward", range_outside):
                 loss.backward()
         if optimizer is not None:
-            with timer.phase("optimizer_step"), region("optimizer_step"):
+            with _phase(timer, "optimizer_step", range_outside):
                 optimizer.step()
         return timer.times
+
+    return model, model_info, spec, step
+
+
+def run(cell: dict) -> dict:
+    """Measure one cell; returns the ``data`` part of its result record."""
+    mode, device = cell["mode"], cell["device"]
+    batch, context = cell["batch_size"], cell["context"]
+    model, model_info, spec, step = prepare(cell)
 
     compiled = first_call(step, device) if cell.get("compile") else None  # compiles; before warm-up
     reset_peak_memory(device)

@@ -33,11 +33,8 @@ from pathlib import Path
 import torch
 
 from .. import accounting, annotate
-from ..annotate import region
-from ..measure import PhaseTimer, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
-from ..model import ModelSpec, cross_entropy
-from ..models import build_model
-from .benchmarking import MODES, autocast_context, cell_name, set_tf32, transformer_cell
+from ..measure import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
+from .benchmarking import cell_name, prepare, transformer_cell
 
 PROFILERS = ("nsys", "torch")
 TRACE_FILE = "trace.json.gz"
@@ -83,33 +80,11 @@ def cells(cfg) -> dict[str, dict]:
 def run(cell: dict) -> dict:
     """Profile one cell; returns the ``data`` part of its result record (Python-timer side)."""
     mode, device, profiler = cell["mode"], cell["device"], cell["profiler"]
-    if mode not in MODES:
-        raise ValueError(f"cell field 'mode' is {mode!r}, expected one of {MODES}")
     if profiler not in PROFILERS:
         raise ValueError(f"cell field 'profiler' is {profiler!r}, expected one of {PROFILERS}")
-    set_tf32(cell["tf32"])
-    torch.manual_seed(cell["seed"])
-    spec = ModelSpec(**cell["model"])
     batch, context = cell["batch_size"], cell["context"]
-
-    model, model_info = build_model(cell)
-    tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
-    targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode == "train_step" else None
-
-    def step() -> dict:
-        timer = PhaseTimer(device)
-        model.zero_grad(set_to_none=True)
-        with region("forward"), timer.phase("forward"), autocast_context(device, cell["precision"]):
-            logits = model(tokens)  # (batch, seq, vocab)
-            loss = cross_entropy(logits, targets) if mode != "forward" else None
-        if loss is not None:
-            with region("backward"), timer.phase("backward"):
-                loss.backward()
-        if optimizer is not None:
-            with region("optimizer_step"), timer.phase("optimizer_step"):
-                optimizer.step()
-        return timer.times
+    # the phase ranges enclose the timer's synchronizations, so each phase's kernels end inside its range
+    model, model_info, spec, step = prepare(cell, range_outside=True)
 
     annotate.enable(nvtx=profiler == "nsys", profiler=profiler == "torch")
     trace = None
