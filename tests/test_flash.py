@@ -296,7 +296,40 @@ def run_triton_cases_here() -> dict:
         except Exception as exc:  # reported back to the parent test
             report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         report[name]["seconds"] = round(time.perf_counter() - start, 3)
+    for name, check in OP_CASES.items():
+        start = time.perf_counter()
+        try:
+            check()
+            report[name] = {"ok": True, "error": ""}
+        except Exception as exc:
+            report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        report[name]["seconds"] = round(time.perf_counter() - start, 3)
     return report
+
+
+def _opcheck_forward_and_backward():
+    """The custom operators' schemas, fake (shape) functions and outputs agree (torch.library.opcheck)."""
+    import cs336report.flash.triton_kernels  # noqa: F401  (registers the operators)
+
+    q, k, v, do = make_inputs(1, 48, 16, seed=7)
+    for causal in (False, True):
+        torch.library.opcheck(torch.ops.cs336report.flash_fwd.default, (q, k, v, causal, 16, 16, False))
+        o, lse = torch.ops.cs336report.flash_fwd(q, k, v, causal, 16, 16, False)
+        torch.library.opcheck(torch.ops.cs336report.flash_bwd.default, (q, k, v, o, do, lse, causal, 16, 16, False))
+
+
+def _compiled_apply_matches_reference():
+    """torch.compile of the autograd.Function (the leaderboard's harness) traces the custom operators."""
+    from cs336report.flash import FlashAttention2Triton
+
+    torch._dynamo.reset()
+    q, k, v, do = make_inputs(2, 64, 32, seed=9)
+    compiled = torch.compile(FlashAttention2Triton.apply, backend="aot_eager", fullgraph=True)
+    got = run_attention(lambda a, b, c, causal: compiled(a, b, c, causal, 16, 16, False), q, k, v, do, True)
+    compare(got, reference_results(q, k, v, do, True), FP32_TOL)
+
+
+OP_CASES = {"opcheck-fwd-bwd": _opcheck_forward_and_backward, "compiled-aot-eager": _compiled_apply_matches_reference}
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +354,7 @@ def triton_interpreter_report():
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", list(TRITON_CASES))
+@pytest.mark.parametrize("case", list(TRITON_CASES) + ["opcheck-fwd-bwd", "compiled-aot-eager"])
 def test_triton_interpreter(case, triton_interpreter_report):
     result = triton_interpreter_report[case]
     assert result["ok"], result["error"]

@@ -453,3 +453,4 @@ def test_gpu_leaderboard_harness_at_a_small_size():
         assert row["status"] == "ok", row
         assert row["check"]["passed"], row["check"]
         assert row["stats_s"]["mean"] > 0
+        assert row["compiled"], row.get("compile_error")

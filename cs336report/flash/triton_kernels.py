@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Optional
 
 import torch
 
@@ -563,6 +564,35 @@ def flash_backward_triton(
     return dq, dk, dv
 
 
+# The two passes as PyTorch custom operators: torch.compile (the leaderboard's harness compiles
+# the whole attention call) treats them as opaque calls with known output shapes instead of
+# tracing into the Triton launches, and the kernels run exactly as they do in eager mode.
+@torch.library.custom_op("cs336report::flash_fwd", mutates_args=())
+def _flash_fwd_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+    q_tile_size: Optional[int], k_tile_size: Optional[int], autotune: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return flash_forward_triton(q, k, v, is_causal, q_tile_size, k_tile_size, autotune)
+
+
+@_flash_fwd_op.register_fake
+def _flash_fwd_shapes(q, k, v, is_causal, q_tile_size, k_tile_size, autotune):
+    return torch.empty_like(q), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+
+@torch.library.custom_op("cs336report::flash_bwd", mutates_args=())
+def _flash_bwd_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, do: torch.Tensor, lse: torch.Tensor,
+    is_causal: bool, q_tile_size: Optional[int], k_tile_size: Optional[int], autotune: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return flash_backward_triton(q, k, v, o, do, lse, is_causal, q_tile_size, k_tile_size, autotune)
+
+
+@_flash_bwd_op.register_fake
+def _flash_bwd_shapes(q, k, v, o, do, lse, is_causal, q_tile_size, k_tile_size, autotune):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 class FlashAttention2Triton(torch.autograd.Function):
     """FlashAttention-2 with Triton forward and backward kernels.
 
@@ -577,7 +607,7 @@ class FlashAttention2Triton(torch.autograd.Function):
         q = Q.reshape(-1, *Q.shape[-2:])  # (batch, n_q, d)
         k = K.reshape(-1, *K.shape[-2:])  # (batch, n_k, d)
         v = V.reshape(-1, *V.shape[-2:])  # (batch, n_k, d)
-        o, lse = flash_forward_triton(q, k, v, is_causal, q_tile_size, k_tile_size, autotune)
+        o, lse = torch.ops.cs336report.flash_fwd(q, k, v, bool(is_causal), q_tile_size, k_tile_size, bool(autotune))
         ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = bool(is_causal)
         ctx.tiles = (q_tile_size, k_tile_size, autotune)
@@ -589,7 +619,7 @@ class FlashAttention2Triton(torch.autograd.Function):
         lse, q, k, v, o = ctx.saved_tensors
         do = dO.reshape(-1, *dO.shape[-2:])  # (batch, n_q, d)
         q_tile, k_tile, autotune = ctx.tiles
-        dq, dk, dv = flash_backward_triton(q, k, v, o, do, lse, ctx.is_causal, q_tile, k_tile, autotune)
+        dq, dk, dv = torch.ops.cs336report.flash_bwd(q, k, v, o, do, lse, ctx.is_causal, q_tile, k_tile, autotune)
         lead = ctx.lead
         return (
             dq.reshape(*lead, *dq.shape[-2:]),
