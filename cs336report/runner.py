@@ -5,10 +5,15 @@ result with status "error" and the message (the traceback goes to the log). Eith
 workflow goes on, and the report shows the cell as such. A cell that runs a user's model
 runs with its named attention and softmax functions wrapped in profiler ranges
 (:func:`cs336report.models.instrumented`).
+
+Every record says which process ran it: ``process: {pid, cells_before}``, where
+``cells_before`` counts the cells this process ran before this one (0 for a process started for
+the cell; a warm worker, :mod:`cs336report.worker`, runs many).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -19,12 +24,23 @@ from .measure import is_out_of_memory, release_memory
 from .models import instrumented
 from .results import SCHEMA, now_iso, provenance, save
 
+_cells_run = 0  # cells this process has run (started) so far
+
+
+def cells_run() -> int:
+    """How many cells this process has run so far."""
+    return _cells_run
+
 
 def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
+    global _cells_run
+    process = {"pid": os.getpid(), "cells_before": _cells_run}
+    _cells_run += 1
     device = cell.get("device", "cpu")
     started, t0 = now_iso(), time.perf_counter()
     status, error, data = "ok", None, {}
-    print(f"[cs336report] {experiment}/{name}: started on {device}", file=sys.stderr, flush=True)
+    print(f"[cs336report] {experiment}/{name}: started on {device} (pid {process['pid']}, "
+          f"cell {process['cells_before'] + 1} of this process)", file=sys.stderr, flush=True)
     try:
         with instrumented(cell):  # a user's attention/softmax in profiler ranges, restored after
             data = experiments.runner(experiment)(cell)
@@ -43,6 +59,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
         "config": cell,
         "data": data,
         "provenance": provenance(device),
+        "process": process,
         "started_at": started,
         "finished_at": now_iso(),
         "wall_s": time.perf_counter() - t0,
