@@ -2,7 +2,8 @@
 
     python -m cs336report check-config workflow/config/default.yaml
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
-    python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json
+    python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json [--log LOG]
+    python -m cs336report worker-stop
     python -m cs336report render --config-json JSON --out report results/**/*.json
     python -m cs336report parse-snapshot results/memory_profiling/NAME.pickle --result results/memory_profiling/NAME.json --out results/memory_profiling_parse/NAME.json
     python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
@@ -39,9 +40,22 @@ def _cells(args) -> int:
 
 
 def _run(args) -> int:
+    cell = json.loads(args.cell)
+    if args.log and not args.no_worker:  # a warm worker runs it (torch is imported there, not here)
+        from .worker import run_client
+
+        return run_client(args.experiment, args.name, cell, args.out, args.log)
     from .runner import run_cell
 
-    run_cell(args.experiment, args.name, json.loads(args.cell), args.out)
+    run_cell(args.experiment, args.name, cell, args.out)
+    return 0
+
+
+def _worker_stop(args) -> int:
+    from .worker import SOCKET_DIR, stop_workers
+
+    for line in stop_workers(args.dir or SOCKET_DIR):
+        print(line)
     return 0
 
 
@@ -112,7 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", required=True, help="cell name")
     p.add_argument("--cell", required=True, help="the resolved cell, as JSON")
     p.add_argument("--out", required=True)
+    p.add_argument("--log", help="the cell's log: with it, a warm worker process runs the cell and writes its "
+                   "output there (cs336report.worker); without it, this process runs the cell")
+    p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log")
     p.set_defaults(func=_run)
+
+    p = sub.add_parser("worker-stop", help="ask the warm workers of this folder's workflow to exit")
+    p.add_argument("--dir", help="their socket folder (default: .snakemake/cs336report-worker)")
+    p.set_defaults(func=_worker_stop)
 
     p = sub.add_parser("render", help="render report.md and index.html from result files")
     p.add_argument("results", nargs="+", help="result JSON files")

@@ -1,0 +1,338 @@
+"""The warm worker: real cells through `python -m cs336report run --log`, on the CPU, in a
+temporary folder (the worker's sockets live under its .snakemake/)."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, snakemake
+from helpers import cell
+
+from cs336report import results
+
+SOCKETS = Path(".snakemake/cs336report-worker")
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "CS336REPORT_WORKER_IDLE_S": "120"}
+
+
+def worker_pids(cwd: Path) -> set[int]:
+    """Live worker processes whose working directory is ``cwd``."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            where = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if b"cs336report.worker" in cmdline and b"serve" in cmdline and state != "Z" and where == str(cwd):
+            pids.add(int(proc.name))
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def stop_and_check(cwd: Path, env=ENV) -> None:
+    """worker-stop, then fail (after killing them) if any worker of ``cwd`` is still there."""
+    subprocess.run([sys.executable, "-m", "cs336report", "worker-stop"], cwd=cwd, env=env, timeout=60,
+                   capture_output=True)
+    deadline = time.monotonic() + 15
+    while worker_pids(cwd) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = worker_pids(cwd)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"worker processes left behind: {left}"
+
+
+@pytest.fixture
+def cwd(tmp_path):
+    yield tmp_path
+    stop_and_check(tmp_path)
+
+
+def client(cwd: Path, experiment: str, name: str, c: dict, *extra: str, env=ENV, wait=True):
+    """`run` as RUN_CELL calls it: relative paths, stdout and stderr redirected to the log."""
+    out, log = Path("results") / experiment / f"{name}.json", Path("logs") / experiment / f"{name}.log"
+    (cwd / log).parent.mkdir(parents=True, exist_ok=True)
+    with open(cwd / log, "w") as fh:  # the shell's `> {log} 2>&1`
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cs336report", "run", experiment, "--name", name, "--cell", json.dumps(c),
+             "--out", str(out), "--log", str(log), *extra],
+            cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+        )
+    if wait:
+        proc.wait(timeout=300)
+    return proc, cwd / out, cwd / log
+
+
+def ran_by(log: Path) -> int:
+    """The worker pid that the client's log names."""
+    return int(re.search(r"runs in worker pid (\d+)", log.read_text()).group(1))
+
+
+def shape(value):
+    """The structure of a record: keys, list lengths and value types, not the numbers."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(item) for item in value]
+    return type(value).__name__
+
+
+def slow_cell(steps: int) -> tuple[str, dict]:
+    name, c = cell("benchmarking")
+    c["measured_steps"] = steps  # about 1 ms a step
+    return name, c
+
+
+def test_two_cells_run_in_one_worker_and_each_log_gets_its_own_output(cwd):
+    roofline, bench = cell("roofline"), cell("benchmarking")
+    p1, out1, log1 = client(cwd, "roofline", *roofline)
+    p2, out2, log2 = client(cwd, "benchmarking", *bench)
+    assert p1.returncode == 0 and p2.returncode == 0, log1.read_text() + log2.read_text()
+    r1, r2 = results.load(out1), results.load(out2)
+    assert r1["status"] == r2["status"] == "ok"
+    pid = r1["process"]["pid"]
+    assert r2["process"]["pid"] == pid and pid not in (p1.pid, p2.pid)
+    assert (r1["process"]["cells_before"], r2["process"]["cells_before"]) == (0, 1)
+    assert worker_pids(cwd) == {pid}
+    text1, text2 = log1.read_text(), log2.read_text()
+    # the client's lines and the worker's lines, in order, none overwritten
+    for text, (exp, name) in ((text1, ("roofline", roofline[0])), (text2, ("benchmarking", bench[0]))):
+        lines = [f"worker: {exp}/{name} runs in worker pid {pid}", f"{exp}/{name}: started on cpu (pid {pid}",
+                 f"{exp}/{name}: ok in", f"worker: {exp}/{name}: ok in worker pid {pid}"]
+        positions = [text.find(line) for line in lines]
+        assert -1 not in positions and positions == sorted(positions), text
+    assert "benchmarking" not in text1 and "roofline" not in text2
+    assert "cell 2 of this process" in text2
+
+
+def test_worker_record_has_the_structure_of_a_fresh_process_record(cwd):
+    name, c = cell("benchmarking")
+    p, out, log = client(cwd, "benchmarking", name, c, "--no-worker")
+    assert p.returncode == 0, log.read_text()
+    fresh = results.load(out)
+    assert fresh["process"] == {"pid": p.pid, "cells_before": 0}  # ran in the client itself
+    assert not worker_pids(cwd) and not (cwd / SOCKETS).exists()
+    assert "worker" not in log.read_text()
+    out.rename(out.with_suffix(".fresh"))
+
+    p, out, log = client(cwd, "benchmarking", name, c)
+    assert p.returncode == 0, log.read_text()
+    warm = results.load(out)
+    assert warm["process"]["pid"] != p.pid and warm["process"]["pid"] in worker_pids(cwd)
+    # the provenance names the client's command line, as a fresh process's does (plus --no-worker)
+    assert warm["provenance"].pop("argv") == fresh["provenance"].pop("argv")[:-1] == [
+        str(REPO / "cs336report" / "__main__.py"), "run", "benchmarking", "--name", name, "--cell", json.dumps(c),
+        "--out", str(out.relative_to(cwd)), "--log", str(log.relative_to(cwd))]
+    assert warm["provenance"] == fresh["provenance"]
+    assert shape(warm) == shape(fresh)
+    assert warm["config"] == fresh["config"] and warm["schema"] == fresh["schema"]
+
+
+def test_worker_killed_mid_cell_the_client_runs_the_cell_itself(cwd):
+    name, c = slow_cell(3000)
+    proc, out, log = client(cwd, "benchmarking", name, c, wait=False)
+    wait_until(lambda: "started on cpu" in log.read_text(), 120, "the cell to start")
+    worker = ran_by(log)
+    time.sleep(0.3)
+    os.kill(worker, signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, log.read_text()
+    text = log.read_text()
+    assert f"worker pid {worker} closed the connection without a reply" in text
+    assert f"running it again in this process (pid {proc.pid})" in text
+    record = results.load(out)
+    assert record["status"] == "ok" and record["process"] == {"pid": proc.pid, "cells_before": 0}
+
+    # the dead worker's socket is replaced by a new worker's
+    p, out, log = client(cwd, "roofline", *cell("roofline"))
+    assert p.returncode == 0, log.read_text()
+    record = results.load(out)
+    assert record["process"]["pid"] not in (worker, p.pid) and record["process"]["cells_before"] == 0
+
+
+def test_client_killed_mid_cell_stops_the_worker_and_writes_no_result(cwd):
+    name, c = slow_cell(100_000)  # runs until killed
+    proc, out, log = client(cwd, "benchmarking", name, c, wait=False)
+    wait_until(lambda: "started on cpu" in log.read_text(), 120, "the cell to start")
+    worker = ran_by(log)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    wait_until(lambda: not alive(worker), 20, f"worker {worker} to exit")
+    assert not out.exists() and (not out.parent.exists() or list(out.parent.iterdir()) == [])
+    assert "KeyboardInterrupt" in log.read_text()  # the cell was interrupted, in its own log
+    assert not list((cwd / SOCKETS).glob("*.sock"))
+
+
+def test_exception_escaping_run_cell_fails_the_job_and_ends_the_worker(cwd):
+    p, _, _ = client(cwd, "roofline", *cell("roofline"))
+    worker = ran_by(cwd / "logs/roofline/probe.log")
+    (cwd / "results" / "benchmarking").write_text("a file where the results folder should be")
+    name, c = cell("benchmarking")
+    p, out, log = client(cwd, "benchmarking", name, c)
+    text = log.read_text()
+    assert p.returncode == 1, text
+    assert "Traceback" in text and "FileExistsError" in text
+    assert f"run_cell raised in worker pid {worker}" in text
+    wait_until(lambda: not alive(worker), 20, f"worker {worker} to exit")
+    # the next cell gets a fresh worker
+    p, out, log = client(cwd, "roofline", "probe2", cell("roofline")[1])
+    assert p.returncode == 0 and results.load(out)["process"]["pid"] not in (worker, p.pid)
+
+
+def test_changed_package_or_environment_starts_another_worker(cwd):
+    copy = cwd / "pkg" / "cs336report"
+    shutil.copytree(REPO / "cs336report", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**ENV, "PYTHONPATH": str(cwd / "pkg")}
+    where = subprocess.run([sys.executable, "-c", "import cs336report; print(cs336report.__file__)"], cwd=cwd,
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert where == str(copy / "__init__.py")
+    name, c = cell("roofline")
+    pids = []
+    for i, run_env in enumerate([env, "touch", env, {**env, "CS336REPORT_GIT_COMMIT": "0" * 40}]):
+        if run_env == "touch":  # an edited package
+            stat = (copy / "runner.py").stat()
+            os.utime(copy / "runner.py", ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+            run_env = env
+        p, out, log = client(cwd, "roofline", f"probe{i}", c, env=run_env)
+        assert p.returncode == 0, log.read_text()
+        record = results.load(out)
+        pids.append((record["process"]["pid"], record["process"]["cells_before"]))
+    (a, a0), (b, b0), (b_again, b1), (d, d0) = pids
+    assert len({a, b, d}) == 3 and b_again == b
+    assert (a0, b0, b1, d0) == (0, 0, 1, 0)
+    assert worker_pids(cwd) == {a, b, d}  # the old ones wait for their idle timeout or worker-stop
+    assert len(list((cwd / SOCKETS).glob("*.sock"))) == 3
+    stop_and_check(cwd, env)
+
+
+def test_idle_worker_exits(cwd):
+    env = {**ENV, "CS336REPORT_WORKER_IDLE_S": "1"}
+    p, out, log = client(cwd, "roofline", *cell("roofline"), env=env)
+    worker = results.load(out)["process"]["pid"]
+    assert worker != p.pid
+    wait_until(lambda: not alive(worker), 30, f"idle worker {worker} to exit")
+    assert not list((cwd / SOCKETS).glob("*.sock"))
+    assert "idle for 1 s; exiting" in (cwd / SOCKETS / "worker.log").read_text()
+    p, out, log = client(cwd, "roofline", "probe2", cell("roofline")[1], env=env)
+    assert results.load(out)["process"]["pid"] not in (worker, p.pid)
+
+
+def test_worker_stop_stops_it(cwd):
+    p, out, log = client(cwd, "roofline", *cell("roofline"))
+    worker = results.load(out)["process"]["pid"]
+    assert alive(worker)
+    stop = subprocess.run([sys.executable, "-m", "cs336report", "worker-stop"], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=60)
+    assert stop.returncode == 0 and f"stopped worker pid {worker} after 1 cell(s)" in stop.stdout
+    wait_until(lambda: not alive(worker), 15, f"worker {worker} to exit")
+    assert not list((cwd / SOCKETS).glob("*.sock"))
+
+
+def test_the_client_does_not_import_torch(cwd):
+    client(cwd, "roofline", *cell("roofline"))  # a warm worker
+    name, c = cell("roofline")
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cs336report", "run", "roofline", "--name", "probe2", "--cell",
+         json.dumps(c), "--out", "results/roofline/probe2.json", "--log", "logs/roofline/probe2.log"],
+        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    modules = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "cs336report.worker" in modules and "socket" in modules
+    assert not [m for m in modules if m.split(".")[0] in ("torch", "numpy")]
+    assert "cs336report.runner" not in modules and "cs336report.experiments" not in modules
+    assert results.load(cwd / "results/roofline/probe2.json")["process"]["cells_before"] == 1
+
+
+def test_cells_that_time_a_first_call_run_in_the_client(cwd):
+    name, c = cell("benchmarking_warmup")
+    p, out, log = client(cwd, "benchmarking_warmup", name, c)
+    assert p.returncode == 0, log.read_text()
+    assert results.load(out)["process"] == {"pid": p.pid, "cells_before": 0}
+    assert "runs in this process" in log.read_text() and not worker_pids(cwd)
+
+
+def test_concurrent_clients_get_a_worker_each(cwd):
+    name, c = slow_cell(2000)
+    slow, slow_out, slow_log = client(cwd, "benchmarking", name, c, wait=False)
+    wait_until(lambda: "started on cpu" in slow_log.read_text(), 120, "the slow cell to start")
+    p, out, log = client(cwd, "roofline", *cell("roofline"))  # while the first worker is busy
+    assert slow.wait(timeout=300) == 0 and p.returncode == 0
+    first, second = results.load(slow_out)["process"], results.load(out)["process"]
+    assert first["pid"] != second["pid"] and {first["pid"], second["pid"]} == worker_pids(cwd)
+    assert first["cells_before"] == second["cells_before"] == 0
+    assert sorted(s.name.rsplit("-", 1)[1] for s in (cwd / SOCKETS).glob("*.sock")) == ["0.sock", "1.sock"]
+
+
+def test_reset_puts_the_process_state_back():
+    import torch
+    from torch._dynamo.utils import counters
+
+    from cs336report.compiling import compile_stats
+    from cs336report.worker import global_state, reset_process_state
+
+    initial = global_state()
+    try:
+        torch.set_grad_enabled(False)
+        torch.set_default_dtype(torch.float64)
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = not initial["tf32_cudnn"]
+        torch.set_num_threads(1 if initial["threads"] > 1 else 2)
+        counters["stats"]["unique_graphs"] = 3  # as if three graphs had been compiled
+        torch.rand(5)
+        assert global_state() != initial and compile_stats()["graphs"] == 3
+        reset_process_state(initial)
+        assert global_state() == initial
+        assert compile_stats()["graphs"] == 0
+        first = torch.rand(3)
+        torch.manual_seed(initial["seed"])
+        assert torch.equal(first, torch.rand(3))  # the random stream starts where it did at start-up
+    finally:
+        reset_process_state(initial)
+
+
+@pytest.mark.slow
+def test_workflow_cells_ran_in_one_worker_that_stopped_at_the_end(workdir):
+    records = [json.loads(p.read_text()) for p in sorted((workdir / "results").glob("*/*.json"))
+               if p.parent.name in ("benchmarking", "roofline", "pytorch_attention", "benchmarking_bf16")]
+    processes = {r["process"]["pid"] for r in records}
+    assert len(processes) == 1 and len(records) > 10
+    assert sorted(r["process"]["cells_before"] for r in records) == sorted(
+        {r["process"]["cells_before"] for r in records})  # each its own turn in that process
+    warmup = [json.loads(p.read_text())["process"] for p in (workdir / "results/benchmarking_warmup").glob("*.json")]
+    assert warmup and all(p["cells_before"] == 0 for p in warmup) and len({p["pid"] for p in warmup}) == len(warmup)
+    assert not worker_pids(workdir) and not list((workdir / SOCKETS).glob("*.sock"))
+    assert "asked to stop; exiting" in (workdir / SOCKETS / "worker.log").read_text()
+
+
+@pytest.mark.slow
+def test_worker_false_passes_no_worker_and_reruns_nothing(workdir):
+    run = snakemake(workdir, "-n", "report", "--config", "worker=False")
+    assert run.returncode == 0 and "Nothing to be done" in run.stdout + run.stderr
+    run = snakemake(workdir, "-n", "-p", "-f", "results/roofline/probe.json", "--config", "worker=False")
+    assert run.returncode == 0 and "--log logs/roofline/probe.log --no-worker >" in run.stdout + run.stderr
