@@ -29,8 +29,15 @@ rule all:
         rules.report.output,
 
 
-# After a successful run, Snakemake's own report (rule graph, run times) beside the writeup.
+# After a successful run: the warm workers that ran the cells exit, and Snakemake's own report
+# (rule graph, run times) is written beside the writeup.
 onsuccess:
+    shell(f"{PY} -m cs336report worker-stop || true")
     html, wf = rules.report.output.html, f"{REPORT_DIR}/workflow.html"
     if not CFG.render_published and os.path.exists(html) and (not os.path.exists(wf) or os.path.getmtime(wf) < os.path.getmtime(html)):
         shell(f"{PY} -m snakemake --nolock --quiet all --report {REPORT_DIR}/workflow.html > logs/workflow-report.log 2>&1 || true")
+
+
+# After a failed run the warm workers exit too (they would otherwise wait for their idle timeout).
+onerror:
+    shell(f"{PY} -m cs336report worker-stop || true")

@@ -16,8 +16,13 @@ GPU = 1 if CFG.device == "cuda" else 0
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 
+# A warm worker process runs the cell (cs336report/worker.py) and writes its output to {log};
+# `worker: false` runs each cell in its own process. The flag is a name in the command, so
+# switching it reruns nothing.
+WORKER_FLAG = "" if CFG.data["worker"] else "--no-worker"
 RUN_CELL = (
-    "{PY} -m cs336report run {rule} --name {wildcards.cell} --cell {params.cell:q} --out {output} > {log} 2>&1"
+    "{PY} -m cs336report run {rule} --name {wildcards.cell} --cell {params.cell:q} --out {output}"
+    " --log {log} {WORKER_FLAG} > {log} 2>&1"
 )
 
 
@@ -40,4 +45,6 @@ def code(*modules):
 
 
 def resolved_config():
-    return json.dumps({**CFG.data, "_device": CFG.device, "_grid": CFG.grid_name}, sort_keys=True)
+    """The config the report renders (and publish records); `worker` changes no result, so it is left out."""
+    data = {key: value for key, value in CFG.data.items() if key != "worker"}
+    return json.dumps({**data, "_device": CFG.device, "_grid": CFG.grid_name}, sort_keys=True)
