@@ -109,6 +109,46 @@ def test_real_train_step_export_finds_the_backward_on_the_autograd_thread():
     json.dumps(data)  # JSON-ready
 
 
+def test_launches_count_every_launch_call_of_the_api_summary():
+    frames = nsys.parse_exports(REAL / "small_ctx128_forward")
+    api = frames["cuda_api_sum"].set_index("name")
+    launch_names = ["cudaLaunchKernel", "cudaLaunchKernelExC_v11060", "cuLaunchKernel"]
+    assert set(launch_names) <= set(api.index)
+    # a launch call below the eight largest API rows still counts: the top of the table is not enough
+    smallest = frames["cuda_api_sum"].nsmallest(1, "total_ns")
+    frames["cuda_api_sum"] = pd.concat([frames["cuda_api_sum"], smallest.assign(name="cuLaunchKernelEx",
+                                                                                 instances=7, total_ns=700)])
+    data = kernel_ranges.summarise(frames, cell=small_cell("forward"))
+    assert "cuLaunchKernelEx" not in {a["name"] for a in data["api"]}
+    launches = data["launches"]
+    assert launches["apis"] == sorted(launch_names + ["cuLaunchKernelEx"])
+    assert launches["instances"] == api.loc[launch_names, "instances"].sum() + 7
+    assert launches["total_ns"] == api.loc[launch_names, "total_ns"].sum() + 700
+    assert "cuKernelGetName" not in launches["apis"]  # the same number of calls, but no launch
+    # the export holds warm-up steps and set-up: per step, the measured steps' share of the kernels
+    kern = frames["cuda_gpu_kern_sum"]["instances"].sum()
+    in_steps = data["phases"]["step"]["kernel_instances_per_step"] * data["measured_steps"] / kern
+    assert launches["share_in_measured_steps"] == pytest.approx(in_steps)
+    assert launches["per_step"] == pytest.approx(launches["instances"] * in_steps / data["measured_steps"])
+    assert not launches["exact"]
+    json.dumps(data)
+
+
+def test_launches_of_a_capture_of_the_measured_steps_are_exact(tmp_path):
+    frames = synthetic(tmp_path)
+    frames["cuda_api_sum"] = pd.DataFrame({"name": ["cudaLaunchKernel", "cudaMalloc"], "instances": [12.0, 3.0],
+                                           "total_ns": [60000.0, 9000.0], "avg_ns": [5000.0, 3000.0]})
+    data = kernel_ranges.summarise(frames, cell={"mode": "train_step"})
+    share = data["launches"]["share_in_measured_steps"]
+    kernels = frames["cuda_gpu_kern_sum"]["instances"].sum()
+    assert share == pytest.approx(data["phases"]["step"]["kernel_instances_per_step"] * len(STEPS) / kernels)
+    assert data["launches"]["ns_per_step"] == pytest.approx(60000 * share / len(STEPS))
+    frames["cuda_api_sum"] = frames["cuda_api_sum"].iloc[1:]
+    assert kernel_ranges.summarise(frames, cell={"mode": "train_step"})["launches"] is None
+    del frames["cuda_api_sum"]
+    assert kernel_ranges.summarise(frames, cell={"mode": "train_step"})["launches"] is None
+
+
 def test_text_export_with_truncated_names_is_flagged():
     frames = nsys.parse_file(REAL / "mini_ctx64_train_step_stats_text.txt")
     data = kernel_ranges.summarise(frames, cell={"mode": "train_step", "model": {"num_layers": 2}})
@@ -150,7 +190,8 @@ def test_long_names_keep_their_start_and_end():
 def _run_record(tmp_path, status="ok", error=None, mode="forward"):
     run = {"schema": "cs336report.result/1", "experiment": "nsys_profile", "cell": f"small-{mode}",
            "status": status, "error": error, "config": small_cell(mode),
-           "data": {"stats_s": {"mean": 0.04, "std": 0.001}, "times_s": {"measured_s": [0.04] * 3}},
+           "data": {"stats_s": {"mean": 0.04, "std": 0.001},
+                    "times_s": {"measured_s": [0.04] * 3, "warmup_s": [0.5, 0.05]}},
            "provenance": {"device": "cuda", "gpu": "NVIDIA H200"}, "wall_s": 12.0}
     save(run, tmp_path / "prof" / "run.json")
     return tmp_path / "prof" / "run.json"
@@ -170,6 +211,8 @@ def test_parse_stats_writes_a_result_record(tmp_path):
     assert loaded["status"] == "ok" and loaded["experiment"] == "nsys_profile" and loaded["cell"] == "small-forward"
     assert loaded["config"]["size"] == "small" and loaded["provenance"]["gpu"] == "NVIDIA H200"
     assert loaded["data"]["python_timer"]["stats_s"]["mean"] == 0.04
+    assert loaded["data"]["python_timer"]["warmup_s"] == [0.5, 0.05]
+    assert loaded["data"]["launches"]["per_step"] == pytest.approx(764)  # as many launches as kernels per step
     assert loaded["data"]["tool"]["source"] == "nsys"
     assert record["data"]["kernels"]
 

@@ -8,7 +8,8 @@ steps ran inside the NVTX ranges of :mod:`cs336report.annotate`: every measured 
 and ``attention_value``. Output: :func:`summarise` returns a JSON-ready dict with, for each
 phase, one row per kernel name (total, instances, average, median, min, max, share of the
 phase) over the measured steps, the class of each kernel (:func:`cs336report.kernels.classify`),
-class totals, the phases' wall times, and sanity checks.
+class totals, the phases' wall times, the kernel launch calls of the CUDA API summary
+(``launches``), and sanity checks.
 
 How kernels are attributed (nsys's rule, and torch.profiler's through
 :mod:`cs336report.parsers.torchprof`): a kernel belongs to every range that was open on
@@ -37,9 +38,10 @@ measured steps (with warm-up in the export: the median duration times the ranges
     data = summarise(frames, cell=record["config"])
 
 :func:`parse_stats` is the workflow's parse step (rule ``nsys_parse``, command ``parse-nsys``):
-exports in, the result record of the cell out, with the Python timer's measurements and the
-wall times of the profiled run and of the export; it works on exports brought from another
-machine too (``python -m cs336report parse-nsys PREFIX --out FILE``).
+exports in, the result record of the cell out, with the Python timer's measurements (the
+profiled run's measured and warm-up steps) and the wall times of the profiled run and of the
+export; it works on exports brought from another machine too
+(``python -m cs336report parse-nsys PREFIX --out FILE``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ _TOP = ("", "warmup", "step")
 _VALUE_COLUMNS = ("total_ns", "instances")
 _SHAPE_COLUMNS = ("med_ns", "min_ns", "max_ns", "std_ns")
 _GENERIC = {"func_wrapper_t", "gpu_kernel_impl_nocast", "gpu_kernel_impl", "ReduceOp"}
+# CUDA runtime and driver calls that launch one kernel each.
+LAUNCH_API = re.compile(r"^cu(da)?Launch(Cooperative)?Kernel")
 
 
 def short_name(kernel: str, limit: int = 80) -> str:
@@ -162,7 +166,31 @@ def _records(table: pd.DataFrame, phase: str) -> list[dict]:
 def _empty(reason: str, source: str, activity: str) -> dict:
     return {"source": source, "activity": activity, "empty_reason": reason, "kernels": [], "classes": [],
             "phases": {}, "ranges": {}, "checks": {}, "warnings": [], "measured_steps": None,
-            "warmup_in_export": 0, "exact": True, "api": []}
+            "warmup_in_export": 0, "exact": True, "api": [], "launches": None}
+
+
+def _launches(api: pd.DataFrame | None, in_steps: float, n: int) -> dict | None:
+    """Kernel launch calls of the CUDA API summary, in total and per measured step.
+
+    Every row of ``cuda_api_sum`` whose name is a kernel launch (``cudaLaunchKernel``,
+    ``cudaLaunchKernelExC_v11060``, ``cuLaunchKernel``, ...) counts, however small its total.
+    The summary covers the whole export, so the per-step values take the share ``in_steps`` of
+    the export's kernel instances that ran in the measured steps: 1 when the capture holds the
+    measured steps only (``exact``); otherwise an estimate that takes a launch outside the steps
+    to cost as much as one inside, which the first calls (module loading) make too high.
+    """
+    if api is None or api.empty:
+        return None
+    rows = api[api["name"].astype(str).str.match(LAUNCH_API)]
+    if rows.empty:
+        return None
+    instances, total = float(rows["instances"].sum()), float(rows["total_ns"].sum())
+    return {
+        "apis": sorted(str(x) for x in rows["name"]), "instances": _num(instances), "total_ns": _num(total),
+        "avg_ns": _num(total / instances) if instances else None, "share_in_measured_steps": _num(in_steps),
+        "per_step": _num(instances * in_steps / n), "ns_per_step": _num(total * in_steps / n),
+        "exact": bool(abs(in_steps - 1) < 1e-9),
+    }
 
 
 def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source: str = "nsys",
@@ -308,13 +336,15 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
         for _, row in api_frame.sort_values("total_ns", ascending=False).head(8).iterrows():
             api.append({"name": str(row["name"]), "total_ns": _num(row["total_ns"]),
                         "instances": _num(row["instances"]), "avg_ns": _num(row["avg_ns"])})
+    step_instances = tables["step"]["instances"].sum() if "step" in tables else 0.0
+    launches = _launches(api_frame, step_instances / all_kernels["instances"].sum(), n)
 
     return {
         "source": source, "activity": activity, "empty_reason": None,
         "measured_steps": int(n), "warmup_in_export": int(w), "exact": not w,
         "ranges": ranges, "phases": phases,
         "kernels": [rec for r in RANGES if r in tables for rec in _records(tables[r], r)],
-        "classes": classes, "checks": checks, "warnings": warnings, "api": api,
+        "classes": classes, "checks": checks, "warnings": warnings, "api": api, "launches": launches,
     }
 
 
@@ -355,8 +385,9 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
             data["exports"] = sorted({str(f.attrs.get("source")) for f in frames.values()})
     if run and run["status"] == "ok":
         d = run["data"]
+        times = d.get("times_s") or {}
         data["python_timer"] = {"stats_s": d.get("stats_s"), "phase_stats_s": d.get("phase_stats_s"),
-                                "measured_s": (d.get("times_s") or {}).get("measured_s")}
+                                "measured_s": times.get("measured_s"), "warmup_s": times.get("warmup_s")}
         data["params"] = d.get("params")
         data["model"] = d.get("model")
     data["tool"] = {"source": source, "activity": activity,
