@@ -61,9 +61,9 @@ def range_kernels(frames, rng: str) -> pd.DataFrame:
     return nk[nk["range"] == rng].groupby("name")[["total_ns", "instances"]].sum()
 
 
-def build(paths, extra=()) -> dict:
+def build(paths, extra=(), out=None) -> dict:
     records = [load(p) for p in list(paths) + list(extra)]
-    ctx = RenderContext(records, CONFIG, paths[0].parent)
+    ctx = RenderContext(records, CONFIG, out or paths[0].parent)
     return section.build(ctx)
 
 
@@ -144,19 +144,116 @@ def test_non_gemm_kernels_listed_are_the_non_trivial_ones(parsed):
     assert [r[0] for r in _rows(d["non_gemm_table"])] == expected
 
 
-def test_python_timer_comparison_uses_the_benchmarking_cell(parsed, tmp_path):
-    plain_mean = 0.0312
-    bench = {"schema": "cs336report.result/1", "experiment": "benchmarking", "cell": "naive-fp32-small-ctx128-forward",
+def _bench(tmp_path, forward_s: list[float], name="naive-fp32-small-ctx128-forward") -> Path:
+    """benchmarking_script's record of a forward cell, with these forward times."""
+    f = pd.Series(forward_s)
+    stats = {"mean": f.mean(), "std": f.std(), "median": f.median(), "min": f.min(), "max": f.max(), "n": len(f)}
+    bench = {"schema": "cs336report.result/1", "experiment": "benchmarking", "cell": name,
              "status": "ok", "error": None, "config": small_cell("forward"), "wall_s": 9.0,
-             "data": {"stats_s": {"mean": plain_mean, "std": 0.0004}}, "provenance": {"device": "cuda"}}
+             "data": {"stats_s": {**stats, "mean": stats["mean"] * 1.01}, "phase_stats_s": {"forward": stats}},
+             "provenance": {"device": "cuda"}}
     save(bench, tmp_path / "bench.json")
-    d = build(list(parsed["paths"].values()), extra=[tmp_path / "bench.json"])
-    ranges = raw("forward")["nvtx_sum"].set_index("range")
-    step_ms = ranges.loc["step", "total_ns"] / ranges.loc["step", "instances"] / 1e6
+    return tmp_path / "bench.json"
+
+
+def _with_timer(path: Path, tmp_path: Path, forward_s: list[float], exact=True) -> Path:
+    """The parsed forward cell with the profiled run's own forward times (and measured-steps-only ranges)."""
+    record = load(path)
+    f = pd.Series(forward_s)
+    stats = {"mean": f.mean(), "std": f.std(), "median": f.median(), "min": f.min(), "max": f.max(), "n": len(f)}
+    record["data"]["python_timer"] = {"stats_s": {**stats, "median": stats["median"] * 1.05},
+                                      "phase_stats_s": {"forward": stats}, "measured_s": forward_s}
+    if exact:
+        record["data"]["exact"], record["data"]["warmup_in_export"] = True, 0
+    save(record, tmp_path / "profiled.json")
+    return tmp_path / "profiled.json"
+
+
+def test_forward_range_is_compared_with_the_timer_of_the_same_run(parsed, tmp_path):
+    timer = [0.0391, 0.0405, 0.0402]
+    profiled = _with_timer(parsed["paths"]["forward"], tmp_path, timer)
+    d = build([profiled, parsed["paths"]["train_step"]], extra=[_bench(tmp_path, [0.015, 0.016, 0.017])])
+    med_ns = raw("forward")["nvtx_sum"].set_index("range").loc["forward", "med_ns"]
     row = _rows(d["timing_table"])[0]
-    assert row[4] == sig(step_ms)
-    assert row[5] == sig(100 * (step_ms / 1e3 - plain_mean) / plain_mean, 2)
-    assert d["timing"]["n"] == 1
+    assert d["timing_table"].columns[2] == "profiler's range, median"  # no fallback column
+    assert row[2] == sig(med_ns / 1e6) and row[3] == sig(0.0402 * 1e3)
+    assert row[4] == sig(100 * (med_ns / 1e9 / 0.0402 - 1), 2)
+    assert d["timing"]["range"]["n"] == 1 and d["timing"]["range"]["n_step"] == 0
+
+
+def test_range_comparison_does_not_depend_on_the_benchmarking_run(parsed, tmp_path):
+    """(a) is one process: a benchmarking record of any speed, or none, leaves it unchanged."""
+    profiled = _with_timer(parsed["paths"]["forward"], tmp_path, [0.0391, 0.0405, 0.0402])
+    alone = build([profiled])
+    for forward_s in ([0.001, 0.002, 0.003], [0.4, 0.5, 0.6]):
+        d = build([profiled], extra=[_bench(tmp_path, forward_s)])
+        assert _rows(d["timing_table"]) == _rows(alone["timing_table"])
+        assert d["timing"]["range"] == alone["timing"]["range"]
+    assert "slowdown" not in alone["timing"]
+    assert _rows(alone["profiling_table"])[0][2:] == ["–"] * 8
+
+
+def test_cost_of_profiling_compares_the_forward_timers_of_both_processes(parsed, tmp_path):
+    timer, plain = [0.0391, 0.0405, 0.0402], [0.015, 0.0165, 0.017]
+    profiled = _with_timer(parsed["paths"]["forward"], tmp_path, timer)
+    d = build([profiled], extra=[_bench(tmp_path, plain)])
+    record = load(profiled)
+    kernel_ns = record["data"]["phases"]["forward"]["kernel_ns_per_step"]
+    row = _rows(d["profiling_table"])[0]
+    assert row[2] == f"{sig(16.5)} ({sig(15.0)}–{sig(17.0)})"
+    assert row[3] == sig(0.0402 / 0.0165) and row[4] == sig(0.0391 / 0.015)  # medians; fastest steps
+    cv = (pd.Series(timer).std() / pd.Series(timer).mean(), pd.Series(plain).std() / pd.Series(plain).mean())
+    assert row[5] == f"{sig(100 * cv[0], 2)} / {sig(100 * cv[1], 2)}"
+    assert row[6] == sig(kernel_ns / 1e6) and row[7] == sig(100 * kernel_ns / 1e9 / 0.0165)
+    launches = record["data"]["launches"]  # the fixture holds warm-up and set-up: an estimate
+    assert row[8] == "≈" + str(int(round(launches["per_step"])))
+    per_launch_us = launches["ns_per_step"] / launches["per_step"] / 1e3
+    assert row[9] == f"≈{sig(launches['ns_per_step'] / 1e6)} ({sig(per_launch_us, 2)})"
+    slow = d["timing"]["slowdown"]
+    assert slow["ratio"] == sig(0.0402 / 0.0165) and slow["floor"] == sig(0.0391 / 0.015)
+    assert slow["host"]["cells"] == ["small/128"] and slow["gpu"] is None  # kernels fill a third of 16.5 ms
+    assert slow["cv"]["steadier_without"] == (cv[0] > cv[1]) and slow["launches"]["estimated"]
+
+
+def test_export_with_warmup_falls_back_to_the_step_range_and_step_timer(parsed, tmp_path):
+    profiled = _with_timer(parsed["paths"]["forward"], tmp_path, [0.0391, 0.0405, 0.0402], exact=False)
+    d = build([profiled])
+    step = raw("forward")["nvtx_sum"].set_index("range").loc["step", "med_ns"]
+    timer = load(profiled)["data"]["python_timer"]["stats_s"]["median"]
+    assert d["timing_table"].columns[2] == "range"
+    row = _rows(d["timing_table"])[0]
+    assert row[2:] == ["step", sig(step / 1e6), sig(timer * 1e3), sig(100 * (step / 1e9 / timer - 1), 2)]
+    assert d["timing"]["range"]["n_step"] == 1
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data"
+
+
+@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json")), reason="no published records")
+def test_published_records_compare_each_process_with_itself(tmp_path):
+    """The H200 records: (a) holds the profiled run's numbers only, the cost table both processes'."""
+    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json"))
+    bench = [PUBLISHED / "benchmarking" / p.name for p in records if (PUBLISHED / "benchmarking" / p.name).exists()]
+    d = build(records, extra=bench, out=tmp_path)
+    a = {(r[0], r[1]): r for r in _rows(d["timing_table"])}
+    cost = {(r[0], r[1]): r for r in _rows(d["profiling_table"])}
+    assert len(a) == len(records)
+    for path in records:
+        rec = load(path)
+        c, data = rec["config"], rec["data"]
+        fwd = data["python_timer"]["phase_stats_s"]["forward"]
+        row = a[(c["size"], str(c["context"]))]
+        assert row[2] == sig(data["ranges"]["forward"]["med_ns"] / 1e6) and row[3] == sig(fwd["median"] * 1e3)
+        assert abs(data["ranges"]["forward"]["med_ns"] / 1e9 / fwd["median"] - 1) < 0.01  # same process: agree
+        plain_path = PUBLISHED / "benchmarking" / path.name
+        if not plain_path.exists():
+            continue
+        plain = load(plain_path)["data"]["phase_stats_s"]["forward"]
+        assert cost[(c["size"], str(c["context"]))][3] == sig(fwd["median"] / plain["median"])
+        # launches per forward: every launch call of the capture (the measured steps) over the steps
+        launches = sum(x["instances"] for x in data["api"] if "Launch" in x["name"] and "Kernel" in x["name"])
+        assert cost[(c["size"], str(c["context"]))][8] == str(int(round(launches / data["measured_steps"])))
+    assert d["timing"]["range"]["n_step"] == 0
 
 
 def test_checks_and_failed_cells(parsed, tmp_path):
@@ -185,3 +282,25 @@ def test_rendered_report_escapes_kernel_names(parsed, tmp_path):
     assert "(e) Softmax against the attention matmuls" in md
     assert (tmp_path / "report" / "figures" / "nsys_profile_classes.png").stat().st_size > 1000
     assert next(s for s in context["sections"] if s["id"] == "nsys_profile")["ran"]
+
+
+@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json")), reason="no published records")
+def test_published_report_states_both_comparisons_apart(tmp_path):
+    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json"))
+    bench = [PUBLISHED / "benchmarking" / p.name for p in records if (PUBLISHED / "benchmarking" / p.name).exists()]
+    render_report([str(p) for p in records + bench], CONFIG, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split('<a id="nsys_profile"></a>', 1)[1].split("<a id=", 1)[0]
+    a = build(records, extra=bench, out=tmp_path)["timing"]
+    assert f"their medians differ by {a['range']['median_abs']} (median)" in section
+    assert f"its median forward time is {a['slowdown']['ratio']}× benchmarking's" in section
+    assert "own overhead" not in section and "step range differs from the Python timer" not in section
+
+
+def test_cpu_profile_is_not_split_by_kernel_fill(parsed, tmp_path):
+    profiled = _with_timer(parsed["paths"]["forward"], tmp_path, [0.0391, 0.0405, 0.0402])
+    record = load(profiled)
+    record["data"]["activity"] = record["data"]["tool"]["activity"] = "cpu"
+    save(record, profiled)
+    slow = build([profiled], extra=[_bench(tmp_path, [0.015, 0.0165, 0.017])])["timing"]["slowdown"]
+    assert slow["gpu"] is None and slow["host"] is None and slow["ratio"] == sig(0.0402 / 0.0165)

@@ -4,8 +4,9 @@ Reads the parsed profiles (``results/nsys_parse/<cell>.json``, experiment ``nsys
 and, for question (a), the benchmarking_script results of the same cells. Every number the
 template quotes is computed here from those records:
 
-(a) forward time under the profiler (the ``step`` range of forward-only cells) against the
-    Python timer without a profiler, per size and context;
+(a) the profiler's ``forward`` range against the Python timer around the same forward passes
+    of the same (profiled) run; then, apart, that run against benchmarking_script's run of the
+    cell without a profiler (a different process): forward time, kernel time and kernel launches;
 (b) the kernel with the most time in the forward pass, its calls per forward pass, and its
     place among the kernels of forward + backward (training-step cells);
 (c) the non-GEMM kernels with a non-trivial share of forward time;
@@ -23,7 +24,8 @@ import pandas as pd
 from ... import accounting
 from ...kernels import CLASSES
 from ...model import ModelSpec
-from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
+from ...parsers.kernel_ranges import LAUNCH_API
+from ..tables import Cell, Table, fmt_pct, fmt_seconds, sig, status_cell
 
 ID = "nsys_profile"
 TITLE = "nsys_profile"
@@ -33,6 +35,10 @@ MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "
 # A kernel (or class) is "non-trivial" when it takes at least this share of forward kernel time.
 NON_TRIVIAL = 0.01
 TOP_GAINS = 6
+# A forward cell is GPU-bound when its kernels fill at least this share of benchmarking's forward time.
+GPU_BOUND = 0.9
+# Records parsed before the launch counts kept only the largest API rows, this many of them.
+API_TOP = 8
 
 
 def skip_reason(ctx) -> str:
@@ -47,6 +53,32 @@ def _order(records: list[dict]) -> list[str]:
     return [s for s, _ in sorted(sizes.items(), key=lambda kv: kv[1])]
 
 
+def _launches(d: dict) -> tuple[float | None, float | None, bool]:
+    """Kernel launch calls per measured step and their API time per step (ns), and whether exact.
+
+    From the record's ``launches`` (the whole CUDA API summary); for a record parsed before
+    those existed, from its ``api`` rows when they are the whole summary (fewer than the
+    ``API_TOP`` rows kept) and the export held the measured steps only.
+    """
+    launches = d.get("launches")
+    if launches:
+        return launches.get("per_step"), launches.get("ns_per_step"), bool(launches.get("exact"))
+    api, n = d.get("api") or [], d.get("measured_steps")
+    outside = ((d.get("checks") or {}).get("kernels_outside_measured_steps") or {}).get("share")
+    rows = [a for a in api if LAUNCH_API.match(str(a.get("name")))]
+    if not rows or not n or len(api) >= API_TOP or not d.get("exact", True) or outside != 0:
+        return None, None, False
+    return sum(a["instances"] for a in rows) / n, sum(a["total_ns"] for a in rows) / n, True
+
+
+def _forward_timer(data: dict) -> dict:
+    return (data.get("phase_stats_s") or {}).get("forward") or {}
+
+
+def _cv(stats: dict) -> float | None:
+    return stats["std"] / stats["mean"] if _num(stats.get("std")) and stats.get("mean") else None
+
+
 def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
     """One row per profiled cell: timings, sources, checks."""
     plain = {r["cell"]: r for r in bench}
@@ -54,10 +86,16 @@ def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
     for r in records:
         c, d = r["config"], r["data"] or {}
         phases = d.get("phases") or {}
-        timer = (d.get("python_timer") or {}).get("stats_s") or {}
+        ranges = d.get("ranges") or {}
+        same_run = d.get("python_timer") or {}
+        timer = same_run.get("stats_s") or {}
+        fwd_timer = _forward_timer(same_run)
         tool = d.get("tool") or {}
         b = plain.get(r["cell"])
-        b_stats = (b or {}).get("data", {}).get("stats_s") or {}
+        b_data = (b or {}).get("data") or {}
+        b_stats = b_data.get("stats_s") or {}
+        b_fwd = _forward_timer(b_data)
+        launches, launch_ns, launches_exact = _launches(d)
         rows.append({
             "cell": r["cell"], "size": c.get("size"), "context": c.get("context"), "mode": c.get("mode"),
             "status": r["status"], "error": r.get("error"), "source": d.get("source") or tool.get("source"),
@@ -68,9 +106,16 @@ def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
             "step_wall_ns": (phases.get("step") or {}).get("wall_ns_per_step"),
             "step_kernel_ns": (phases.get("step") or {}).get("kernel_ns_per_step"),
             "forward_kernel_ns": (phases.get("forward") or {}).get("kernel_ns_per_step"),
-            "timer_mean_s": timer.get("mean"), "timer_std_s": timer.get("std"),
+            "fwd_range_med_ns": (ranges.get("forward") or {}).get("med_ns"),
+            "step_range_med_ns": (ranges.get("step") or {}).get("med_ns"),
+            "timer_mean_s": timer.get("mean"), "timer_std_s": timer.get("std"), "timer_med_s": timer.get("median"),
+            "fwd_timer_med_s": fwd_timer.get("median"), "fwd_timer_min_s": fwd_timer.get("min"),
+            "fwd_timer_max_s": fwd_timer.get("max"), "fwd_timer_cv": _cv(fwd_timer),
+            "launches_per_step": launches, "launch_ns_per_step": launch_ns, "launches_exact": launches_exact,
             "plain_status": b["status"] if b else None,
             "plain_mean_s": b_stats.get("mean"), "plain_std_s": b_stats.get("std"),
+            "plain_fwd_med_s": b_fwd.get("median"), "plain_fwd_min_s": b_fwd.get("min"),
+            "plain_fwd_max_s": b_fwd.get("max"), "plain_fwd_cv": _cv(b_fwd), "plain_fwd_n": b_fwd.get("n"),
             "plain_wall_s": b.get("wall_s") if b else None, "plain_path": b.get("_path") if b else None,
             "profile_wall_s": tool.get("profile_wall_s"), "export_wall_s": tool.get("export_wall_s"),
             "checks": d.get("checks") or {}, "model": c.get("model"), "batch": c.get("batch_size"),
@@ -159,54 +204,152 @@ def _fb_kernels(kernels: pd.DataFrame, size, context) -> tuple[pd.DataFrame, str
 
 # --------------------------------------------------------------------------- (a)
 
+def _range_vs_timer(r) -> tuple[str, float, float] | None:
+    """(range name, range median ns, same run's timer median s): the forward range against the
+    forward timer; or the step range against the step timer for a record without the forward
+    range's median, or whose export also holds warm-up steps (the forward range's median then
+    covers warm-up forwards; the step range is the measured steps' only)."""
+    if r["exact"] and _num(r["fwd_range_med_ns"]) and _num(r["fwd_timer_med_s"]):
+        return "forward", r["fwd_range_med_ns"], r["fwd_timer_med_s"]
+    if _num(r["step_range_med_ns"]) and _num(r["timer_med_s"]):
+        return "step", r["step_range_med_ns"], r["timer_med_s"]
+    return None
+
+
+def _profiled_forward(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells[cells["mode"] == "forward"]
+
+
 def timing_table(cells: pd.DataFrame) -> Table:
+    """(a) within the profiled run: the profiler's range against the Python timer of the same steps."""
+    rows, sources, names = [], [], []
+    for _, r in _profiled_forward(cells).iterrows():
+        sources.append(r["path"])
+        head = [Cell(str(r["size"])), Cell(str(r["context"]))]
+        pair = _range_vs_timer(r) if r["status"] == "ok" else None
+        if pair is None:
+            rows.append((head, [status_cell(r["status"] if r["status"] != "ok" else "missing")] * 3, None))
+            continue
+        name, range_ns, timer_s = pair
+        names.append(name)
+        diff = range_ns / 1e9 / timer_s - 1
+        rows.append((head, [Cell(_ms(range_ns)), Cell(sig(timer_s * 1e3)), Cell(sig(100 * diff, 2))], name))
+    fallback = any(n == "step" for n in names)
+    columns = ["size", "context"] + (["range"] if fallback else []) + [
+        "profiler's range, median", "Python timer of the same run, median", "range against timer"]
+    units = ["", "tokens"] + ([""] if fallback else []) + ["ms", "ms", "%"]
+    note = ("Both columns are the profiled run's own measurements of its measured steps: the median duration of the "
+            "forward range, and the median of the Python timer around the same forward passes, whose "
+            "synchronizations the range encloses.")
+    if fallback:
+        note += (" Range 'step': the record has no median of the forward range over the measured steps alone (its "
+                 "export also holds warm-up steps, or an older parser wrote it), so the step range is compared "
+                 "with the same run's step timer.")
+    return Table(
+        title="(a) Forward pass: the profiler's range against the Python timer of the same run",
+        columns=columns, units=units, sources=sorted(set(sources)), note=note,
+        rows=[head + ([Cell(name or "–")] if fallback else []) + rest for head, rest, name in rows])
+
+
+def _ratio(a, b) -> float | None:
+    return a / b if _num(a) and _num(b) and b else None
+
+
+def profiling_table(cells: pd.DataFrame) -> Table:
+    """The profiled run against benchmarking_script's run of the same cell, forward-only cells."""
     rows, sources = [], []
-    fwd = cells[cells["mode"] == "forward"]
-    for _, r in fwd.iterrows():
+    for _, r in _profiled_forward(cells).iterrows():
         sources.append(r["path"])
         if r["plain_path"]:
             sources.append(r["plain_path"])
         head = [Cell(str(r["size"])), Cell(str(r["context"]))]
-        plain = (Cell(fmt_mean_std(r["plain_mean_s"], r["plain_std_s"], 1e-3)) if r["plain_status"] == "ok"
-                 else status_cell(r["plain_status"] or "missing"))
-        if r["status"] != "ok" or not _num(r["step_wall_ns"]):
-            rows.append(head + [plain] + [status_cell(r["status"] if r["status"] != "ok" else "missing")] * 5)
+        if r["plain_status"] != "ok" or not _num(r["plain_fwd_med_s"]):
+            rows.append(head + [status_cell(r["plain_status"] or "missing")] * 8)
             continue
-        diff = (r["step_wall_ns"] / 1e9 - r["plain_mean_s"]) / r["plain_mean_s"] if r["plain_status"] == "ok" else None
+        plain = Cell(f"{sig(r['plain_fwd_med_s'] * 1e3)} ({sig(r['plain_fwd_min_s'] * 1e3)}–"
+                     f"{sig(r['plain_fwd_max_s'] * 1e3)})")
+        if r["status"] != "ok":
+            rows.append(head + [plain] + [status_cell(r["status"])] * 7)
+            continue
+        ratio = _ratio(r["fwd_timer_med_s"], r["plain_fwd_med_s"])
+        floor = _ratio(r["fwd_timer_min_s"], r["plain_fwd_min_s"])
+        fill = _ratio(r["forward_kernel_ns"] / 1e9 if _num(r["forward_kernel_ns"]) else None, r["plain_fwd_med_s"])
+        cv = (f"{sig(100 * r['fwd_timer_cv'], 2)} / {sig(100 * r['plain_fwd_cv'], 2)}"
+              if _num(r["fwd_timer_cv"]) and _num(r["plain_fwd_cv"]) else "–")
+        approx = "" if r["launches_exact"] else "≈"
+        launches = Cell(approx + _count(r["launches_per_step"]) if _num(r["launches_per_step"]) else "–")
+        per_launch = _ratio(r["launch_ns_per_step"], r["launches_per_step"])
+        api = Cell(f"{approx}{_ms(r['launch_ns_per_step'])} ({sig(per_launch / 1e3, 2)})" if per_launch else "–")
         rows.append(head + [
-            plain, Cell(fmt_mean_std(r["timer_mean_s"], r["timer_std_s"], 1e-3) if _num(r["timer_mean_s"]) else "–"),
-            Cell(_ms(r["step_wall_ns"])),
-            Cell(f"{sig(100 * diff, 2)}" if diff is not None else "–"), Cell(_ms(r["step_kernel_ns"])),
-            Cell(sig(100 * r["step_kernel_ns"] / r["step_wall_ns"]) if _num(r["step_kernel_ns"]) else "–"),
+            plain, Cell(sig(ratio) if ratio else "–"), Cell(sig(floor) if floor else "–"), Cell(cv),
+            Cell(_ms(r["forward_kernel_ns"])), Cell(sig(100 * fill) if fill else "–"), launches, api,
         ])
     return Table(
-        title="(a) Forward pass: profiler against the Python timer",
-        columns=["size", "context", "Python timer, no profiler", "Python timer, under the profiler",
-                 "profiler: step range", "step range vs no profiler", "kernel time per forward",
-                 "kernel time / step range"],
-        units=["", "tokens", "ms", "ms", "ms", "%", "ms", "%"], rows=rows, sources=sorted(set(sources)),
-        note="Python timer: mean ± std of the measured steps (benchmarking_script's cell, and the profiled run "
-             "itself); step range: the profiler's mean duration of the measured steps' ranges; kernel time: "
-             "the kernels' summed durations per step.")
+        title="Cost of profiling: the forward pass under the profiler against benchmarking_script's run",
+        columns=["size", "context", "forward, benchmarking's run: median (min–max)",
+                 "profiled run / benchmarking's run, medians", "the same, fastest steps",
+                 "steps' coefficient of variation: profiled / benchmarking's run", "kernel time per forward",
+                 "kernel time / benchmarking's forward", "kernel launches per forward",
+                 "launch API time per forward (per launch)"],
+        units=["", "tokens", "ms", "×", "×", "%", "ms", "%", "", "ms (µs)"], rows=rows,
+        sources=sorted(set(sources)),
+        note="Python timer around the forward pass over the measured steps of two processes: the profiled run and "
+             "benchmarking_script's cell, which ran without a profiler. Kernel time: the profiled run's kernels "
+             "per forward pass. Launches and launch API time: the kernel launch calls (cudaLaunchKernel and its "
+             "variants) of the CUDA API summary per measured step, under the profiler; ≈: estimated from an "
+             "export that holds more than the measured steps.")
+
+
+def _group(g: pd.DataFrame) -> dict:
+    return {"n": len(g), "ratio": _span(g["ratio"], sig), "ratio_median": sig(g["ratio"].median()),
+            "floor": _span(g["floor"], sig), "cells": [f"{r['size']}/{r['context']}" for _, r in g.iterrows()]}
 
 
 def timing_analysis(cells: pd.DataFrame) -> dict:
-    fwd = cells[(cells["mode"] == "forward") & (cells["status"] == "ok") & (cells["plain_status"] == "ok")]
-    fwd = fwd[fwd["step_wall_ns"].map(_num)]
-    if fwd.empty:
-        return {}
-    diff = (fwd["step_wall_ns"] / 1e9 - fwd["plain_mean_s"]) / fwd["plain_mean_s"]
-    busy = fwd["step_kernel_ns"] / fwd["step_wall_ns"]
-    worst = fwd.loc[diff.abs().idxmax()]
-    lo, hi = fwd.loc[busy.idxmin()], fwd.loc[busy.idxmax()]
-    return {
-        "n": len(fwd), "median_diff": fmt_pct(diff.median(), 2), "max_abs_diff": fmt_pct(abs(diff.loc[worst.name]), 2),
-        "worst_cell": f"{worst['size']}, context {worst['context']}",
-        "n_within_5": int((diff.abs() <= 0.05).sum()),
-        "busy_lo": fmt_pct(busy.min()), "busy_lo_cell": f"{lo['size']}, context {lo['context']}",
-        "busy_hi": fmt_pct(busy.max()), "busy_hi_cell": f"{hi['size']}, context {hi['context']}",
-        "timer_ratio_median": sig((fwd["timer_mean_s"] / fwd["plain_mean_s"]).median()),
-    }
+    """Numbers quoted under (a): range against the same run's timer, then the profiled process
+    against benchmarking_script's."""
+    fwd = cells[(cells["mode"] == "forward") & (cells["status"] == "ok")]
+    out: dict = {}
+    pairs = [(r, _range_vs_timer(r)) for _, r in fwd.iterrows()]
+    pairs = [(r, p) for r, p in pairs if p]
+    if pairs:
+        diff = pd.Series([p[1] / 1e9 / p[2] - 1 for _, p in pairs])
+        worst = pairs[int(diff.abs().idxmax())][0]
+        out["range"] = {
+            "n": len(pairs), "median_abs": fmt_pct(diff.abs().median(), 2), "max_abs": fmt_pct(diff.abs().max(), 2),
+            "max_cell": f"{worst['size']}, context {worst['context']}", "n_longer": int((diff > 0).sum()),
+            "n_step": sum(p[0] == "step" for _, p in pairs),
+        }
+    both = fwd[(fwd["plain_status"] == "ok") & fwd["fwd_timer_med_s"].map(_num) & fwd["plain_fwd_med_s"].map(_num)]
+    if both.empty:
+        return out
+    both = both.assign(ratio=both["fwd_timer_med_s"] / both["plain_fwd_med_s"],
+                       floor=both["fwd_timer_min_s"] / both["plain_fwd_min_s"],
+                       fill=both["forward_kernel_ns"] / 1e9 / both["plain_fwd_med_s"])
+    # GPU kernels only: a CPU profile's operator self times say nothing of waiting on the host
+    kernels = both[both["activity"] != "cpu"]
+    gpu, host = kernels[kernels["fill"] >= GPU_BOUND], kernels[kernels["fill"] < GPU_BOUND]
+    steps = pd.concat([both["measured_steps"], both["plain_fwd_n"]]).dropna()
+    slow: dict = {"n": len(both), "n_slower": int((both["ratio"] > 1).sum()), "ratio": _span(both["ratio"], sig),
+                  "ratio_median": sig(both["ratio"].median()), "floor": _span(both["floor"], sig),
+                  "steps": _span(steps, _count) if len(steps) else None,
+                  "bound": fmt_pct(GPU_BOUND, 2), "gpu": _group(gpu) if len(gpu) else None,
+                  "host": _group(host) if len(host) else None}
+    cv = both.dropna(subset=["fwd_timer_cv", "plain_fwd_cv"])
+    if len(cv):
+        hi, lo = cv.loc[cv["fwd_timer_cv"].idxmax()], cv.loc[cv["plain_fwd_cv"].idxmax()]
+        slow["cv"] = {"profiled": fmt_pct(hi["fwd_timer_cv"], 2), "profiled_cell": f"{hi['size']}/{hi['context']}",
+                      "plain": fmt_pct(lo["plain_fwd_cv"], 2), "plain_cell": f"{lo['size']}/{lo['context']}",
+                      "steadier_without": bool(hi["fwd_timer_cv"] > lo["plain_fwd_cv"])}
+    launch = both[both["launches_per_step"].map(_num) & both["launch_ns_per_step"].map(_num)]
+    if len(launch):
+        slow["launches"] = {"n": len(launch), "per_forward": _span(launch["launches_per_step"], _count),
+                            "ms": _span(launch["launch_ns_per_step"] / 1e6, sig),
+                            "us_each": _span(launch["launch_ns_per_step"] / launch["launches_per_step"] / 1e3,
+                                             lambda x: sig(x, 2)),
+                            "estimated": not launch["launches_exact"].all()}
+    out["slowdown"] = slow
+    return out
 
 
 def cost_table(cells: pd.DataFrame) -> Table:
@@ -222,13 +365,13 @@ def cost_table(cells: pd.DataFrame) -> Table:
             Cell(sig(ratio) if ratio else "–"),
         ])
     return Table(
-        title="Cost of profiling",
+        title="Cost of profiling: whole jobs",
         columns=["size", "context", "mode", "profiled run", "stats export", "same cell, no profiler",
-                 "step time under profiler / without"],
+                 "step time, profiled run / benchmarking's run, means"],
         units=["", "tokens", "", "s", "s", "s", "×"], rows=rows, sources=sorted(cells["path"]),
         note="Wall times of whole jobs: the profiled run includes starting the profiler and the process, building "
              "the model and writing the profile; the cell without a profiler is benchmarking_script's, which may "
-             "run more steps.")
+             "run more steps. The step times are each process's Python timer.")
 
 
 # --------------------------------------------------------------------------- (b)
@@ -567,6 +710,7 @@ def build(ctx) -> dict:
     if cells.empty or kernels.empty:
         return out
     out["timing_table"] = timing_table(cells)
+    out["profiling_table"] = profiling_table(cells)
     out["timing"] = timing_analysis(cells)
     out["cost_table"] = cost_table(cells)
     out["top_table"], out["top"] = top_kernel_table(cells, kernels)
