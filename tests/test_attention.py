@@ -223,6 +223,29 @@ def test_torch_compile_section_pairs_compiled_cells_with_their_eager_twins(tmp_p
     assert "The first compiled step took 12.5 s" in section
 
 
+def test_compiled_cells_without_an_eager_record_are_not_called_eager_failures(tmp_path, monkeypatch):
+    """A compiled cell beside a missing eager cell is "not run", not "ran where eager did not"."""
+    cfg = config()
+    oom_above(monkeypatch, 64)  # the eager cells at seq 64 run out of memory
+    paths = run_all(cfg, "pytorch_attention", tmp_path, only=lambda c: c["implementation"] == "naive")
+    monkeypatch.undo()
+    records = [dict(json.loads(p.read_text()), _path=str(p)) for p in paths]
+    # Compiled twins: the eager records of d_head 8 with the status of a run that completed.
+    ok = next(r for r in records if r["config"]["d_head"] == 16 and r["config"]["seq"] == 32)
+    compiled = []
+    for r in records:
+        if r["config"]["d_head"] != 8:
+            continue
+        twin = json.loads(json.dumps(ok))
+        twin["config"].update(d_head=8, seq=r["config"]["seq"], implementation="compiled")
+        compiled.append(dict(twin, _path="compiled.json"))
+    eager = [r for r in records if not (r["config"]["d_head"] == 8 and r["config"]["seq"] == 16)]  # one not run
+    pairs = compile_section.attention_pairs(attention_section.frame(eager), attention_section.frame(compiled))
+    out = compile_section.attention_analysis(pairs, "saved_bytes")
+    assert out["only_compiled"] == [{"d": 8, "seq": 64, "eager": "oom"}]
+    assert out["n_both"] == 1  # seq 32 only: seq 16 has no eager record, seq 64 failed eagerly
+
+
 def test_optimized_step_shows_where_the_time_goes(tmp_path):
     cfg = config()
     paths = run_all(cfg, "optimized_step", tmp_path) + run_all(cfg, "roofline", tmp_path)

@@ -65,6 +65,11 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
 def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
     out: dict = {"n": len(pairs), "n_both": len(both)}
+    # An eager cell that has no record was not run: only a recorded failure counts against it.
+    only_compiled = pairs[(pairs["status"] == "ok") & pairs["status_eager"].isin(["oom", "error"])]
+    if not only_compiled.empty:
+        out["only_compiled"] = [{"d": int(r["d"]), "seq": int(r["seq"]), "eager": str(r["status_eager"])}
+                                for _, r in only_compiled.iterrows()]
     if both.empty:
         return out
     for which in ("fwd", "bwd"):
@@ -84,9 +89,6 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     first = both["first_call_s"].dropna()
     if not first.empty:
         out["first_call"] = {"min": fmt_seconds(first.min()), "max": fmt_seconds(first.max())}
-    only_compiled = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] != "ok")]
-    if not only_compiled.empty:
-        out["only_compiled"] = [{"d": int(r["d"]), "seq": int(r["seq"])} for _, r in only_compiled.iterrows()]
     ooms = pairs[pairs["status"] == "oom"].sort_values(["seq", "d"])
     if not ooms.empty:
         out["compiled_oom"] = {"d": int(ooms.iloc[0]["d"]), "seq": int(ooms.iloc[0]["seq"])}
