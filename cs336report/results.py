@@ -98,6 +98,17 @@ def _nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
+def _git_state() -> dict:
+    """The commit of the code that ran. A copy of the tree shipped elsewhere (a GPU node) names its
+    commit in CS336REPORT_GIT_COMMIT; that name wins over whatever .git the copy sits in, whose HEAD
+    may be another commit. Uncommitted changes are known only when that .git is at the named commit."""
+    named = os.environ.get("CS336REPORT_GIT_COMMIT") or None
+    head = _git("rev-parse", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if head and (not named or head == named) else None
+    return {"git_commit": named or head, "git_commit_from": "CS336REPORT_GIT_COMMIT" if named else ("git" if head else None),
+            "git_dirty": dirty}
+
+
 def provenance(device: str) -> dict:
     """Where and with what a result was measured."""
     import torch
@@ -118,9 +129,7 @@ def provenance(device: str) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton_version,
-        # a copy of the tree without .git (e.g. shipped to a GPU node) can name its commit here
-        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("CS336REPORT_GIT_COMMIT"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        **_git_state(),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "argv": sys.argv,

@@ -25,6 +25,21 @@ def test_round_trip(tmp_path):
     assert prov["torch"] and prov["device"] == "cpu"
 
 
+def test_named_commit_wins_over_the_checkout_it_runs_in(monkeypatch):
+    head = results._git("rev-parse", "HEAD")
+    if head is None:
+        pytest.skip("not a git checkout")
+    monkeypatch.delenv("CS336REPORT_GIT_COMMIT", raising=False)
+    own = results._git_state()
+    assert own["git_commit"] == head and own["git_commit_from"] == "git" and isinstance(own["git_dirty"], bool)
+    # a tree shipped to another machine names its commit; a stale .git there must not replace it
+    monkeypatch.setenv("CS336REPORT_GIT_COMMIT", "f" * 40)
+    shipped = results._git_state()
+    assert shipped == {"git_commit": "f" * 40, "git_commit_from": "CS336REPORT_GIT_COMMIT", "git_dirty": None}
+    monkeypatch.setenv("CS336REPORT_GIT_COMMIT", head)
+    assert results._git_state()["git_dirty"] == own["git_dirty"]  # .git at the named commit: its status counts
+
+
 def test_save_is_atomic(tmp_path, monkeypatch):
     target = tmp_path / "out.json"
     target.write_text('{"old": true}')
