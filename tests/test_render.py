@@ -33,3 +33,38 @@ def test_md_cell_keeps_table_structure():
     assert md_cell("a|b") == "a\\|b"
     assert md_cell("x\ny") == "x y"
     assert "<" not in md_cell("void cutlass::Kernel2<cutlass_80_tensorop>(T)")
+
+
+def test_configured_cells_without_a_result_are_listed_as_not_run(tmp_path):
+    from cs336report import experiments
+
+    cfg = tiny_config()
+    config = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
+    configured = experiments.cells("benchmarking", cfg)
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
+    run_cell("benchmarking", name, c, tmp_path / "r.json")
+    render_report([tmp_path / "r.json"], config, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert len(configured) > 1
+    assert f"ran; partly: 1 of {len(configured)} benchmarking cells" in md
+    assert f"{len(configured) - 1} of the {len(configured)} configured benchmarking cells have no result" in md
+    missing = sorted(set(configured) - {name})
+    appendix = md.split('<a id="appendix"></a>', 1)[1]
+    for other in missing:  # each in the appendix, with its settings
+        row = next(line for line in appendix.splitlines() if line.startswith(f"| benchmarking | {md_cell(other)} |"))
+        assert "| not run |" in row and f"context={configured[other]['context']}" in row
+    every = sum(len(experiments.cells(e, cfg)) for e in experiments.names())
+    assert html.count('<td class="not_run">not run</td>') == every - 1  # every configured cell but the one run
+
+
+def test_commits_line_counts_records_per_commit_and_tree_state():
+    from cs336report.report.render import _commits
+
+    def rec(commit, dirty):
+        return {"provenance": {"git_commit": commit, "git_dirty": dirty}}
+
+    records = [rec("a" * 40, False)] * 3 + [rec("b" * 40, True), rec("b" * 40, False)] + [rec(None, False)] * 2
+    assert _commits(records) == (f"{'a' * 40} (3 records, no uncommitted changes); "
+                                 f"{'b' * 40} (2 records, 1 with uncommitted changes); not recorded (2 records)")
+    assert _commits([rec("c" * 40, None)]) == f"{'c' * 40} (1 record, uncommitted changes unknown)"

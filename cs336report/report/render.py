@@ -130,7 +130,28 @@ def _provenance(records: list[dict]) -> dict:
     # a value missing on some records (e.g. no GPU for the CPU-side cells) is shown only when no record has one
     out = {k: ", ".join(str(v) for v in vals if v is not None) or "–" for k, vals in seen.items()}
     out["model"] = _model_provenance(records)
+    out["commits"] = _commits(records)
     return out
+
+
+def _commits(records: list[dict]) -> str:
+    """Each commit the records name, with how many records and whether its tree had uncommitted changes."""
+    states: dict = {}
+    for r in records:
+        p = r["provenance"]
+        states.setdefault(p.get("git_commit"), []).append(p.get("git_dirty"))
+    parts = []
+    for commit, dirty in sorted(states.items(), key=lambda kv: (kv[0] is None, -len(kv[1]))):
+        n = len(dirty)
+        if commit is None:
+            parts.append(f"not recorded ({n} record{'s' if n != 1 else ''})")
+            continue
+        changed, unknown = sum(d is True for d in dirty), sum(d is None for d in dirty)
+        state = ("uncommitted changes unknown" if unknown == n else "with uncommitted changes" if changed == n
+                 else "no uncommitted changes" if changed == 0 and unknown == 0
+                 else f"{changed} with uncommitted changes" + (f", {unknown} unknown" if unknown else ""))
+        parts.append(f"{commit} ({n} record{'s' if n != 1 else ''}, {state})")
+    return "; ".join(parts) or "–"
 
 
 def _model_provenance(records: list[dict]) -> dict:
@@ -169,9 +190,17 @@ def _config_text(cell: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(cell.items()) if k not in skip and not isinstance(v, (dict, list)))
 
 
-def _appendix(records: list[dict]) -> Table:
+def _appendix(records: list[dict], expected: dict[str, dict] | None = None,
+              coverage: dict[str, dict] | None = None) -> Table:
+    entries = [(r["experiment"], r["cell"], r) for r in records]
+    for name, cov in (coverage or {}).items():  # configured cells with no result: listed as not run
+        entries += [(name, cell, None) for cell in cov["missing"]]
     rows = []
-    for r in sorted(records, key=lambda r: (r["experiment"], r["cell"])):
+    for experiment, cell, r in sorted(entries, key=lambda e: (e[0], e[1])):
+        if r is None:
+            rows.append([Cell(experiment), Cell(cell), Cell("not run", "not_run"), Cell("–"), Cell(""),
+                         Cell(_config_text(expected[experiment][cell])), Cell("–")])
+            continue
         status = Cell(STATUS_TEXT.get(r["status"], r["status"]), r["status"])
         rows.append([Cell(r["experiment"]), Cell(r["cell"]), status, Cell(f"{r.get('wall_s', 0):.1f}"),
                      Cell(r.get("error") or ""), Cell(_config_text(r.get("config") or {})), Cell(r["_path"])])
@@ -213,6 +242,33 @@ def _cost(records: list[dict]) -> dict:
     return {"table": table, "total": fmt_seconds(total), "total_s": total}
 
 
+def _expected_cells(config: dict) -> dict[str, dict] | None:
+    """The cells the run's config asks for, per experiment (None when the config cannot say)."""
+    from .. import experiments
+    from ..config import Config
+
+    try:
+        cfg = Config.from_dict({k: v for k, v in config.items() if not k.startswith("_")}, source="resolved config",
+                               cuda_available=config.get("_device") == "cuda")
+        return {name: experiments.cells(name, cfg) for name in experiments.names()}
+    except Exception:  # a config from another version: the report then lists only what ran
+        return None
+
+
+def _coverage(records: list[dict], expected: dict[str, dict] | None) -> dict[str, dict]:
+    """Per experiment: how many of its configured cells have a result, and which have none."""
+    if not expected:
+        return {}
+    have: dict[str, set] = {}
+    for r in records:
+        have.setdefault(r["experiment"], set()).add(r["cell"])
+    out = {}
+    for name, cells in expected.items():
+        missing = sorted(set(cells) - have.get(name, set()))
+        out[name] = {"expected": len(cells), "present": len(cells) - len(missing), "missing": missing}
+    return out
+
+
 def _skip_reason(module, ctx: RenderContext) -> str:
     """Why a section has no results: not configured for this device, or configured but not run."""
     grid = (ctx.config.get("grids") or {}).get(ctx.config.get("_grid", "cpu"), {})
@@ -225,12 +281,15 @@ def _skip_reason(module, ctx: RenderContext) -> str:
 
 def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
     ctx = RenderContext(records, config, figures_dir)
+    expected = _expected_cells(config)
+    coverage = _coverage(records, expected)
     sections = []
     for module in SECTIONS:
         present = any(ctx.records(e) for e in module.EXPERIMENTS)
+        not_run = [{"rule": e, **coverage[e]} for e in module.EXPERIMENTS if coverage.get(e, {}).get("missing")]
         sections.append({
             "id": module.ID, "title": module.TITLE, "template": f"sections/{module.ID}.j2",
-            "ran": present, "rules": list(module.EXPERIMENTS),
+            "ran": present, "rules": list(module.EXPERIMENTS), "not_run": not_run if present else [],
             "skip_reason": None if present else _skip_reason(module, ctx),
             "data": module.build(ctx) if present else None,
         })
@@ -240,7 +299,8 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
         "provenance": _provenance(records), "sections": sections,
-        "appendix_table": _appendix(records),
+        "appendix_table": _appendix(records, expected, coverage),
+        "n_not_run": sum(len(c["missing"]) for c in coverage.values()),
         "cost": _cost(records), "config_yaml": yaml.safe_dump(
             {k: v for k, v in config.items() if not k.startswith("_")}, sort_keys=False),
         "n_results": len(records),
