@@ -68,3 +68,18 @@ def test_commits_line_counts_records_per_commit_and_tree_state():
     assert _commits(records) == (f"{'a' * 40} (3 records, no uncommitted changes); "
                                  f"{'b' * 40} (2 records, 1 with uncommitted changes); not recorded (2 records)")
     assert _commits([rec("c" * 40, None)]) == f"{'c' * 40} (1 record, uncommitted changes unknown)"
+
+
+def test_markdown_text_keeps_quotes_readable_but_no_markup():
+    assert md_cell("the step's time") == "the step's time"
+    assert md_cell('say "hi" & <b>') == 'say "hi" &amp; &lt;b&gt;'
+
+
+def test_cost_puts_a_shared_experiment_under_its_own_section():
+    from cs336report.report.render import _cost
+
+    records = [{"experiment": "benchmarking", "wall_s": 2.0, "benchmark": {"wall_s": 3.0}, "_path": "b.json", "data": {}}]
+    row = _cost(records)["table"].rows[0]
+    assert [c.text for c in row[:4]] == ["benchmarking_script", "benchmarking", "1", "0"]
+    warm = dict(records[0], process={"pid": 1, "cells_before": 3})
+    assert [c.text for c in _cost(records + [warm])["table"].rows[0][2:4]] == ["2", "1"]

@@ -45,8 +45,9 @@ class Figure:
 
 
 def md_cell(value) -> Markup:
-    """A data string safe inside a GitHub Markdown table cell: HTML-escaped, pipes escaped, one line."""
-    text = str(escape(str(value)))
+    """A data string safe inside a GitHub Markdown table cell: no raw HTML (&, <, > escaped; quotes
+    cannot open markup in Markdown text, so they stay readable), pipes escaped, one line."""
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = text.replace("\\", "\\\\").replace("|", "\\|")
     for char in "`*_[]":
         text = text.replace(char, "\\" + char)
@@ -222,23 +223,31 @@ def _cost(records: list[dict]) -> dict:
     for r in records:
         bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"])
         rows.append({"rule": r["experiment"], "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
-                     "from_benchmark": bool(bench), "peak": _peak_bytes(r)})
+                     "from_benchmark": bool(bench), "peak": _peak_bytes(r),
+                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0)})
     if not rows:
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)
     per_rule = df.groupby("rule", sort=True).agg(jobs=("rule", "size"), job_s=("job_s", "sum"),
-                                                  peak=("peak", "max"), measured=("from_benchmark", "all"))
-    section_of = {e: m.TITLE for m in SECTIONS for e in m.EXPERIMENTS}
+                                                  peak=("peak", "max"), measured=("from_benchmark", "all"),
+                                                  warm=("warm", "sum"))
+    section_of: dict[str, str] = {}
+    for m in SECTIONS:  # an experiment shared by two sections belongs to the first (its own)
+        for e in m.EXPERIMENTS:
+            section_of.setdefault(e, m.TITLE)
     table_rows = []
     for rule, r in per_rule.iterrows():
         table_rows.append([Cell(section_of.get(rule, "–")), Cell(rule), Cell(str(int(r["jobs"]))),
-                           Cell(fmt_seconds(r["job_s"])), Cell(fmt_bytes(r["peak"]) if r["peak"] == r["peak"] else "–")])
+                           Cell(str(int(r["warm"]))), Cell(fmt_seconds(r["job_s"])),
+                           Cell(fmt_bytes(r["peak"]) if r["peak"] == r["peak"] else "–")])
     total = df["job_s"].sum()
     note = ("job time is Snakemake's benchmark of each job (process start-up included)"
             if per_rule["measured"].all() else
             "job time is Snakemake's benchmark of each job where one was recorded, else the cell's own wall time")
-    table = Table(title="Cost of this report", columns=["section", "rule", "jobs", "job time", "largest GPU peak"],
-                  units=["", "", "", "", ""], rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
+    note += ("; in a warm worker: jobs whose cell ran in a worker process that had run cells before it, so "
+             "they paid no Python, torch or CUDA start-up")
+    table = Table(title="Cost of this report", columns=["section", "rule", "jobs", "in a warm worker", "job time", "largest GPU peak"],
+                  units=["", "", "", "", "", ""], rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
     return {"table": table, "total": fmt_seconds(total), "total_s": total}
 
 
