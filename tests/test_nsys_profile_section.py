@@ -304,3 +304,22 @@ def test_cpu_profile_is_not_split_by_kernel_fill(parsed, tmp_path):
     save(record, profiled)
     slow = build([profiled], extra=[_bench(tmp_path, [0.015, 0.0165, 0.017])])["timing"]["slowdown"]
     assert slow["gpu"] is None and slow["host"] is None and slow["ratio"] == sig(0.0402 / 0.0165)
+
+
+@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json")), reason="no published records")
+def test_launch_tracing_cost_reads_from_launch_bound_cells_only(tmp_path):
+    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json"))
+    bench = [PUBLISHED / "benchmarking" / p.name for p in records if (PUBLISHED / "benchmarking" / p.name).exists()]
+    slow = build(records, extra=bench, out=tmp_path)["timing"]["slowdown"]
+    launches = slow["launches"]
+    if slow["host"] is None or slow["gpu"] is None:
+        pytest.skip("the published cells are not split into launch-bound and GPU-bound ones")
+    # per-launch time of the launch-bound cells, recomputed from their records
+    per_launch = []
+    for path in records:
+        r = load(path)
+        if f"{r['config']['size']}/{r['config']['context']}" in slow["host"]["cells"]:
+            launch = r["data"]["launches"]
+            per_launch.append(launch["ns_per_step"] / launch["per_step"] / 1e3)
+    assert launches["us_each_launch_bound"].startswith(sig(min(per_launch), 2))
+    assert launches["us_each_launch_bound"].endswith(sig(max(per_launch), 2))

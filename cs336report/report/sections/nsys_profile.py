@@ -343,11 +343,18 @@ def timing_analysis(cells: pd.DataFrame) -> dict:
                       "steadier_without": bool(hi["fwd_timer_cv"] > lo["plain_fwd_cv"])}
     launch = both[both["launches_per_step"].map(_num) & both["launch_ns_per_step"].map(_num)]
     if len(launch):
+        each_us = launch["launch_ns_per_step"] / launch["launches_per_step"] / 1e3
         slow["launches"] = {"n": len(launch), "per_forward": _span(launch["launches_per_step"], _count),
                             "ms": _span(launch["launch_ns_per_step"] / 1e6, sig),
-                            "us_each": _span(launch["launch_ns_per_step"] / launch["launches_per_step"] / 1e3,
-                                             lambda x: sig(x, 2)),
+                            "us_each": _span(each_us, lambda x: sig(x, 2)),
                             "estimated": not launch["launches_exact"].all()}
+        # Where the GPU is busy, a launch call also waits for room in the launch queue: its API time is
+        # then the GPU's pace, not the cost of tracing. The tracing cost reads from the launch-bound cells.
+        fill = launch["forward_kernel_ns"] / 1e9 / launch["plain_fwd_med_s"]
+        waiting, traced = each_us[fill >= GPU_BOUND], each_us[fill < GPU_BOUND]
+        if len(traced) and len(waiting):
+            slow["launches"].update(us_each_launch_bound=_span(traced, lambda x: sig(x, 2)),
+                                    us_each_gpu_bound_max=sig(waiting.max(), 2))
     out["slowdown"] = slow
     return out
 
