@@ -21,14 +21,31 @@ from .results import load, now_iso, save
 BENCHMARK_COLUMNS = {"s": "wall_s", "max_rss": "max_rss_mib", "cpu_time": "cpu_time_s"}
 
 
-def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks") -> dict | None:
-    """Snakemake's ``benchmark:`` measurement of the job that wrote ``results/<rule>/<cell>.json``."""
-    path = Path(result_path)
-    tsv = Path(root) / path.parent.name / f"{path.stem}.tsv"
-    if not tsv.exists():
-        return None
+# A result written by the last job of a chain costs the whole chain: the nsys_parse record stands
+# for the profiled run, its stats export and the parse.
+JOB_CHAINS = {"nsys_parse": ("nsys_profile", "nsys_stats", "nsys_parse")}
+
+
+def _benchmark_row(tsv: Path) -> dict:
     row = pd.read_csv(tsv, sep="\t").iloc[-1]
     return {new: float(row[old]) for old, new in BENCHMARK_COLUMNS.items() if old in row and row[old] != "-"}
+
+
+def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks") -> dict | None:
+    """Snakemake's ``benchmark:`` measurement of the job(s) that wrote ``results/<rule>/<cell>.json``:
+    wall and CPU time summed over a chain of jobs, the largest resident memory of them."""
+    path = Path(result_path)
+    rows = [_benchmark_row(tsv) for rule in JOB_CHAINS.get(path.parent.name, (path.parent.name,))
+            if (tsv := Path(root) / rule / f"{path.stem}.tsv").exists()]
+    if not rows:
+        return None
+    out: dict = {}
+    for row in rows:
+        for key, value in row.items():
+            out[key] = max(out.get(key, value), value) if key == "max_rss_mib" else out.get(key, 0.0) + value
+    if len(rows) > 1:
+        out["jobs"] = len(rows)
+    return out
 
 
 def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmarks: str | Path = "benchmarks") -> Path:

@@ -41,3 +41,16 @@ def test_render_published_without_a_published_folder_says_what_to_do(workdir):
     output = run.stdout + run.stderr
     assert run.returncode != 0
     assert "nowhere/manifest.json" in output and "snakemake --cores 1 publish" in output
+
+
+def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
+    from cs336report.publish import benchmark_of
+
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    for rule, (wall, rss, cpu) in {"nsys_profile": (10.0, 900.0, 8.0), "nsys_stats": (2.0, 300.0, 1.5)}.items():
+        (tmp_path / rule).mkdir()
+        (tmp_path / rule / "c.tsv").write_text(header + f"{wall}\t0:00:10\t{rss}\t0\t0\t0\t0\t0\t0\t{cpu}\n")
+    got = benchmark_of("results/nsys_parse/c.json", tmp_path)
+    assert got == {"wall_s": 12.0, "max_rss_mib": 900.0, "cpu_time_s": 9.5, "jobs": 2}
+    assert benchmark_of("results/nsys_profile/c.json", tmp_path)["wall_s"] == 10.0  # one job of its own
+    assert benchmark_of("results/benchmarking/c.json", tmp_path) is None

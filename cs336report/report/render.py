@@ -244,6 +244,8 @@ def _cost(records: list[dict]) -> dict:
     note = ("job time is Snakemake's benchmark of each job (process start-up included)"
             if per_rule["measured"].all() else
             "job time is Snakemake's benchmark of each job where one was recorded, else the cell's own wall time")
+    note += ("; a result made by a chain of jobs counts the whole chain (nsys_profile: the profiled run, its "
+             "stats export and the parse)")
     note += ("; in a warm worker: jobs whose cell ran in a worker process that had run cells before it, so "
              "they paid no Python, torch or CUDA start-up")
     table = Table(title="Cost of this report", columns=["section", "rule", "jobs", "in a warm worker", "job time", "largest GPU peak"],

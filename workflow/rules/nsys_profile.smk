@@ -54,6 +54,8 @@ rule nsys_parse:
         "results/nsys_parse/{cell}.json",
     log:
         "logs/nsys_parse/{cell}.log",
+    benchmark:
+        "benchmarks/nsys_parse/{cell}.tsv"
     shell:
         "{PY} -m cs336report parse-nsys {input.stats}/stats --run {input.profile}/run.json "
         "--name {wildcards.cell} --out {output} > {log} 2>&1"
