@@ -67,7 +67,7 @@ def test_probe_without_grid_has_no_cells():
 
 
 def _product(cfg, grid) -> dict:
-    return {benchmarking.cell_name(c): c for c in ab._expand(cfg, grid)}
+    return {benchmarking.cell_name(c): c for c in benchmarking.grid_cells(cfg, grid)}
 
 
 @pytest.mark.parametrize("cuda", [False, True])

@@ -32,17 +32,6 @@ from .benchmarking import autocast_context, cell_name, set_tf32, transformer_cel
 GRID_KEYS = ("implementations", "precisions", "sizes", "contexts", "modes")
 
 
-def _expand(cfg, grid: dict) -> list[dict]:
-    return [
-        transformer_cell(cfg, size, context, mode, precision, impl)
-        for impl in grid["implementations"]
-        for precision in grid["precisions"]
-        for size in grid["sizes"]
-        for context in grid["contexts"]
-        for mode in grid["modes"]
-    ]
-
-
 def _new_cells(candidates: list[dict], *taken: dict[str, dict]) -> dict[str, dict]:
     """The candidates that no experiment in ``taken`` already runs with the same settings."""
     out = {}
@@ -69,14 +58,14 @@ def bf16_cells(cfg) -> dict[str, dict]:
     grid = bf16_grid(cfg)
     if grid is None:
         return {}
-    return _new_cells(_expand(cfg, grid), benchmarking.cells(cfg))
+    return _new_cells(benchmarking.grid_cells(cfg, grid), benchmarking.cells(cfg))
 
 
 def memory_cells(cfg) -> dict[str, dict]:
     grid = cfg.grid("autocast_memory")
     if grid is None:
         return {}
-    return _new_cells(_expand(cfg, grid), benchmarking.cells(cfg), bf16_cells(cfg))
+    return _new_cells(benchmarking.grid_cells(cfg, grid), benchmarking.cells(cfg), bf16_cells(cfg))
 
 
 # ---------------------------------------------------------------------------

@@ -58,19 +58,23 @@ def cell_name(cell: dict) -> str:
     return name
 
 
+def grid_cells(cfg, grid: dict) -> list[dict]:
+    """One Transformer cell per implementation x precision x size x context x mode of ``grid``
+    (implementations default to the run's), in that order."""
+    impls = grid.get("implementations") or [cfg.run["implementation"]]
+    return [
+        transformer_cell(cfg, size, context, mode, precision, impl)
+        for impl in impls
+        for precision in grid["precisions"]
+        for size in grid["sizes"]
+        for context in grid["contexts"]
+        for mode in grid["modes"]
+    ]
+
+
 def cells(cfg) -> dict[str, dict]:
     """Every cell of the benchmarking grid, by name."""
-    grid = cfg.grid("benchmarking")
-    impls = grid.get("implementations") or [cfg.run["implementation"]]
-    out = {}
-    for impl in impls:
-        for precision in grid["precisions"]:
-            for size in grid["sizes"]:
-                for context in grid["contexts"]:
-                    for mode in grid["modes"]:
-                        cell = transformer_cell(cfg, size, context, mode, precision, impl)
-                        out[cell_name(cell)] = cell
-    return out
+    return {cell_name(cell): cell for cell in grid_cells(cfg, cfg.grid("benchmarking"))}
 
 
 def warmup_cells(cfg) -> dict[str, dict]:

@@ -51,19 +51,13 @@ def compiled_model_cells(cfg) -> dict[str, dict]:
     grid = cfg.grid("compiled_model")
     if grid is None:
         return {}
-    impls = grid.get("implementations") or [cfg.run["implementation"]]
     taken = benchmarking.cells(cfg)
     out = {}
-    for impl in impls:
-        for precision in grid["precisions"]:
-            for size in grid["sizes"]:
-                for context in grid["contexts"]:
-                    for mode in grid["modes"]:
-                        eager = transformer_cell(cfg, size, context, mode, precision, impl)
-                        if taken.get(benchmarking.cell_name(eager)) != eager:
-                            out[model_cell_name(eager)] = eager
-                        compiled = transformer_cell(cfg, size, context, mode, precision, impl, compile=True)
-                        out[model_cell_name(compiled)] = compiled
+    for eager in benchmarking.grid_cells(cfg, grid):
+        if taken.get(benchmarking.cell_name(eager)) != eager:
+            out[model_cell_name(eager)] = eager
+        compiled = {**eager, "compile": True}
+        out[model_cell_name(compiled)] = compiled
     return out
 
 
