@@ -265,6 +265,10 @@ TRITON_CASES = {
     "fp32-n50-d32-causal-bq16-bk32": (2, 50, 50, 32, "float32", True, 16, 32),
     "fp32-n33-d16-causal-bq32-bk32": (2, 33, 33, 16, "float32", True, 32, 32),
     "fp32-cross-nq40-nk72-d16": (1, 40, 72, 16, "float32", False, 16, 32),
+    "fp32-cross-nq40-nk72-d16-causal": (1, 40, 72, 16, "float32", True, 16, 32),
+    "fp32-cross-nq72-nk40-d16-causal": (1, 72, 40, 16, "float32", True, 32, 16),
+    "fp32-n96-d16-causal-bq16-bk64": (1, 96, 96, 16, "float32", True, 16, 64),
+    "fp32-n128-d16-causal-bq64-bk16": (1, 128, 128, 16, "float32", True, 64, 16),
     "fp32-n32-d64-causal": (1, 32, 32, 64, "float32", True, 16, 16),
     "bf16-n64-d16": (1, 64, 64, 16, "bfloat16", False, 16, 16),
     "bf16-n64-d16-causal": (1, 64, 64, 16, "bfloat16", True, 16, 16),
@@ -407,6 +411,10 @@ def test_gpu_triton_autotune_reports_config():
     cfg = last_triton_config()
     assert set(cfg) == {"fwd", "bwd_dkdv", "bwd_dq"}
     assert all(c["autotuned"] and c["Q_TILE_SIZE"] >= 16 for c in cfg.values())
+    for name, c in cfg.items():  # a shape not tuned before in this process: the table comes with it
+        timed = [r for r in c.get("candidates", []) if r["ms"] is not None]
+        assert timed, name
+        assert (timed[0]["Q_TILE_SIZE"], timed[0]["K_TILE_SIZE"]) == (c["Q_TILE_SIZE"], c["K_TILE_SIZE"]), name
 
 
 @pytest.mark.gpu
@@ -425,3 +433,38 @@ if __name__ == "__main__":
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("set TRITON_INTERPRET=1 to run the Triton interpreter cases")
     print(json.dumps(run_triton_cases_here()))
+
+
+def test_autotune_record_keeps_candidate_times_per_shape():
+    """The tuner's timing table is kept per shape, fastest first, and repeated on cached launches."""
+    pytest.importorskip("triton")
+    import triton
+
+    from cs336report.flash import triton_kernels as tk
+
+    fast = triton.Config({"Q_TILE_SIZE": 128, "K_TILE_SIZE": 64}, num_warps=8, num_stages=3)
+    slow = triton.Config({"Q_TILE_SIZE": 32, "K_TILE_SIZE": 32}, num_warps=4, num_stages=2)
+    too_big = triton.Config({"Q_TILE_SIZE": 128, "K_TILE_SIZE": 128}, num_warps=8, num_stages=2)
+
+    class Tuner:  # the two attributes triton.autotune's Autotuner leaves after tuning
+        best_config = fast
+        configs_timings = {slow: [2.5, 2.4, 2.6], too_big: [float("inf")] * 3, fast: [1.25, 1.2, 1.3]}
+
+    try:
+        tk._record_autotuned("test_kernel", Tuner, ("shape-a",))
+        rec = tk.last_triton_config()["test_kernel"]
+        assert (rec["Q_TILE_SIZE"], rec["K_TILE_SIZE"], rec["num_warps"], rec["autotuned"]) == (128, 64, 8, True)
+        assert [c["ms"] for c in rec["candidates"]] == [1.25, 2.5, None]
+        assert rec["candidates"][0]["Q_TILE_SIZE"] == 128 and rec["candidates"][1]["num_stages"] == 2
+
+        # a new shape with the table left over from shape-a (the tuner served it from its cache): no table
+        tk._record_autotuned("test_kernel", Tuner, ("shape-b",))
+        assert "candidates" not in tk.last_triton_config()["test_kernel"]
+        # shape-a again, cached: its own table comes back
+        tk._record_autotuned("test_kernel", Tuner, ("shape-a",))
+        assert len(tk.last_triton_config()["test_kernel"]["candidates"]) == 3
+    finally:
+        tk._last_config.pop("test_kernel", None)
+        tk._seen_timings.pop("test_kernel", None)
+        for key in [k for k in tk._candidates if k[0] == "test_kernel"]:
+            del tk._candidates[key]

@@ -8,17 +8,21 @@ Q and L (the logsumexp of each query's scores) is (batch, n_queries), float32.
   sweeps the key tiles, keeping the running max/sum and the output accumulator
   in float32 registers.  Scores are handled in base 2 (``exp2``), which is the
   same softmax with ``scale * log2(e)`` folded into the scores.
+* ``flash_bwd_delta_kernel``: D = rowsum(O * dO) for the two backward passes.
 * ``flash_bwd_dkdv_kernel``: grid (T_k, batch); one program owns a key tile and
   sweeps the query tiles, accumulating dK and dV.
 * ``flash_bwd_dq_kernel``: grid (T_q, batch); one program owns a query tile and
   sweeps the key tiles, accumulating dQ.
   Both backward kernels write disjoint outputs, so no atomics are needed.
-  D = rowsum(O * dO) is computed beforehand.
 
 With causal masking, key tiles entirely above the diagonal (and, in the dK/dV
 pass, query tiles entirely before the key tile) are skipped by the loop bounds.
-Ragged sequence lengths are handled with ``boundary_check`` on the loads and
-stores and an explicit validity mask on the scores.
+Each sweep runs in two parts: the tiles every row of the program's tile sees
+whole, loaded without bounds checks and used without a mask, then the few that
+straddle the causal diagonal or the ragged end of the sequence, which are
+bounds-checked (``boundary_check``, zero padding) and masked. The forward and
+dQ kernels take query tiles last to first, so that under a causal mask the
+longest programs start first.
 
 Importing this module without Triton works; the Triton entry points then raise
 ``TritonUnavailableError``.  With ``TRITON_INTERPRET=1`` set before Triton is
@@ -94,14 +98,37 @@ DEFAULT_K_TILE = 64
 DEFAULT_NUM_WARPS = 4
 DEFAULT_NUM_STAGES = 2
 
-# (Q_TILE_SIZE, K_TILE_SIZE, num_warps, num_stages) tried by the autotuner.
-AUTOTUNE_TILES = (
-    (32, 32, 4, 2),
-    (64, 32, 4, 3),
-    (64, 64, 4, 3),
-    (128, 64, 8, 3),
-    (128, 128, 8, 2),
-)
+# (Q_TILE_SIZE, K_TILE_SIZE, num_warps, num_stages) tried by the autotuner, per kernel. The
+# forward and dQ kernels own a query tile and sweep key tiles; the dK/dV kernel owns a key tile
+# and sweeps query tiles, so its lists favour a large K tile and a small Q tile.
+AUTOTUNE_TILES = {
+    "fwd": (
+        (32, 32, 4, 2),
+        (64, 32, 4, 3),
+        (64, 64, 4, 3),
+        (128, 32, 4, 3),
+        (128, 64, 4, 3),
+        (128, 64, 8, 3),
+        (128, 128, 8, 2),
+    ),
+    "bwd_dkdv": (
+        (32, 32, 4, 2),
+        (32, 64, 4, 3),
+        (64, 64, 4, 3),
+        (32, 128, 4, 3),
+        (64, 128, 8, 3),
+        (16, 128, 4, 3),
+    ),
+    "bwd_dq": (
+        (32, 32, 4, 2),
+        (64, 32, 4, 3),
+        (64, 64, 4, 3),
+        (128, 32, 4, 3),
+        (128, 64, 8, 3),
+    ),
+}
+# Query rows per program of the Dl = rowsum(O * dO) kernel.
+DELTA_BLOCK = 64
 
 # Launch configuration of the most recent forward / backward, for reporting.
 _last_config: dict[str, dict] = {}
@@ -120,7 +147,9 @@ def last_triton_config() -> dict[str, dict]:
     """Tile sizes / warps / stages used by the last launch of each kernel.
 
     Keys: "fwd", "bwd_dkdv", "bwd_dq".  Each value has Q_TILE_SIZE, K_TILE_SIZE,
-    num_warps, num_stages and ``autotuned`` (whether the autotuner chose it).
+    num_warps, num_stages and ``autotuned`` (whether the autotuner chose it); an
+    autotuned launch also has ``candidates``, the times of every config tried for its shape
+    (see ``_record_autotuned``).
     """
     return {name: dict(cfg) for name, cfg in _last_config.items()}
 
@@ -163,9 +192,34 @@ def _record(name: str, q_tile: int, k_tile: int, num_warps: int, num_stages: int
     }
 
 
-def _record_autotuned(name: str, tuner) -> None:
+# Per (kernel, shape): the autotuner's timing table of the tuning for that shape, and the table
+# object last seen (a new object means the tuner has just tuned).
+_candidates: dict[tuple, list[dict]] = {}
+_seen_timings: dict[str, object] = {}
+
+
+def _record_autotuned(name: str, tuner, shape: tuple) -> None:
+    """Record the autotuner's choice for ``shape`` and the candidates it timed for that shape.
+
+    ``candidates``: each tried config with its median kernel time in ms (``None`` where it could
+    not run, e.g. out of shared memory), fastest first, kept from the launch that tuned and
+    repeated on later launches of the same shape (served from the tuner's cache).
+    """
     cfg = tuner.best_config
     _record(name, cfg.kwargs["Q_TILE_SIZE"], cfg.kwargs["K_TILE_SIZE"], cfg.num_warps, cfg.num_stages, True)
+    timings = getattr(tuner, "configs_timings", None)
+    if timings and _seen_timings.get(name) is not timings:
+        _seen_timings[name] = timings
+        rows = []
+        for c, t in timings.items():
+            ms = t[0] if isinstance(t, (list, tuple)) else t
+            rows.append({"Q_TILE_SIZE": int(c.kwargs["Q_TILE_SIZE"]), "K_TILE_SIZE": int(c.kwargs["K_TILE_SIZE"]),
+                         "num_warps": int(c.num_warps), "num_stages": int(c.num_stages),
+                         "ms": float(ms) if ms is not None and math.isfinite(ms) else None})
+        rows.sort(key=lambda r: (r["ms"] is None, r["ms"] or 0.0))
+        _candidates[(name, shape)] = rows
+    if (name, shape) in _candidates:
+        _last_config[name]["candidates"] = [dict(r) for r in _candidates[(name, shape)]]
 
 
 if HAS_TRITON:
@@ -183,6 +237,44 @@ if HAS_TRITON:
             return tl.dot(a, b, acc=acc)
 
     @triton.jit
+    def _fwd_tiles(
+        acc, l_i, m_i, q, K_blk, V_blk, lo, hi, rows, cols0, qk_scale, N_KEYS,
+        Q_TILE_SIZE: tl.constexpr, K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
+    ):
+        """Fold key tiles ``lo .. hi-1`` into one query tile's running max, sum and output.
+
+        MASKED tiles (the causal diagonal, a ragged last tile) are bounds-checked and masked;
+        the others are whole tiles that every query of the tile sees, used as loaded.
+        """
+        K_blk = tl.advance(K_blk, (lo * K_TILE_SIZE, 0))
+        V_blk = tl.advance(V_blk, (lo * K_TILE_SIZE, 0))
+        for j in range(lo, hi):
+            if MASKED:
+                k = tl.load(K_blk, boundary_check=(0,), padding_option="zero")  # (Bk, D)
+                v = tl.load(V_blk, boundary_check=(0,), padding_option="zero")  # (Bk, D)
+            else:
+                k = tl.load(K_blk)
+                v = tl.load(V_blk)
+            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk)
+            if MASKED:
+                cols = j * K_TILE_SIZE + cols0  # (Bk,)
+                valid = cols[None, :] < N_KEYS  # (1, Bk)
+                if is_causal:
+                    valid = valid & (cols[None, :] <= rows[:, None])  # (Bq, Bk)
+                # The handout's -1e6 for masked pairs: finite, so a row with no valid key never gives inf - inf.
+                s = tl.where(valid, s, -1e6)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))  # (Bq,)
+            p = tl.exp2(s - m_new[:, None])  # (Bq, Bk)
+            alpha = tl.exp2(m_i - m_new)  # (Bq,)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None]
+            acc = _dot(p.to(v.dtype), v, acc)  # (Bq, D)
+            m_i = m_new
+            K_blk = tl.advance(K_blk, (K_TILE_SIZE, 0))
+            V_blk = tl.advance(V_blk, (K_TILE_SIZE, 0))
+        return acc, l_i, m_i
+
+    @triton.jit
     def flash_fwd_kernel(
         Q_ptr, K_ptr, V_ptr,
         O_ptr, L_ptr,
@@ -198,7 +290,9 @@ if HAS_TRITON:
         K_TILE_SIZE: tl.constexpr,
         is_causal: tl.constexpr,
     ):
-        q_tile = tl.program_id(0)
+        # Query tiles are taken last to first: under a causal mask the last tiles see the most
+        # keys, and starting them first leaves the short ones to fill the machine at the end.
+        q_tile = tl.num_programs(0) - 1 - tl.program_id(0)
         b = tl.program_id(1)
         q_start = q_tile * Q_TILE_SIZE
 
@@ -223,7 +317,7 @@ if HAS_TRITON:
             offsets=(q_start,), block_shape=(Q_TILE_SIZE,), order=(0,),
         )
 
-        q = tl.load(Q_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
+        q = tl.load(Q_blk, boundary_check=(0,), padding_option="zero")  # (Bq, D)
         rows = q_start + tl.arange(0, Q_TILE_SIZE)  # (Bq,)
         cols0 = tl.arange(0, K_TILE_SIZE)  # (Bk,)
         qk_scale = scale * 1.4426950408889634  # softmax in base 2
@@ -232,34 +326,95 @@ if HAS_TRITON:
         l_i = tl.zeros((Q_TILE_SIZE,), dtype=tl.float32)  # running sum
         acc = tl.zeros((Q_TILE_SIZE, D), dtype=tl.float32)  # unnormalised output
 
+        # Key tiles [0, n_full) are whole and seen by every query of the tile; those up to n_tiles
+        # (the causal diagonal, a ragged last tile) need the mask.
         if is_causal:
-            k_hi = tl.minimum(N_KEYS, q_start + Q_TILE_SIZE)  # keys past the tile's last query are masked
+            n_tiles = tl.cdiv(tl.minimum(N_KEYS, q_start + Q_TILE_SIZE), K_TILE_SIZE)
+            n_full = tl.minimum((q_start + 1) // K_TILE_SIZE, N_KEYS // K_TILE_SIZE)
         else:
-            k_hi = N_KEYS
-        for j in range(0, tl.cdiv(k_hi, K_TILE_SIZE)):
-            k = tl.load(K_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
-            v = tl.load(V_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
-            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk)
-            cols = j * K_TILE_SIZE + cols0  # (Bk,)
-            valid = cols[None, :] < N_KEYS  # (1, Bk)
-            if is_causal:
-                valid = valid & (cols[None, :] <= rows[:, None])  # (Bq, Bk)
-            # The handout's -1e6 for masked pairs: finite, so a tile with no valid key never gives inf - inf.
-            s = tl.where(valid, s, -1e6)
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))  # (Bq,)
-            p = tl.exp2(s - m_new[:, None])  # (Bq, Bk)
-            alpha = tl.exp2(m_i - m_new)  # (Bq,)
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None]
-            acc = _dot(p.to(v.dtype), v, acc)  # (Bq, D)
-            m_i = m_new
-            K_blk = tl.advance(K_blk, (K_TILE_SIZE, 0))
-            V_blk = tl.advance(V_blk, (K_TILE_SIZE, 0))
+            n_tiles = tl.cdiv(N_KEYS, K_TILE_SIZE)
+            n_full = N_KEYS // K_TILE_SIZE
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, K_blk, V_blk, 0, n_full, rows, cols0, qk_scale, N_KEYS,
+                                   Q_TILE_SIZE, K_TILE_SIZE, False, is_causal)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, K_blk, V_blk, n_full, n_tiles, rows, cols0, qk_scale,
+                                   N_KEYS, Q_TILE_SIZE, K_TILE_SIZE, True, is_causal)
 
         o = acc / l_i[:, None]  # (Bq, D)
         lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # natural-log logsumexp, (Bq,)
-        tl.store(O_blk, o.to(O_ptr.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(O_blk, o.to(O_ptr.dtype.element_ty), boundary_check=(0,))
         tl.store(L_blk, lse, boundary_check=(0,))
+
+    @triton.jit
+    def flash_bwd_delta_kernel(
+        O_ptr, dO_ptr, Dl_ptr,
+        stride_ob, stride_oq, stride_od,
+        stride_dob, stride_doq, stride_dod,
+        stride_lb, stride_lq,
+        N_QUERIES,
+        D: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        """Dl = rowsum(O * dO) in float32; grid (cdiv(N_QUERIES, BLOCK), batch)."""
+        start = tl.program_id(0) * BLOCK
+        b = tl.program_id(1)
+        O_blk = tl.make_block_ptr(
+            O_ptr + b * stride_ob, shape=(N_QUERIES, D), strides=(stride_oq, stride_od),
+            offsets=(start, 0), block_shape=(BLOCK, D), order=(1, 0),
+        )
+        dO_blk = tl.make_block_ptr(
+            dO_ptr + b * stride_dob, shape=(N_QUERIES, D), strides=(stride_doq, stride_dod),
+            offsets=(start, 0), block_shape=(BLOCK, D), order=(1, 0),
+        )
+        Dl_blk = tl.make_block_ptr(
+            Dl_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
+            offsets=(start,), block_shape=(BLOCK,), order=(0,),
+        )
+        o = tl.load(O_blk, boundary_check=(0,), padding_option="zero").to(tl.float32)  # (BLOCK, D)
+        do = tl.load(dO_blk, boundary_check=(0,), padding_option="zero").to(tl.float32)  # (BLOCK, D)
+        tl.store(Dl_blk, tl.sum(o * do, axis=1), boundary_check=(0,))
+
+    @triton.jit
+    def _dkdv_tiles(
+        dk, dv, k, v, Q_blk, dO_blk, L_blk, Dl_blk, lo, hi, cols, rows0, qk_scale, N_QUERIES,
+        Q_TILE_SIZE: tl.constexpr, K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
+    ):
+        """Add query tiles ``lo .. hi-1`` to one key tile's dK and dV.
+
+        MASKED tiles (the causal diagonal, a ragged last query tile) are bounds-checked and
+        masked. Keys past the end need no mask: their rows of dK and dV are never stored.
+        """
+        Q_blk = tl.advance(Q_blk, (lo * Q_TILE_SIZE, 0))
+        dO_blk = tl.advance(dO_blk, (lo * Q_TILE_SIZE, 0))
+        L_blk = tl.advance(L_blk, (lo * Q_TILE_SIZE,))
+        Dl_blk = tl.advance(Dl_blk, (lo * Q_TILE_SIZE,))
+        for i in range(lo, hi):
+            if MASKED:
+                q = tl.load(Q_blk, boundary_check=(0,), padding_option="zero")  # (Bq, D)
+                do = tl.load(dO_blk, boundary_check=(0,), padding_option="zero")  # (Bq, D)
+                lse = tl.load(L_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
+                delta = tl.load(Dl_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
+            else:
+                q = tl.load(Q_blk)
+                do = tl.load(dO_blk)
+                lse = tl.load(L_blk)
+                delta = tl.load(Dl_blk)
+            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk), base 2
+            p = tl.exp2(s - (lse * 1.4426950408889634)[:, None])  # (Bq, Bk)
+            if MASKED:
+                rows = i * Q_TILE_SIZE + rows0  # (Bq,)
+                valid = rows[:, None] < N_QUERIES  # (Bq, 1)
+                if is_causal:
+                    valid = valid & (cols[None, :] <= rows[:, None])  # (Bq, Bk)
+                p = tl.where(valid, p, 0.0)
+            dv = _dot(tl.trans(p.to(do.dtype)), do, dv)  # (Bk, D)
+            dp = _dot(do, tl.trans(v), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32))  # (Bq, Bk)
+            ds = p * (dp - delta[:, None])  # (Bq, Bk)
+            dk = _dot(tl.trans(ds.to(q.dtype)), q, dk)  # (Bk, D)
+            Q_blk = tl.advance(Q_blk, (Q_TILE_SIZE, 0))
+            dO_blk = tl.advance(dO_blk, (Q_TILE_SIZE, 0))
+            L_blk = tl.advance(L_blk, (Q_TILE_SIZE,))
+            Dl_blk = tl.advance(Dl_blk, (Q_TILE_SIZE,))
+        return dk, dv
 
     @triton.jit
     def flash_bwd_dkdv_kernel(
@@ -280,14 +435,10 @@ if HAS_TRITON:
         is_causal: tl.constexpr,
     ):
         # L and Dl (= rowsum(O * dO)) share one layout: (batch, N_QUERIES), strides (stride_lb, stride_lq).
+        # Key tiles in order: under a causal mask the first ones see the most queries.
         k_tile = tl.program_id(0)
         b = tl.program_id(1)
         k_start = k_tile * K_TILE_SIZE
-        if is_causal:
-            i_lo = k_start // Q_TILE_SIZE  # earlier query tiles cannot see this key tile
-        else:
-            i_lo = 0
-        q_lo = i_lo * Q_TILE_SIZE
 
         K_blk = tl.make_block_ptr(
             K_ptr + b * stride_kb, shape=(N_KEYS, D), strides=(stride_kk, stride_kd),
@@ -299,48 +450,45 @@ if HAS_TRITON:
         )
         Q_blk = tl.make_block_ptr(
             Q_ptr + b * stride_qb, shape=(N_QUERIES, D), strides=(stride_qq, stride_qd),
-            offsets=(q_lo, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+            offsets=(0, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
         )
         dO_blk = tl.make_block_ptr(
             dO_ptr + b * stride_dob, shape=(N_QUERIES, D), strides=(stride_doq, stride_dod),
-            offsets=(q_lo, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
+            offsets=(0, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
         )
         L_blk = tl.make_block_ptr(
             L_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
-            offsets=(q_lo,), block_shape=(Q_TILE_SIZE,), order=(0,),
+            offsets=(0,), block_shape=(Q_TILE_SIZE,), order=(0,),
         )
         Dl_blk = tl.make_block_ptr(
             Dl_ptr + b * stride_lb, shape=(N_QUERIES,), strides=(stride_lq,),
-            offsets=(q_lo,), block_shape=(Q_TILE_SIZE,), order=(0,),
+            offsets=(0,), block_shape=(Q_TILE_SIZE,), order=(0,),
         )
 
-        k = tl.load(K_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
-        v = tl.load(V_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
+        k = tl.load(K_blk, boundary_check=(0,), padding_option="zero")  # (Bk, D)
+        v = tl.load(V_blk, boundary_check=(0,), padding_option="zero")  # (Bk, D)
         cols = k_start + tl.arange(0, K_TILE_SIZE)  # (Bk,)
         rows0 = tl.arange(0, Q_TILE_SIZE)  # (Bq,)
         qk_scale = scale * 1.4426950408889634
 
+        # Query tiles: [i_lo, i_full) straddle the causal diagonal, [i_full, n_whole) are whole and
+        # see every key of the tile, and a ragged last tile (up to n_tiles) is bounds-checked.
+        n_tiles = tl.cdiv(N_QUERIES, Q_TILE_SIZE)
+        n_whole = N_QUERIES // Q_TILE_SIZE
+        if is_causal:
+            i_lo = k_start // Q_TILE_SIZE  # earlier query tiles cannot see this key tile
+            i_full = tl.cdiv(k_start + K_TILE_SIZE - 1, Q_TILE_SIZE)
+        else:
+            i_lo = 0
+            i_full = 0
         dk = tl.zeros((K_TILE_SIZE, D), dtype=tl.float32)
         dv = tl.zeros((K_TILE_SIZE, D), dtype=tl.float32)
-        for i in range(i_lo, tl.cdiv(N_QUERIES, Q_TILE_SIZE)):
-            q = tl.load(Q_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
-            do = tl.load(dO_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
-            lse = tl.load(L_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
-            delta = tl.load(Dl_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
-            rows = i * Q_TILE_SIZE + rows0  # (Bq,)
-            valid = (rows[:, None] < N_QUERIES) & (cols[None, :] < N_KEYS)  # (Bq, Bk)
-            if is_causal:
-                valid = valid & (cols[None, :] <= rows[:, None])
-            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk), base 2
-            p = tl.where(valid, tl.exp2(s - (lse * 1.4426950408889634)[:, None]), 0.0)  # (Bq, Bk)
-            dv = _dot(tl.trans(p.to(do.dtype)), do, dv)  # (Bk, D)
-            dp = _dot(do, tl.trans(v), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32))  # (Bq, Bk)
-            ds = p * (dp - delta[:, None])  # (Bq, Bk)
-            dk = _dot(tl.trans(ds.to(q.dtype)), q, dk)  # (Bk, D)
-            Q_blk = tl.advance(Q_blk, (Q_TILE_SIZE, 0))
-            dO_blk = tl.advance(dO_blk, (Q_TILE_SIZE, 0))
-            L_blk = tl.advance(L_blk, (Q_TILE_SIZE,))
-            Dl_blk = tl.advance(Dl_blk, (Q_TILE_SIZE,))
+        dk, dv = _dkdv_tiles(dk, dv, k, v, Q_blk, dO_blk, L_blk, Dl_blk, i_lo, tl.minimum(i_full, n_tiles),
+                             cols, rows0, qk_scale, N_QUERIES, Q_TILE_SIZE, K_TILE_SIZE, True, is_causal)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, Q_blk, dO_blk, L_blk, Dl_blk, i_full, n_whole,
+                             cols, rows0, qk_scale, N_QUERIES, Q_TILE_SIZE, K_TILE_SIZE, False, is_causal)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, Q_blk, dO_blk, L_blk, Dl_blk, tl.maximum(i_full, n_whole), n_tiles,
+                             cols, rows0, qk_scale, N_QUERIES, Q_TILE_SIZE, K_TILE_SIZE, True, is_causal)
 
         dK_blk = tl.make_block_ptr(
             dK_ptr + b * stride_dkb, shape=(N_KEYS, D), strides=(stride_dkk, stride_dkd),
@@ -350,8 +498,38 @@ if HAS_TRITON:
             dV_ptr + b * stride_dvb, shape=(N_KEYS, D), strides=(stride_dvk, stride_dvd),
             offsets=(k_start, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
         )
-        tl.store(dK_blk, (dk * scale).to(dK_ptr.dtype.element_ty), boundary_check=(0, 1))
-        tl.store(dV_blk, dv.to(dV_ptr.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(dK_blk, (dk * scale).to(dK_ptr.dtype.element_ty), boundary_check=(0,))
+        tl.store(dV_blk, dv.to(dV_ptr.dtype.element_ty), boundary_check=(0,))
+
+    @triton.jit
+    def _dq_tiles(
+        dq, q, do, lse2, delta, K_blk, V_blk, lo, hi, rows, cols0, qk_scale, N_KEYS,
+        Q_TILE_SIZE: tl.constexpr, K_TILE_SIZE: tl.constexpr, MASKED: tl.constexpr, is_causal: tl.constexpr,
+    ):
+        """Add key tiles ``lo .. hi-1`` to one query tile's dQ (MASKED as in ``_fwd_tiles``)."""
+        K_blk = tl.advance(K_blk, (lo * K_TILE_SIZE, 0))
+        V_blk = tl.advance(V_blk, (lo * K_TILE_SIZE, 0))
+        for j in range(lo, hi):
+            if MASKED:
+                k = tl.load(K_blk, boundary_check=(0,), padding_option="zero")  # (Bk, D)
+                v = tl.load(V_blk, boundary_check=(0,), padding_option="zero")  # (Bk, D)
+            else:
+                k = tl.load(K_blk)
+                v = tl.load(V_blk)
+            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk), base 2
+            p = tl.exp2(s - lse2[:, None])  # (Bq, Bk)
+            if MASKED:
+                cols = j * K_TILE_SIZE + cols0  # (Bk,)
+                valid = cols[None, :] < N_KEYS  # (1, Bk)
+                if is_causal:
+                    valid = valid & (cols[None, :] <= rows[:, None])  # (Bq, Bk)
+                p = tl.where(valid, p, 0.0)
+            dp = _dot(do, tl.trans(v), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32))  # (Bq, Bk)
+            ds = p * (dp - delta[:, None])  # (Bq, Bk)
+            dq = _dot(ds.to(k.dtype), k, dq)  # (Bq, D)
+            K_blk = tl.advance(K_blk, (K_TILE_SIZE, 0))
+            V_blk = tl.advance(V_blk, (K_TILE_SIZE, 0))
+        return dq
 
     @triton.jit
     def flash_bwd_dq_kernel(
@@ -370,7 +548,7 @@ if HAS_TRITON:
         K_TILE_SIZE: tl.constexpr,
         is_causal: tl.constexpr,
     ):
-        q_tile = tl.program_id(0)
+        q_tile = tl.num_programs(0) - 1 - tl.program_id(0)  # longest (causal) tiles first, as in the forward
         b = tl.program_id(1)
         q_start = q_tile * Q_TILE_SIZE
 
@@ -399,8 +577,8 @@ if HAS_TRITON:
             offsets=(0, 0), block_shape=(K_TILE_SIZE, D), order=(1, 0),
         )
 
-        q = tl.load(Q_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
-        do = tl.load(dO_blk, boundary_check=(0, 1), padding_option="zero")  # (Bq, D)
+        q = tl.load(Q_blk, boundary_check=(0,), padding_option="zero")  # (Bq, D)
+        do = tl.load(dO_blk, boundary_check=(0,), padding_option="zero")  # (Bq, D)
         lse2 = tl.load(L_blk, boundary_check=(0,), padding_option="zero") * 1.4426950408889634  # (Bq,)
         delta = tl.load(Dl_blk, boundary_check=(0,), padding_option="zero")  # (Bq,)
         rows = q_start + tl.arange(0, Q_TILE_SIZE)  # (Bq,)
@@ -408,43 +586,34 @@ if HAS_TRITON:
         qk_scale = scale * 1.4426950408889634
 
         if is_causal:
-            k_hi = tl.minimum(N_KEYS, q_start + Q_TILE_SIZE)
+            n_tiles = tl.cdiv(tl.minimum(N_KEYS, q_start + Q_TILE_SIZE), K_TILE_SIZE)
+            n_full = tl.minimum((q_start + 1) // K_TILE_SIZE, N_KEYS // K_TILE_SIZE)
         else:
-            k_hi = N_KEYS
+            n_tiles = tl.cdiv(N_KEYS, K_TILE_SIZE)
+            n_full = N_KEYS // K_TILE_SIZE
         dq = tl.zeros((Q_TILE_SIZE, D), dtype=tl.float32)
-        for j in range(0, tl.cdiv(k_hi, K_TILE_SIZE)):
-            k = tl.load(K_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
-            v = tl.load(V_blk, boundary_check=(0, 1), padding_option="zero")  # (Bk, D)
-            cols = j * K_TILE_SIZE + cols0  # (Bk,)
-            valid = (rows[:, None] < N_QUERIES) & (cols[None, :] < N_KEYS)  # (Bq, Bk)
-            if is_causal:
-                valid = valid & (cols[None, :] <= rows[:, None])
-            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk), base 2
-            p = tl.where(valid, tl.exp2(s - lse2[:, None]), 0.0)  # (Bq, Bk)
-            dp = _dot(do, tl.trans(v), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32))  # (Bq, Bk)
-            ds = p * (dp - delta[:, None])  # (Bq, Bk)
-            dq = _dot(ds.to(k.dtype), k, dq)  # (Bq, D)
-            K_blk = tl.advance(K_blk, (K_TILE_SIZE, 0))
-            V_blk = tl.advance(V_blk, (K_TILE_SIZE, 0))
+        dq = _dq_tiles(dq, q, do, lse2, delta, K_blk, V_blk, 0, n_full, rows, cols0, qk_scale, N_KEYS,
+                       Q_TILE_SIZE, K_TILE_SIZE, False, is_causal)
+        dq = _dq_tiles(dq, q, do, lse2, delta, K_blk, V_blk, n_full, n_tiles, rows, cols0, qk_scale, N_KEYS,
+                       Q_TILE_SIZE, K_TILE_SIZE, True, is_causal)
 
         dQ_blk = tl.make_block_ptr(
             dQ_ptr + b * stride_dqb, shape=(N_QUERIES, D), strides=(stride_dqq, stride_dqd),
             offsets=(q_start, 0), block_shape=(Q_TILE_SIZE, D), order=(1, 0),
         )
-        tl.store(dQ_blk, (dq * scale).to(dQ_ptr.dtype.element_ty), boundary_check=(0, 1))
+        tl.store(dQ_blk, (dq * scale).to(dQ_ptr.dtype.element_ty), boundary_check=(0,))
 
-    _AUTOTUNE_CONFIGS = [
-        triton.Config({"Q_TILE_SIZE": bq, "K_TILE_SIZE": bk}, num_warps=w, num_stages=st)
-        for (bq, bk, w, st) in AUTOTUNE_TILES
-    ]
+    def _configs(tiles):
+        return [triton.Config({"Q_TILE_SIZE": bq, "K_TILE_SIZE": bk}, num_warps=w, num_stages=st)
+                for (bq, bk, w, st) in tiles]
+
     _AUTOTUNE_KEY = ["N_QUERIES", "N_KEYS", "D", "is_causal"]
-    flash_fwd_kernel_autotuned = triton.autotune(configs=_AUTOTUNE_CONFIGS, key=_AUTOTUNE_KEY)(flash_fwd_kernel)
-    flash_bwd_dkdv_kernel_autotuned = triton.autotune(configs=_AUTOTUNE_CONFIGS, key=_AUTOTUNE_KEY)(
-        flash_bwd_dkdv_kernel
-    )
-    flash_bwd_dq_kernel_autotuned = triton.autotune(configs=_AUTOTUNE_CONFIGS, key=_AUTOTUNE_KEY)(
-        flash_bwd_dq_kernel
-    )
+    flash_fwd_kernel_autotuned = triton.autotune(configs=_configs(AUTOTUNE_TILES["fwd"]), key=_AUTOTUNE_KEY)(
+        flash_fwd_kernel)
+    flash_bwd_dkdv_kernel_autotuned = triton.autotune(configs=_configs(AUTOTUNE_TILES["bwd_dkdv"]),
+                                                      key=_AUTOTUNE_KEY)(flash_bwd_dkdv_kernel)
+    flash_bwd_dq_kernel_autotuned = triton.autotune(configs=_configs(AUTOTUNE_TILES["bwd_dq"]),
+                                                    key=_AUTOTUNE_KEY)(flash_bwd_dq_kernel)
 
 
 def _tile_args(q_tile_size, k_tile_size, num_warps, num_stages):
@@ -491,7 +660,7 @@ def flash_forward_triton(
     if autotune:
         grid = lambda meta: (triton.cdiv(n_q, meta["Q_TILE_SIZE"]), batch)  # noqa: E731
         flash_fwd_kernel_autotuned[grid](*args, D=d, is_causal=bool(is_causal))
-        _record_autotuned("fwd", flash_fwd_kernel_autotuned)
+        _record_autotuned("fwd", flash_fwd_kernel_autotuned, (n_q, n_k, d, bool(is_causal), str(q.dtype)))
     else:
         bq, bk, warps, stages = _tile_args(q_tile_size, k_tile_size, num_warps, num_stages)
         flash_fwd_kernel[(triton.cdiv(n_q, bq), batch)](
@@ -522,7 +691,14 @@ def flash_backward_triton(
     n_k = k.shape[1]
     do = do.contiguous()
     lse = lse.contiguous()
-    delta = (o.float() * do.float()).sum(dim=-1).contiguous()  # (batch, n_q), same layout as lse
+    delta = torch.empty_like(lse)  # (batch, n_q): rowsum(O * dO), same layout as lse
+    flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK), batch)](
+        o, do, delta,
+        o.stride(0), o.stride(1), o.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        delta.stride(0), delta.stride(1),
+        n_q, D=d, BLOCK=DELTA_BLOCK,
+    )
     dq = torch.empty_like(q)  # (batch, n_q, d)
     dk = torch.empty_like(k)  # (batch, n_k, d)
     dv = torch.empty_like(v)  # (batch, n_k, d)
@@ -543,12 +719,13 @@ def flash_backward_triton(
                n_q, n_k, scale)
     causal = bool(is_causal)
     if autotune:
+        shape = (n_q, n_k, d, causal, str(q.dtype))
         grid_k = lambda meta: (triton.cdiv(n_k, meta["K_TILE_SIZE"]), batch)  # noqa: E731
         grid_q = lambda meta: (triton.cdiv(n_q, meta["Q_TILE_SIZE"]), batch)  # noqa: E731
         flash_bwd_dkdv_kernel_autotuned[grid_k](*dkdv_args, D=d, is_causal=causal)
-        _record_autotuned("bwd_dkdv", flash_bwd_dkdv_kernel_autotuned)
+        _record_autotuned("bwd_dkdv", flash_bwd_dkdv_kernel_autotuned, shape)
         flash_bwd_dq_kernel_autotuned[grid_q](*dq_args, D=d, is_causal=causal)
-        _record_autotuned("bwd_dq", flash_bwd_dq_kernel_autotuned)
+        _record_autotuned("bwd_dq", flash_bwd_dq_kernel_autotuned, shape)
     else:
         bq, bk, warps, stages = _tile_args(q_tile_size, k_tile_size, num_warps, num_stages)
         flash_bwd_dkdv_kernel[(triton.cdiv(n_k, bk), batch)](
