@@ -109,20 +109,23 @@ AUTOTUNE_TILES = {
         (128, 32, 4, 3),
         (128, 64, 4, 3),
         (128, 64, 8, 3),
+        (128, 64, 8, 4),
         (128, 128, 8, 2),
     ),
     "bwd_dkdv": (
-        (32, 32, 4, 2),
         (32, 64, 4, 3),
         (64, 64, 4, 3),
+        (64, 64, 4, 4),
+        (64, 64, 8, 3),
         (32, 128, 4, 3),
+        (32, 128, 4, 5),
         (64, 128, 8, 3),
-        (16, 128, 4, 3),
     ),
     "bwd_dq": (
         (32, 32, 4, 2),
         (64, 32, 4, 3),
         (64, 64, 4, 3),
+        (64, 64, 4, 4),
         (128, 32, 4, 3),
         (128, 64, 8, 3),
     ),
@@ -398,18 +401,19 @@ if HAS_TRITON:
                 do = tl.load(dO_blk)
                 lse = tl.load(L_blk)
                 delta = tl.load(Dl_blk)
-            s = _dot(q, tl.trans(k), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32)) * qk_scale  # (Bq, Bk), base 2
-            p = tl.exp2(s - (lse * 1.4426950408889634)[:, None])  # (Bq, Bk)
+            # Computed transposed, keys along the rows, so P^T and dS^T feed dV and dK as they are.
+            s_t = _dot(k, tl.trans(q), tl.zeros((K_TILE_SIZE, Q_TILE_SIZE), tl.float32)) * qk_scale  # (Bk, Bq), base 2
+            p_t = tl.exp2(s_t - (lse * 1.4426950408889634)[None, :])  # (Bk, Bq)
             if MASKED:
                 rows = i * Q_TILE_SIZE + rows0  # (Bq,)
-                valid = rows[:, None] < N_QUERIES  # (Bq, 1)
+                valid = rows[None, :] < N_QUERIES  # (1, Bq)
                 if is_causal:
-                    valid = valid & (cols[None, :] <= rows[:, None])  # (Bq, Bk)
-                p = tl.where(valid, p, 0.0)
-            dv = _dot(tl.trans(p.to(do.dtype)), do, dv)  # (Bk, D)
-            dp = _dot(do, tl.trans(v), tl.zeros((Q_TILE_SIZE, K_TILE_SIZE), tl.float32))  # (Bq, Bk)
-            ds = p * (dp - delta[:, None])  # (Bq, Bk)
-            dk = _dot(tl.trans(ds.to(q.dtype)), q, dk)  # (Bk, D)
+                    valid = valid & (cols[:, None] <= rows[None, :])  # (Bk, Bq)
+                p_t = tl.where(valid, p_t, 0.0)
+            dv = _dot(p_t.to(do.dtype), do, dv)  # (Bk, D)
+            dp_t = _dot(v, tl.trans(do), tl.zeros((K_TILE_SIZE, Q_TILE_SIZE), tl.float32))  # (Bk, Bq)
+            ds_t = p_t * (dp_t - delta[None, :])  # (Bk, Bq)
+            dk = _dot(ds_t.to(q.dtype), q, dk)  # (Bk, D)
             Q_blk = tl.advance(Q_blk, (Q_TILE_SIZE, 0))
             dO_blk = tl.advance(dO_blk, (Q_TILE_SIZE, 0))
             L_blk = tl.advance(L_blk, (Q_TILE_SIZE,))
