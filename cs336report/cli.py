@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_worker_stop)
 
     p = sub.add_parser("render", help="render report.md and index.html from result files")
-    p.add_argument("results", nargs="+", help="result JSON files")
+    p.add_argument("results", nargs="+", help="result files (.json, or published .json.gz)")
     p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
     p.add_argument("--out", required=True, help="report folder")
     p.set_defaults(func=_render)

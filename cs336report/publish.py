@@ -3,9 +3,11 @@ folder that is committed with the report, so the report can be re-rendered anywh
 
     python -m cs336report publish results/*/*.json --config-json JSON --out report/data
 
-The folder holds ``<rule>/<cell>.json`` records, ``config.json`` (the resolved config of the
-run) and ``manifest.json`` (the list of records, in the order the report reads them).
-Raw profiler files (``.nsys-rep``, snapshot pickles) are never copied.
+The folder holds ``<experiment>/<cell>.json.gz`` records (the compact JSON of each record,
+gzip-compressed with a fixed header, so the same record always gives the same bytes; read one
+with ``zcat`` or :func:`cs336report.results.load`), ``config.json`` (the resolved config of the
+run) and ``manifest.json`` (the list of records, in the order the report reads them); those two
+stay plain JSON. Raw profiler files (``.nsys-rep``, snapshot pickles) are never copied.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .results import load, now_iso, save
+from .results import load, now_iso, result_stem, save
+
+PUBLISHED_SUFFIX = ".json.gz"
 
 BENCHMARK_COLUMNS = {"s": "wall_s", "max_rss": "max_rss_mib", "cpu_time": "cpu_time_s"}
 
@@ -36,7 +40,7 @@ def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks") -> di
     wall and CPU time summed over a chain of jobs, the largest resident memory of them."""
     path = Path(result_path)
     rows = [_benchmark_row(tsv) for rule in JOB_CHAINS.get(path.parent.name, (path.parent.name,))
-            if (tsv := Path(root) / rule / f"{path.stem}.tsv").exists()]
+            if (tsv := Path(root) / rule / f"{result_stem(path)}.tsv").exists()]
     if not rows:
         return None
     out: dict = {}
@@ -58,7 +62,7 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
         record = load(path)
         record.pop("_path")
         record["benchmark"] = benchmark_of(path, benchmarks)
-        dest = out / record["experiment"] / f"{Path(path).stem}.json"
+        dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
         save(record, dest, compact=True)
         files.append(str(dest))
     save(config, out / "config.json")

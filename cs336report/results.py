@@ -9,11 +9,16 @@ A record is a plain dict:
 
 :func:`save` writes to a temporary file in the same folder and renames it into place, so a
 process killed mid-write leaves no result behind (and the workflow reruns the cell).
+
+A record is stored as ``<cell>.json`` (the results of a run) or as gzip-compressed JSON,
+``<cell>.json.gz`` (the published records committed with the report); :func:`load` reads both.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import gzip
+import io
 import json
 import os
 import platform
@@ -21,11 +26,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 SCHEMA = "cs336report.result/1"
 STATUSES = ("ok", "oom", "error", "skipped")
 REQUIRED_KEYS = ("schema", "experiment", "cell", "status", "config", "data", "provenance")
+GZIP_SUFFIX = ".gz"
+RESULT_SUFFIXES = (".json.gz", ".json")
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class ResultError(ValueError):
@@ -36,17 +45,38 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def result_stem(path: str | Path) -> str:
+    """The cell name of a result file: its name without ``.json`` or ``.json.gz``."""
+    name = Path(path).name
+    for suffix in RESULT_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return Path(path).stem
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` gzip-compressed with no file name and a zero timestamp in the header, so the same
+    content always gives the same bytes (with the same zlib)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
 def save(record: dict, path: str | Path, compact: bool = False) -> Path:
     """Atomically write ``record`` as JSON to ``path`` (temp file + rename); ``compact``
-    drops the indentation (published records, which are committed)."""
+    drops the indentation (published records, which are committed). A path ending in ``.gz``
+    gets the same JSON text gzip-compressed (:func:`gzip_bytes`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     layout = {"separators": (",", ":")} if compact else {"indent": 1}
-    text = json.dumps(record, sort_keys=True, allow_nan=True, **layout)
+    payload = json.dumps(record, sort_keys=True, allow_nan=True, **layout).encode("utf-8")
+    if path.name.endswith(GZIP_SUFFIX):
+        payload = gzip_bytes(payload)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -57,13 +87,33 @@ def save(record: dict, path: str | Path, compact: bool = False) -> Path:
     return path
 
 
-def load(path: str | Path) -> dict:
-    """Read a result record, checking that it is one."""
+def read_json_text(path: str | Path) -> str:
+    """The JSON text of a result file, plain or gzip-compressed (told by its ``.gz`` name or by the
+    gzip magic bytes, which no JSON text starts with)."""
     path = Path(path)
     try:
-        record = json.loads(path.read_text())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ResultError(f"{path}: no such result file") from None
+    except IsADirectoryError:
+        raise ResultError(f"{path}: is a folder, not a result file") from None
+    if path.name.endswith(GZIP_SUFFIX) or raw.startswith(_GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ResultError(f"{path}: not a valid gzip file ({exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def load(path: str | Path) -> dict:
+    """Read a result record (``.json`` or ``.json.gz``), checking that it is one."""
+    path = Path(path)
+    text = read_json_text(path)
+    try:
+        record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ResultError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(record, dict):

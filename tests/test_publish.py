@@ -1,5 +1,6 @@
 """Publishing a run and re-rendering the report from the published results alone."""
 
+import gzip
 import json
 import shutil
 
@@ -22,7 +23,9 @@ def test_publish_then_render_without_running_experiments(workdir):
     manifest = json.loads((workdir / "pubdata/manifest.json").read_text())
     n_results = len(list((workdir / "results").glob("*/*.json")))
     assert len(manifest["files"]) == n_results
-    record = json.loads((workdir / manifest["files"][0]).read_text())
+    assert all(f.startswith("pubdata/") and f.endswith(".json.gz") for f in manifest["files"])
+    assert not list((workdir / "pubdata").glob("*/*.json"))  # only config.json and manifest.json are plain
+    record = json.loads(gzip.decompress((workdir / manifest["files"][0]).read_bytes()))
     assert record["benchmark"]["wall_s"] > 0 and "_path" not in record
 
     (workdir / "render.yaml").write_text("published: {dir: pubdata, render: true}\nreport_dir: pubreport\n")
@@ -32,6 +35,7 @@ def test_publish_then_render_without_running_experiments(workdir):
     assert run.returncode == 0, run.stderr[-2000:]
     md = (workdir / "pubreport/report.md").read_text()
     assert "pubdata/benchmarking/" in md  # tables name the published files they came from
+    assert ".json.gz" in md
     assert "Cost of this report" in md
 
 
@@ -54,3 +58,69 @@ def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
     assert got == {"wall_s": 12.0, "max_rss_mib": 900.0, "cpu_time_s": 9.5, "jobs": 2}
     assert benchmark_of("results/nsys_profile/c.json", tmp_path)["wall_s"] == 10.0  # one job of its own
     assert benchmark_of("results/benchmarking/c.json", tmp_path) is None
+
+
+def _record(experiment: str, cell: str, **data) -> dict:
+    return {"schema": "cs336report.result/1", "experiment": experiment, "cell": cell, "status": "ok", "error": None,
+            "config": {"size": "small", "context": 128}, "data": data, "provenance": {"device": "cpu"}, "wall_s": 1.0}
+
+
+@pytest.fixture
+def run_results(tmp_path):
+    """Two result files of a run, in results/<rule>/<cell>.json, and a benchmark of one job."""
+    from cs336report.results import save
+
+    paths = [save(_record("benchmarking", "small-ctx128", times=[0.1, 0.2], note="µs"),
+                  tmp_path / "results/benchmarking/small-ctx128.json"),
+             save(_record("nsys_profile", "small-ctx128-forward", kernels=[{"name": "sgemm", "ns": 12}]),
+                  tmp_path / "results/nsys_parse/small-ctx128-forward.json")]
+    bench = tmp_path / "benchmarks/benchmarking"
+    bench.mkdir(parents=True)
+    (bench / "small-ctx128.tsv").write_text("s\tmax_rss\tcpu_time\n2.5\t100.0\t2.0\n")
+    return [str(p) for p in paths], tmp_path / "benchmarks"
+
+
+def test_publish_writes_gzip_records_holding_the_run_records(run_results, tmp_path):
+    from cs336report.publish import publish, published_files
+    from cs336report.results import load
+
+    paths, benchmarks = run_results
+    out = tmp_path / "pub"
+    manifest = publish(paths, {"device": "cpu"}, out, benchmarks)
+    files, config = published_files(out)
+    assert files == [str(out / "benchmarking/small-ctx128.json.gz"), str(out / "nsys_profile/small-ctx128-forward.json.gz")]
+    assert config == {"device": "cpu"} and json.loads(manifest.read_text())["files"] == files
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["config.json", "manifest.json"]
+    for src, dest in zip(paths, files):
+        text = gzip.decompress(open(dest, "rb").read()).decode()
+        published = json.loads(text)
+        run = json.loads(open(src).read())
+        assert published.pop("benchmark") == ({"wall_s": 2.5, "max_rss_mib": 100.0, "cpu_time_s": 2.0}
+                                              if "benchmarking" in src else None)
+        assert published == run
+        assert text == json.dumps({**run, "benchmark": load(dest)["benchmark"]}, sort_keys=True, separators=(",", ":"))
+        assert load(dest)["_path"] == dest  # the renderer reads the published record as it is
+
+
+def test_publishing_twice_gives_the_same_bytes(run_results, tmp_path):
+    from cs336report.publish import publish
+
+    paths, benchmarks = run_results
+    publish(paths, {"device": "cpu"}, tmp_path / "one", benchmarks)
+    first = {p.relative_to(tmp_path / "one"): p.read_bytes() for p in (tmp_path / "one").rglob("*.gz")}
+    publish(paths, {"device": "cpu"}, tmp_path / "one", benchmarks)  # over the same folder
+    publish(paths, {"device": "cpu"}, tmp_path / "two", benchmarks)
+    for folder in ("one", "two"):
+        again = {p.relative_to(tmp_path / folder): p.read_bytes() for p in (tmp_path / folder).rglob("*.gz")}
+        assert again == first and len(first) == 2
+    assert (tmp_path / "one/config.json").read_bytes() == (tmp_path / "two/config.json").read_bytes()
+
+
+def test_republishing_a_published_folder_keeps_the_cell_names(run_results, tmp_path):
+    from cs336report.publish import publish, published_files
+
+    paths, benchmarks = run_results
+    publish(paths, {}, tmp_path / "one", benchmarks)
+    files, _ = published_files(tmp_path / "one")
+    publish(files, {}, tmp_path / "two", benchmarks)
+    assert [f.replace("/two/", "/one/") for f in published_files(tmp_path / "two")[0]] == files

@@ -1,3 +1,4 @@
+import gzip
 import json
 import os
 import signal
@@ -81,3 +82,62 @@ def test_load_names_the_file_and_problem(tmp_path, content, message):
     with pytest.raises(results.ResultError, match=message) as info:
         results.load(path)
     assert str(path) in str(info.value)
+
+
+RECORD = {"schema": results.SCHEMA, "experiment": "roofline", "cell": "probe", "status": "ok", "error": None,
+          "config": {"size": "small"}, "data": {"x": [1.5, float("nan")], "name": "ü"}, "provenance": {"device": "cpu"}}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN != NaN under ==
+
+
+@pytest.mark.parametrize("name", ["probe.json", "probe.json.gz"])
+def test_load_reads_plain_and_gzip_records(tmp_path, name):
+    path = results.save(RECORD, tmp_path / name, compact=True)
+    raw = path.read_bytes()
+    assert raw.startswith(b"\x1f\x8b") == name.endswith(".gz")
+    loaded = results.load(path)
+    assert loaded.pop("_path") == str(path)
+    assert _same(loaded, RECORD)
+
+
+def test_gzip_record_holds_the_same_json_text_with_stable_bytes(tmp_path):
+    plain = results.save(RECORD, tmp_path / "a.json", compact=True).read_bytes()
+    first = results.save(RECORD, tmp_path / "a.json.gz", compact=True).read_bytes()
+    second = results.save(RECORD, tmp_path / "b" / "other-name.json.gz", compact=True).read_bytes()
+    assert gzip.decompress(first) == plain
+    assert first == second  # no file name or timestamp in the gzip header
+    assert first[4:8] == b"\0\0\0\0"  # MTIME
+
+
+def test_gzip_content_under_a_plain_name_is_still_read(tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_bytes(gzip.compress(json.dumps(RECORD).encode()))
+    assert results.load(path)["cell"] == "probe"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda gz: b"{not gzip at all", lambda gz: gz[: len(gz) // 2], lambda gz: gz[:12] + b"\xff" * 20 + gz[32:]],
+    ids=["not-gzip", "truncated", "corrupt-stream"],
+)
+def test_corrupt_gzip_record_names_the_file(tmp_path, damage):
+    good = results.save(RECORD, tmp_path / "good.json.gz", compact=True).read_bytes()
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(damage(good))
+    with pytest.raises(results.ResultError, match="not a valid gzip file") as info:
+        results.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_gzip_record_names_the_file(tmp_path):
+    with pytest.raises(results.ResultError, match="no such result file") as info:
+        results.load(tmp_path / "gone.json.gz")
+    assert "gone.json.gz" in str(info.value)
+
+
+def test_result_stem_drops_either_suffix():
+    assert results.result_stem("results/benchmarking/small-ctx128.json") == "small-ctx128"
+    assert results.result_stem("report/data/benchmarking/small-ctx128.json.gz") == "small-ctx128"
+    assert results.result_stem("x/run.log") == "run"
