@@ -69,7 +69,7 @@ def _render(args) -> int:
 def _publish(args) -> int:
     from .publish import publish
 
-    print(publish(args.results, json.loads(args.config_json), args.out))
+    print(publish(args.results, json.loads(args.config_json), args.out, args.benchmarks, merge=args.merge))
     return 0
 
 
@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", nargs="+", help="result JSON files")
     p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
     p.add_argument("--out", required=True, help="published folder, e.g. report/data")
+    p.add_argument("--benchmarks", default="benchmarks", help="Snakemake's benchmark folder of the run")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the folder's other records; replace only the cells given")
     p.set_defaults(func=_publish)
 
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")

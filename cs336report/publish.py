@@ -52,11 +52,26 @@ def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks") -> di
     return out
 
 
-def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmarks: str | Path = "benchmarks") -> Path:
+def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmarks: str | Path = "benchmarks",
+            merge: bool = False) -> Path:
+    """Write ``result_paths`` (and their job timings) as the published folder ``out_dir``.
+
+    With ``merge`` the folder's records are kept and only those of the same experiment and cell
+    are replaced, so a grid run in parts (or a few cells run again) is published piece by piece;
+    the folder's config must then be ``config``.
+    """
     out = Path(out_dir)
-    if out.exists():
+    kept: dict[str, str] = {}
+    if merge and (out / "manifest.json").exists():
+        old_files, old_config = published_files(out)
+        if old_config != config:
+            differs = sorted(k for k in set(old_config) | set(config) if old_config.get(k) != config.get(k))
+            raise ValueError(f"{out / 'config.json'}: the published config differs from this run's in "
+                             f"{', '.join(differs)}; publish without --merge to replace the folder")
+        kept = {f"{Path(f).parent.name}/{result_stem(f)}": f for f in old_files}
+    elif out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     files = []
     for path in result_paths:
         record = load(path)
@@ -64,7 +79,9 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
         record["benchmark"] = benchmark_of(path, benchmarks)
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
         save(record, dest, compact=True)
+        kept.pop(f"{record['experiment']}/{result_stem(path)}", None)
         files.append(str(dest))
+    files = sorted(files + list(kept.values())) if merge else files
     save(config, out / "config.json")
     manifest = {"published_at": now_iso(), "files": files}
     save(manifest, out / "manifest.json")

@@ -229,10 +229,10 @@ def test_export_with_warmup_falls_back_to_the_step_range_and_step_timer(parsed, 
 PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data"
 
 
-@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json")), reason="no published records")
+@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json.gz")), reason="no published records")
 def test_published_records_compare_each_process_with_itself(tmp_path):
     """The H200 records: (a) holds the profiled run's numbers only, the cost table both processes'."""
-    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json"))
+    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json.gz"))
     bench = [PUBLISHED / "benchmarking" / p.name for p in records if (PUBLISHED / "benchmarking" / p.name).exists()]
     d = build(records, extra=bench, out=tmp_path)
     a = {(r[0], r[1]): r for r in _rows(d["timing_table"])}
@@ -284,9 +284,9 @@ def test_rendered_report_escapes_kernel_names(parsed, tmp_path):
     assert next(s for s in context["sections"] if s["id"] == "nsys_profile")["ran"]
 
 
-@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json")), reason="no published records")
+@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json.gz")), reason="no published records")
 def test_published_report_states_both_comparisons_apart(tmp_path):
-    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json"))
+    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json.gz"))
     bench = [PUBLISHED / "benchmarking" / p.name for p in records if (PUBLISHED / "benchmarking" / p.name).exists()]
     render_report([str(p) for p in records + bench], CONFIG, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
@@ -306,9 +306,9 @@ def test_cpu_profile_is_not_split_by_kernel_fill(parsed, tmp_path):
     assert slow["gpu"] is None and slow["host"] is None and slow["ratio"] == sig(0.0402 / 0.0165)
 
 
-@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json")), reason="no published records")
+@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*-forward.json.gz")), reason="no published records")
 def test_launch_tracing_cost_reads_from_launch_bound_cells_only(tmp_path):
-    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json"))
+    records = sorted((PUBLISHED / "nsys_profile").glob("*-forward.json.gz"))
     bench = [PUBLISHED / "benchmarking" / p.name for p in records if (PUBLISHED / "benchmarking" / p.name).exists()]
     slow = build(records, extra=bench, out=tmp_path)["timing"]["slowdown"]
     launches = slow["launches"]

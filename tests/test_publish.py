@@ -124,3 +124,36 @@ def test_republishing_a_published_folder_keeps_the_cell_names(run_results, tmp_p
     files, _ = published_files(tmp_path / "one")
     publish(files, {}, tmp_path / "two", benchmarks)
     assert [f.replace("/two/", "/one/") for f in published_files(tmp_path / "two")[0]] == files
+
+
+def test_merging_replaces_only_the_cells_given(run_results, tmp_path):
+    from cs336report.publish import publish, published_files
+    from cs336report.results import load, save
+
+    paths, benchmarks = run_results
+    out = tmp_path / "pub"
+    publish(paths, {"device": "cpu"}, out, benchmarks)
+    before = {f: open(f, "rb").read() for f in published_files(out)[0]}
+
+    rerun = save(_record("benchmarking", "small-ctx128", times=[0.3]), tmp_path / "again/benchmarking/small-ctx128.json")
+    added = save(_record("benchmarking", "small-ctx256", times=[0.4]), tmp_path / "again/benchmarking/small-ctx256.json")
+    publish([str(rerun), str(added)], {"device": "cpu"}, out, tmp_path / "no-benchmarks", merge=True)
+
+    files, _ = published_files(out)
+    assert files == sorted([str(out / "benchmarking/small-ctx128.json.gz"), str(out / "benchmarking/small-ctx256.json.gz"),
+                            str(out / "nsys_profile/small-ctx128-forward.json.gz")])
+    assert load(out / "benchmarking/small-ctx128.json.gz")["data"]["times"] == [0.3]  # replaced
+    assert load(out / "benchmarking/small-ctx256.json.gz")["data"]["times"] == [0.4]  # added
+    kept = str(out / "nsys_profile/small-ctx128-forward.json.gz")
+    assert open(kept, "rb").read() == before[kept]  # untouched
+
+
+def test_merging_into_a_folder_of_another_config_is_refused(run_results, tmp_path):
+    from cs336report.publish import publish, published_files
+
+    paths, benchmarks = run_results
+    out = tmp_path / "pub"
+    publish(paths, {"device": "cpu", "grid": "cpu"}, out, benchmarks)
+    with pytest.raises(ValueError, match=r"config.json.*differs.*grid"):
+        publish(paths[:1], {"device": "cpu", "grid": "gpu"}, out, benchmarks, merge=True)
+    assert len(published_files(out)[0]) == 2  # nothing written
