@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -454,3 +455,32 @@ def test_gpu_leaderboard_harness_at_a_small_size():
         assert row["check"]["passed"], row["check"]
         assert row["stats_s"]["mean"] > 0
         assert row["compiled"], row.get("compile_error")
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "flash"
+
+
+def test_autotune_breakdown_of_a_real_leaderboard_record():
+    """The H200 leaderboard record: each kernel's candidates, the chosen one marked, their times summed."""
+    record = load(FIXTURES / "leaderboard-h200.json.gz")
+    lb = section.leaderboard([record])
+    tuning = lb["tuning"]
+    (row,) = [r for r in record["data"]["rows"] if r["implementation"] == "triton"]
+    tiles = row["tiles"]
+    assert len(tuning["table"].rows) == sum(len(t["candidates"]) for t in tiles.values())
+    chosen = [r for r in tuning["table"].rows if r[-1].text == "chosen"]
+    assert [r[0].text for r in chosen] == ["forward", "backward dK/dV", "backward dQ"]
+    for r, kernel in zip(chosen, ("fwd", "bwd_dkdv", "bwd_dq")):
+        assert (int(r[1].text), int(r[2].text)) == (tiles[kernel]["Q_TILE_SIZE"], tiles[kernel]["K_TILE_SIZE"])
+    best = {k: min(c["ms"] for c in t["candidates"] if c["ms"] is not None) for k, t in tiles.items()}
+    assert tuning["sum_ms"] == sig(sum(best.values()))  # the tuner chose its fastest candidate
+    measured = row["stats_s"]["mean"] * 1e3
+    assert tuning["measured_ms"] == sig(measured)
+    assert tuning["share"] == sig(100 * sum(best.values()) / measured)
+    assert tuning["slowest"]["label"] == "backward dK/dV"
+    assert lb["gpu"] == record["provenance"]["gpu"]
+
+
+def test_no_breakdown_without_candidates(tmp_path):
+    path = gpu_like_records(tmp_path)[-1]
+    assert "tuning" not in section.leaderboard([load(path)])

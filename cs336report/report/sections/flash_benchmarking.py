@@ -346,6 +346,9 @@ def leaderboard(records: list[dict]) -> dict | None:
            "harness": LEADERBOARD_HARNESS, "top_ms": LEADERBOARD_TOP_MS, "target_ms": TARGET_MS,
            "compile_errors": [{"impl": row["label"], "error": row["compile_error"]} for row in data["rows"]
                               if row.get("status") == "ok" and row.get("compile_error")]}
+    tuning = autotune_breakdown(data["rows"], r["_path"], numbers.get("triton"))
+    if tuning:
+        out["tuning"] = tuning
     entry = c["implementations"][0]
     if entry in numbers:
         ours = numbers[entry]
@@ -358,6 +361,51 @@ def leaderboard(records: list[dict]) -> dict | None:
                                 "ratio": sig(ours / baselines[best])}
         if "triton_fixed" in numbers and entry == "triton":
             out["autotune_gain"] = sig(numbers["triton_fixed"] / ours)
+    return out
+
+
+KERNEL_LABELS = {"fwd": "forward", "bwd_dkdv": "backward dK/dV", "bwd_dq": "backward dQ"}
+
+
+def autotune_breakdown(rows: list[dict], source: str, measured_s: float | None) -> dict | None:
+    """The autotuner's candidates of the Triton row, per kernel, and the time of the chosen ones.
+
+    The times are the tuner's own (median of ``do_bench`` on each kernel alone, in ms); their sum
+    at the chosen configs is set against the harness's measured mean.
+    """
+    tiles = next((row.get("tiles") for row in rows if row.get("implementation") == "triton"
+                  and row.get("status") == "ok"), None)
+    if not tiles or not any(t.get("candidates") for t in tiles.values()):
+        return None
+    table_rows, chosen_ms = [], {}
+    for kernel in [k for k in KERNEL_LABELS if k in tiles] + [k for k in tiles if k not in KERNEL_LABELS]:
+        t = tiles[kernel]
+        key = (t["Q_TILE_SIZE"], t["K_TILE_SIZE"], t["num_warps"], t["num_stages"])
+        for cand in t.get("candidates") or []:
+            this = (cand["Q_TILE_SIZE"], cand["K_TILE_SIZE"], cand["num_warps"], cand["num_stages"])
+            if this == key and cand["ms"] is not None:
+                chosen_ms[kernel] = cand["ms"]
+            table_rows.append([
+                Cell(KERNEL_LABELS.get(kernel, kernel)), Cell(str(cand["Q_TILE_SIZE"])),
+                Cell(str(cand["K_TILE_SIZE"])), Cell(str(cand["num_warps"])), Cell(str(cand["num_stages"])),
+                Cell(sig(cand["ms"]) if cand["ms"] is not None else "could not run"),
+                Cell("chosen" if this == key else ""),
+            ])
+    table = Table(
+        title="Triton FA2 on the leaderboard shape: every tile configuration the autotuner timed, per kernel",
+        columns=["kernel", "Q tile", "K tile", "warps", "stages", "kernel time", ""],
+        units=["", "rows", "rows", "", "", "ms", ""], rows=table_rows, sources=[source],
+        note="the autotuner's own timing (median of do_bench on the kernel alone), fastest first per kernel",
+    )
+    out = {"table": table, "kernels": [{"label": KERNEL_LABELS.get(k, k), "ms": sig(v)} for k, v in chosen_ms.items()]}
+    if len(chosen_ms) == len(tiles):
+        total = sum(chosen_ms.values())
+        out["sum_ms"] = sig(total)
+        if measured_s:
+            out["measured_ms"] = sig(measured_s * 1e3)
+            out["share"] = sig(100 * total / (measured_s * 1e3))
+        slowest = max(chosen_ms, key=chosen_ms.get)
+        out["slowest"] = {"label": KERNEL_LABELS.get(slowest, slowest), "share": sig(100 * chosen_ms[slowest] / total)}
     return out
 
 
