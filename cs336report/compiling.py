@@ -8,10 +8,20 @@ step on its own with :func:`first_call`, which times it and reads TorchDynamo's 
 
     fn = compile_fn(model)
     info = first_call(step, device)  # {"first_call_s": ..., "graphs": 1, "graph_breaks": 0, ...}
+
+Inductor and Triton keep compiled graphs and kernels in on-disk caches shared by every process
+of the machine, so a cell compiled after another of the same shapes would skip most of its
+compilation. :func:`compile_fn` therefore points both caches at a folder of the process's own
+(removed when the process exits): each compiled cell runs in a fresh process (see
+:mod:`cs336report.worker`), so its first call is a full compilation whatever ran before it.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import timeit
 from typing import Callable
 
@@ -20,8 +30,28 @@ import torch
 from .measure import synchronize
 
 
+# The environment variables Inductor and Triton read their cache folders from (at use, not import).
+CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+_private_cache: str | None = None
+
+
+def use_private_caches() -> str:
+    """Point Inductor's and Triton's on-disk caches at a new folder of this process's own.
+
+    Idempotent within a process; the folder is removed at exit. Returns its path.
+    """
+    global _private_cache
+    if _private_cache is None:
+        _private_cache = tempfile.mkdtemp(prefix="cs336report-compile-")
+        atexit.register(shutil.rmtree, _private_cache, ignore_errors=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_private_cache, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(_private_cache, "triton")
+    return _private_cache
+
+
 def compile_fn(fn):
-    """``torch.compile`` with the default backend (Inductor) and mode."""
+    """``torch.compile`` with the default backend (Inductor) and mode, compiling into private caches."""
+    use_private_caches()
     return torch.compile(fn)
 
 
@@ -47,4 +77,5 @@ def first_call(step: Callable[[], dict | None], device: str) -> dict:
     start = timeit.default_timer()
     phases = step()
     synchronize(device)
-    return {"first_call_s": timeit.default_timer() - start, "phases_s": dict(phases or {}), **compile_stats()}
+    return {"first_call_s": timeit.default_timer() - start, "phases_s": dict(phases or {}), **compile_stats(),
+            "private_caches": all(os.environ.get(k, "").startswith(_private_cache or "\0") for k in CACHE_ENV)}

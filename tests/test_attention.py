@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from cs336report.experiments import attention, torch_compile
 from cs336report.report.render import render_report
 from cs336report.report.sections import pytorch_attention as attention_section
 from cs336report.report.sections import torch_compile as compile_section
-from cs336report.report.tables import fmt_bytes
+from cs336report.report.tables import fmt_bytes, fmt_seconds, sig
 from cs336report.runner import run_cell
 
 
@@ -303,3 +304,28 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
     assert data["compile"]["graphs"] >= 1
     assert set(data["phase_stats_s"]) == {"forward", "backward", "optimizer_step"}
     assert math.isfinite(data["tflops"])
+
+
+def test_first_steps_served_from_inductors_cache_are_marked_and_left_out_of_the_compile_range():
+    """H200 records: small/128/forward found its graphs in the cache (2 hits, 2.84 s); the other two compiled."""
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "compile"
+    records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
+    compiled = [r for r in records if r["experiment"] == "compiled_model"]
+    eager = [r for r in records if r["experiment"] == "benchmarking"]
+    hits = {r["cell"]: r["data"]["compile"]["inductor_cache_hits"] for r in compiled}
+    assert hits == {"naive-fp32-small-ctx128-forward-compiled": 2, "naive-fp32-small-ctx512-forward-compiled": 0,
+                    "naive-fp32-small-ctx128-train_step-compiled": 0}
+    pairs = compile_section.model_pairs(compiled, eager)
+    table = compile_section.model_table(pairs)
+    marked = {(row[1].text, row[2].text): row[6].text for row in table.rows}
+    cached = next(r for r in compiled if hits[r["cell"]])
+    assert marked[("128", "forward")] == f"{sig(cached['data']['compile']['first_call_s'])} (cache)"
+    assert not marked[("512", "forward")].endswith("(cache)")
+    assert "on-disk cache" in table.note
+
+    first = compile_section.model_analysis(pairs)["first_call"]
+    full = [r["data"]["compile"]["first_call_s"] for r in compiled if not hits[r["cell"]]]
+    assert first["cached"] == ["small, context 128, forward"]
+    assert (first["min"], first["max"], first["n"]) == (fmt_seconds(min(full)), fmt_seconds(max(full)), 2)

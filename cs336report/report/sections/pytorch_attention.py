@@ -34,7 +34,7 @@ TIME_FIT_POINTS = 3  # time exponents are fitted over the longest sequences that
 FRAME_COLUMNS = [
     "variant", "dtype", "d", "seq", "batch", "causal", "status", "error", "oom_phase", "fwd_mean_s", "fwd_std_s",
     "fwd_median_s", "bwd_mean_s", "bwd_std_s", "bwd_median_s", "before_bwd_bytes", "activation_bytes", "peak_bytes",
-    "saved_bytes", "matrix_bytes", "first_call_s", "graph_breaks", "gpu_memory_bytes", "gpu", "source",
+    "saved_bytes", "matrix_bytes", "first_call_s", "cache_hits", "graph_breaks", "gpu_memory_bytes", "gpu", "source",
 ]
 
 
@@ -71,6 +71,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "saved_bytes": _bytes(d.get("saved_activation_bytes")),
             "matrix_bytes": _bytes(d.get("matrix_bytes")),
             "first_call_s": compile_info.get("first_call_s", math.nan),
+            "cache_hits": compile_info.get("inductor_cache_hits") or 0,
             "graph_breaks": compile_info.get("graph_breaks"),
             "gpu_memory_bytes": _bytes(r["provenance"].get("gpu_memory_bytes")),
             "gpu": r["provenance"].get("gpu"), "source": r["_path"],

@@ -27,6 +27,30 @@ PHASES = (("forward", "forward", 1), ("backward", "backward", 2), ("optimizer_st
 # ----------------------------------------------------------------------------- (a) attention
 
 
+CACHE_NOTE = ("“(cache)”: Inductor found this cell's compiled graphs in the on-disk cache that an earlier job "
+              "on the machine left, so its first call skipped code generation and is not a full compilation")
+
+
+def first_call_cell(seconds: float, cache_hits) -> Cell:
+    """The first compiled call's time, marked where Inductor served graphs from its cache."""
+    if seconds != seconds:
+        return Cell("–")
+    return Cell(sig(seconds) + (" (cache)" if cache_hits else ""))
+
+
+def first_call_summary(rows: pd.DataFrame, name) -> dict | None:
+    """The range of full compilations' first calls, and the cells whose first call read the cache."""
+    timed = rows[rows["first_call_s"] == rows["first_call_s"]]
+    if timed.empty:
+        return None
+    hits = timed["cache_hits"].fillna(0) > 0
+    full = timed.loc[~hits, "first_call_s"]
+    out: dict = {"cached": [name(r) for _, r in timed[hits].iterrows()]}
+    if not full.empty:
+        out.update({"min": fmt_seconds(full.min()), "max": fmt_seconds(full.max()), "n": int(len(full))})
+    return out
+
+
 def attention_pairs(eager: pd.DataFrame, compiled: pd.DataFrame) -> pd.DataFrame:
     """Compiled cells joined to the eager naive cell of the same (dtype, causal, batch, d, seq)."""
     keys = ["dtype", "causal", "batch", "d", "seq"]
@@ -46,8 +70,7 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
             row.append(Cell(sig(e / c)) if e == e and c == c else Cell("–"))
         row.append(attn.bytes_cell(r[f"{memory_key}_eager"], eager_status))
         row.append(attn.bytes_cell(r[memory_key], r["status"]))
-        first = r["first_call_s"]
-        row.append(Cell(sig(first)) if first == first else Cell("–"))
+        row.append(first_call_cell(r["first_call_s"], r["cache_hits"]))
         rows.append(row)
     memory = "memory before backward" if memory_key == "activation_bytes" else "saved for backward"
     return Table(
@@ -59,7 +82,8 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
         sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
         note="mean time per pass; speed-up = eager / compiled; the first compiled call (a forward and a backward "
              "pass, which compiles both) is not part of the timed passes"
-             + ("; memory before backward excludes the inputs" if memory_key == "activation_bytes" else ""))
+             + ("; memory before backward excludes the inputs" if memory_key == "activation_bytes" else "")
+             + (f"; {CACHE_NOTE}" if (pairs["cache_hits"].fillna(0) > 0).any() else ""))
 
 
 def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
@@ -86,9 +110,9 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     saved_exp = [e["saved"] for e in attn.exponents(pairs[attn.FRAME_COLUMNS]) if e["saved"] is not None]
     if saved_exp:
         out["saved_exponent"] = {"min": attn.fmt_exponent(min(saved_exp)), "max": attn.fmt_exponent(max(saved_exp))}
-    first = both["first_call_s"].dropna()
-    if not first.empty:
-        out["first_call"] = {"min": fmt_seconds(first.min()), "max": fmt_seconds(first.max())}
+    first = first_call_summary(both, lambda r: f"d_head {int(r['d'])}, seq {int(r['seq'])}")
+    if first:
+        out["first_call"] = first
     ooms = pairs[pairs["status"] == "oom"].sort_values(["seq", "d"])
     if not ooms.empty:
         out["compiled_oom"] = {"d": int(ooms.iloc[0]["d"]), "seq": int(ooms.iloc[0]["seq"])}
@@ -116,6 +140,7 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
             "error": r.get("error"), "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
             "flops": d.get("flops_per_step"), "tflops": d.get("tflops", math.nan),
             "first_call_s": compile_info.get("first_call_s", math.nan),
+            "cache_hits": compile_info.get("inductor_cache_hits") or 0,
             "graph_breaks": compile_info.get("graph_breaks"), "graphs": compile_info.get("graphs"),
             **{f"{p}_mean_s": phases.get(p, {}).get("mean", math.nan) for p, _, _ in PHASES},
             "params": d.get("params"), "d_model": c["model"]["d_model"] * c["model"]["num_layers"],
@@ -150,7 +175,7 @@ def model_table(pairs: pd.DataFrame) -> Table:
                      _time(r["mean_s_eager"], r["std_s_eager"], r["status_eager"]),
                      _time(r["mean_s"], r["std_s"], r["status"]),
                      Cell(sig(ratio)) if ratio == ratio else Cell("–"),
-                     Cell(sig(r["first_call_s"])) if r["first_call_s"] == r["first_call_s"] else Cell("–"),
+                     first_call_cell(r["first_call_s"], r["cache_hits"]),
                      Cell("–" if r["graph_breaks"] is None or r["graph_breaks"] != r["graph_breaks"]
                           else str(int(r["graph_breaks"])))])
     impls = ", ".join(sorted(set(pairs["implementation"])))
@@ -161,7 +186,8 @@ def model_table(pairs: pd.DataFrame) -> Table:
         units=["", "tokens", "", "ms", "ms", "×", "s", ""], rows=rows,
         sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
         note="mean ± sample standard deviation over the measured steps; the first compiled step (tracing, "
-             "Inductor code generation and one step) runs before the warm-up and is not in the mean")
+             "Inductor code generation and one step) runs before the warm-up and is not in the mean"
+             + (f"; {CACHE_NOTE}" if (pairs["cache_hits"].fillna(0) > 0).any() else ""))
 
 
 def model_analysis(pairs: pd.DataFrame) -> dict:
@@ -173,10 +199,11 @@ def model_analysis(pairs: pd.DataFrame) -> dict:
         out["by_mode"].append({"mode": MODE_LABELS[mode], "min": sig(ratio.min()), "max": sig(ratio.max()),
                                "min_cell": f"{lo['size']}, context {lo['context']}",
                                "max_cell": f"{hi['size']}, context {hi['context']}"})
-    first = pairs["first_call_s"].dropna()
-    if not first.empty:
-        out["first_call"] = {"min": fmt_seconds(first.min()), "max": fmt_seconds(first.max())}
-        over = (both["first_call_s"] / both["mean_s"]).dropna()
+    first = first_call_summary(pairs, lambda r: f"{r['size']}, context {r['context']}, {MODE_LABELS[r['mode']]}")
+    if first:
+        out["first_call"] = first
+        full = both[both["cache_hits"].fillna(0) == 0]
+        over = (full["first_call_s"] / full["mean_s"]).dropna()
         if not over.empty:
             out["first_call"]["steps"] = sig(over.median(), 2)
     breaks = pairs["graph_breaks"].dropna()
