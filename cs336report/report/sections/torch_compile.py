@@ -27,8 +27,8 @@ PHASES = (("forward", "forward", 1), ("backward", "backward", 2), ("optimizer_st
 # ----------------------------------------------------------------------------- (a) attention
 
 
-CACHE_NOTE = ("“(cache)”: Inductor found this cell's compiled graphs in the on-disk cache that an earlier job "
-              "on the machine left, so its first call skipped code generation and is not a full compilation")
+CACHE_NOTE = ("“(cache)”: Inductor found compiled graphs of this cell in the on-disk cache that an earlier job "
+              "on the machine left, so its first call skipped some code generation and is not a full compilation")
 
 
 def first_call_cell(seconds: float, cache_hits) -> Cell:
