@@ -31,6 +31,10 @@ process-global state back to what it was at start-up before the next cell.
   any exception escaping ``run_cell``, ends the worker after its reply (a CUDA error can
   poison the context), so the next cell gets a fresh one; a client that goes away mid-cell
   (Snakemake killed the job) interrupts the cell and ends the worker too.
+* **One log, two writers.** The worker accepts a cell, the client writes "runs in worker pid
+  …" to the cell's log, then sends its go-ahead; only then does the worker start the cell and
+  append to the same log, so the log reads in order. A client gone before its go-ahead (or
+  silent for ``GO_TIMEOUT_S``) costs the worker nothing: it runs no cell and waits for the next.
 * **Provenance.** Every record says which process ran it: ``process: {pid, cells_before}``
   (``cells_before`` is 0 for a fresh process), set by :func:`cs336report.runner.run_cell`.
 
@@ -62,6 +66,7 @@ START_TIMEOUT_S = 120.0
 MAX_SLOTS = 32
 CONNECT_TRIES = 3
 INTERRUPT_GRACE_S = 30.0  # a cell whose client is gone gets this long to stop before the worker exits
+GO_TIMEOUT_S = 30.0  # between the worker's acceptance and the client's go-ahead
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Environment variables that change what a torch process does (read at import or at start-up).
@@ -127,6 +132,23 @@ def _try_lock(path: Path):
 
 def _send(conn: socket.socket, message: dict) -> None:
     conn.sendall((json.dumps(message) + "\n").encode())
+
+
+def _recv_line(conn: socket.socket, timeout: float) -> dict | None:
+    """One JSON line read straight from the socket (no buffering past it), or None on close or timeout."""
+    buf = b""
+    conn.settimeout(timeout)
+    try:
+        while not buf.endswith(b"\n"):
+            chunk = conn.recv(1)
+            if not chunk:
+                return None
+            buf += chunk
+    except OSError:  # includes socket.timeout
+        return None
+    finally:
+        conn.settimeout(None)
+    return json.loads(buf)
 
 
 def _read_line(reader) -> dict | None:
@@ -225,6 +247,10 @@ def request_cell(request: dict, key: str, directory: Path = SOCKET_DIR) -> dict:
                     continue
                 _say(f"{request['experiment']}/{request['name']} runs in worker pid {ack['pid']} "
                      f"(cell {ack['cells_before'] + 1} of that process)")
+                try:  # the worker starts the cell (and writes to the log) only after this line is written
+                    _send(conn, {"go": True})
+                except (BrokenPipeError, ConnectionResetError):
+                    raise WorkerDied(f"worker pid {ack['pid']} closed the connection before the cell") from None
                 reply = _read_line(reader)
                 if reply is None:
                     raise WorkerDied(f"worker pid {ack['pid']} closed the connection without a reply")
@@ -487,6 +513,8 @@ def _run_request(conn: socket.socket, request: dict, initial: dict) -> bool:
     try:
         _send(conn, {"accepted": True, "pid": os.getpid(), "cells_before": runner.cells_run()})
     except OSError:  # the client went away before the cell started: nothing ran
+        return True
+    if _recv_line(conn, GO_TIMEOUT_S) is None:  # the client has written its line to the log, or went away
         return True
     experiment, name, cell = request["experiment"], request["name"], request["cell"]
     watch = _ClientWatch(conn)

@@ -131,6 +131,44 @@ def test_two_cells_run_in_one_worker_and_each_log_gets_its_own_output(cwd):
     assert "cell 2 of this process" in text2
 
 
+def test_the_worker_starts_a_cell_only_after_the_clients_go_ahead(cwd, monkeypatch):
+    """The client writes its line to the shared log first; a client gone before its go-ahead runs nothing."""
+    import socket
+
+    roofline = cell("roofline")
+    p1, _, log1 = client(cwd, "roofline", *roofline)  # starts the worker
+    assert p1.returncode == 0, log1.read_text()
+    (sock_path,) = list((cwd / SOCKETS).glob("*.sock"))
+    monkeypatch.chdir(cwd)  # AF_UNIX paths are short: connect by the relative path, as the clients do
+    sock_path = sock_path.relative_to(cwd)
+    name, c = cell("benchmarking")
+    out, log = cwd / "results/benchmarking" / f"{name}.json", cwd / "logs/benchmarking" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    request = {"experiment": "benchmarking", "name": name, "cell": c, "out": str(out), "log": str(log), "argv": []}
+
+    def connect():
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(str(sock_path))
+        conn.sendall((json.dumps(request) + "\n").encode())
+        reader = conn.makefile("rb")
+        return conn, reader, json.loads(reader.readline())
+
+    conn, reader, ack = connect()
+    assert ack["accepted"] and ack["cells_before"] == 1
+    reader.close()
+    conn.close()  # gone before the go-ahead
+    conn, reader, ack = connect()
+    assert ack["cells_before"] == 1  # the abandoned request ran nothing
+    time.sleep(1.0)
+    assert log.read_text() == "" and not out.exists()  # nothing written before the go-ahead
+    conn.sendall(b'{"go": true}\n')
+    reply = json.loads(reader.readline())
+    conn.close()
+    assert reply["status"] == "ok" and results.load(out)["status"] == "ok"
+    assert f"benchmarking/{name}: started on cpu" in log.read_text()
+
+
 def test_worker_record_has_the_structure_of_a_fresh_process_record(cwd):
     name, c = cell("benchmarking")
     p, out, log = client(cwd, "benchmarking", name, c, "--no-worker")
