@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from cs336report.report.render import md_cell, render_report
 from cs336report.runner import run_cell
 from helpers import cell, tiny_config
@@ -83,3 +85,30 @@ def test_cost_puts_a_shared_experiment_under_its_own_section():
     assert [c.text for c in row[:4]] == ["benchmarking_script", "benchmarking", "1", "0"]
     warm = dict(records[0], process={"pid": 1, "cells_before": 3})
     assert [c.text for c in _cost(records + [warm])["table"].rows[0][2:4]] == ["2", "1"]
+
+
+def test_cost_splits_job_time_into_timed_steps_first_compiled_calls_and_the_rest():
+    """H200 records: a compiled_model cell (warm-up, measured steps, a first call) and the leaderboard (do_bench calls)."""
+    from pathlib import Path
+
+    from cs336report.report.render import _cost, _timed_seconds
+    from cs336report.report.tables import fmt_seconds
+    from cs336report.results import load
+
+    fixtures = Path(__file__).parent / "fixtures"
+    compiled = load(fixtures / "compile/naive-fp32-small-ctx128-train_step-compiled.json.gz")
+    board = load(fixtures / "flash/leaderboard-h200.json.gz")
+    times = compiled["data"]["times_s"]
+    want_steps = sum(times["warmup_s"]) + sum(times["measured_s"])  # phases_s are parts of these steps
+    assert _timed_seconds(compiled["data"]) == (pytest.approx(want_steps), compiled["data"]["compile"]["first_call_s"])
+    calls = sum(sum(row["times_s"]) for row in board["data"]["rows"] if row.get("times_s"))
+    assert _timed_seconds(board["data"]) == (pytest.approx(calls), 0.0)
+
+    cost = _cost([compiled, board])
+    rows = {row[1].text: [c.text for c in row] for row in cost["table"].rows}
+    job = compiled["benchmark"]["wall_s"]
+    assert rows["compiled_model"][5:8] == [fmt_seconds(want_steps), f"{100 * want_steps / job:.0f}%",
+                                           fmt_seconds(compiled["data"]["compile"]["first_call_s"])]
+    assert rows["flash_leaderboard"][7] == "–"
+    total = job + board["wall_s"]  # this record has no benchmark: its own wall time counts
+    assert cost["split"]["steps_pct"] == f"{100 * (want_steps + calls) / total:.0f}"

@@ -214,6 +214,30 @@ def _peak_bytes(record: dict) -> float | None:
     return peak.get("allocated_bytes") if isinstance(peak, dict) else None
 
 
+# Lists of per-step or per-call seconds that results keep: warm-up and measured steps, and the
+# per-call times of do_bench (flash). Per-phase splits of a step (``phases_s``) are parts of these.
+SAMPLE_KEYS = ("warmup_s", "measured_s", "times_s")
+
+
+def _timed_seconds(data) -> tuple[float, float]:
+    """(seconds of timed warm-up and measured steps, seconds of first compiled calls) in a record's data."""
+    steps = compiled = 0.0
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in SAMPLE_KEYS and isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+                    steps += float(sum(value))
+                elif key == "first_call_s" and isinstance(value, (int, float)):
+                    compiled += float(value)
+                elif key != "phases_s":
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return steps, compiled
+
+
 def _cost(records: list[dict]) -> dict:
     """Wall time per rule and per section (Snakemake's benchmark of each job where present,
     else the cell's own wall time) and the largest GPU peak of each rule."""
@@ -222,25 +246,32 @@ def _cost(records: list[dict]) -> dict:
     rows = []
     for r in records:
         bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"])
+        steps, compiled = _timed_seconds(r.get("data"))
         rows.append({"rule": r["experiment"], "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "from_benchmark": bool(bench), "peak": _peak_bytes(r),
-                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0)})
+                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0),
+                     "steps_s": steps, "compile_s": compiled})
     if not rows:
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)
     per_rule = df.groupby("rule", sort=True).agg(jobs=("rule", "size"), job_s=("job_s", "sum"),
                                                   peak=("peak", "max"), measured=("from_benchmark", "all"),
-                                                  warm=("warm", "sum"))
+                                                  warm=("warm", "sum"), steps_s=("steps_s", "sum"),
+                                                  compile_s=("compile_s", "sum"))
     section_of: dict[str, str] = {}
     for m in SECTIONS:  # an experiment shared by two sections belongs to the first (its own)
         for e in m.EXPERIMENTS:
             section_of.setdefault(e, m.TITLE)
     table_rows = []
     for rule, r in per_rule.iterrows():
+        share = f"{100 * r['steps_s'] / r['job_s']:.0f}%" if r["job_s"] > 0 and r["steps_s"] > 0 else "–"
         table_rows.append([Cell(section_of.get(rule, "–")), Cell(rule), Cell(str(int(r["jobs"]))),
                            Cell(str(int(r["warm"]))), Cell(fmt_seconds(r["job_s"])),
+                           Cell(fmt_seconds(r["steps_s"]) if r["steps_s"] > 0 else "–"), Cell(share),
+                           Cell(fmt_seconds(r["compile_s"]) if r["compile_s"] > 0 else "–"),
                            Cell(fmt_bytes(r["peak"]) if r["peak"] == r["peak"] else "–")])
     total = df["job_s"].sum()
+    steps, compiled = df["steps_s"].sum(), df["compile_s"].sum()
     note = ("job time is Snakemake's benchmark of each job (process start-up included)"
             if per_rule["measured"].all() else
             "job time is Snakemake's benchmark of each job where one was recorded, else the cell's own wall time")
@@ -248,9 +279,21 @@ def _cost(records: list[dict]) -> dict:
              "stats export and the parse)")
     note += ("; in a warm worker: jobs whose cell ran in a worker process that had run cells before it, so "
              "they paid no Python, torch or CUDA start-up")
-    table = Table(title="Cost of this report", columns=["section", "rule", "jobs", "in a warm worker", "job time", "largest GPU peak"],
-                  units=["", "", "", "", "", ""], rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
-    return {"table": table, "total": fmt_seconds(total), "total_s": total}
+    note += ("; timed steps: the warm-up and measured steps (or do_bench calls) the results record, summed; "
+             "first compiled calls: the compiling first call of torch.compile cells; the rest of a job is process "
+             "start-up, building models and inputs, untimed passes (e.g. the fresh forward before each timed "
+             "backward), memory probes, autotuning, profiling and exports")
+    table = Table(title="Cost of this report",
+                  columns=["section", "rule", "jobs", "in a warm worker", "job time", "timed steps",
+                           "timed share", "first compiled calls", "largest GPU peak"],
+                  units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
+    out = {"table": table, "total": fmt_seconds(total), "total_s": total}
+    if total > 0:
+        out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",
+                        "compile": fmt_seconds(compiled), "compile_pct": f"{100 * compiled / total:.0f}",
+                        "rest": fmt_seconds(max(total - steps - compiled, 0.0)),
+                        "rest_pct": f"{100 * max(total - steps - compiled, 0.0) / total:.0f}"}
+    return out
 
 
 def _expected_cells(config: dict) -> dict[str, dict] | None:
