@@ -78,4 +78,5 @@ def first_call(step: Callable[[], dict | None], device: str) -> dict:
     phases = step()
     synchronize(device)
     return {"first_call_s": timeit.default_timer() - start, "phases_s": dict(phases or {}), **compile_stats(),
-            "private_caches": all(os.environ.get(k, "").startswith(_private_cache or "\0") for k in CACHE_ENV)}
+            "private_caches": _private_cache is not None
+            and all(os.environ.get(k, "").startswith(_private_cache) for k in CACHE_ENV)}

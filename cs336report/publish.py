@@ -61,14 +61,14 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     the folder's config must then be ``config``.
     """
     out = Path(out_dir)
-    kept: dict[str, str] = {}
+    kept: dict[tuple[str, str], str] = {}
     if merge and (out / "manifest.json").exists():
         old_files, old_config = published_files(out)
         if old_config != config:
             differs = sorted(k for k in set(old_config) | set(config) if old_config.get(k) != config.get(k))
             raise ValueError(f"{out / 'config.json'}: the published config differs from this run's in "
                              f"{', '.join(differs)}; publish without --merge to replace the folder")
-        kept = {f"{Path(f).parent.name}/{result_stem(f)}": f for f in old_files}
+        kept = {(Path(f).parent.name, result_stem(f)): f for f in old_files}  # (experiment, cell) -> file
     elif out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +79,7 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
         record["benchmark"] = benchmark_of(path, benchmarks)
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
         save(record, dest, compact=True)
-        kept.pop(f"{record['experiment']}/{result_stem(path)}", None)
+        kept.pop((dest.parent.name, result_stem(dest)), None)
         files.append(str(dest))
     files = sorted(files + list(kept.values())) if merge else files
     save(config, out / "config.json")

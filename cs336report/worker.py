@@ -134,23 +134,6 @@ def _send(conn: socket.socket, message: dict) -> None:
     conn.sendall((json.dumps(message) + "\n").encode())
 
 
-def _recv_line(conn: socket.socket, timeout: float) -> dict | None:
-    """One JSON line read straight from the socket (no buffering past it), or None on close or timeout."""
-    buf = b""
-    conn.settimeout(timeout)
-    try:
-        while not buf.endswith(b"\n"):
-            chunk = conn.recv(1)
-            if not chunk:
-                return None
-            buf += chunk
-    except OSError:  # includes socket.timeout
-        return None
-    finally:
-        conn.settimeout(None)
-    return json.loads(buf)
-
-
 def _read_line(reader) -> dict | None:
     """One JSON line, or None when the peer closed (or reset) the connection first."""
     try:
@@ -503,8 +486,9 @@ class _ClientWatch(threading.Thread):
         self.join(1.0)
 
 
-def _run_request(conn: socket.socket, request: dict, initial: dict) -> bool:
-    """Run one cell for a client; False when this worker must exit afterwards."""
+def _run_request(conn: socket.socket, reader, request: dict, initial: dict) -> bool:
+    """Run one cell for a client (``reader``: the buffered reader of ``conn`` the request came
+    from); False when this worker must exit afterwards."""
     import traceback
 
     from . import runner
@@ -514,7 +498,14 @@ def _run_request(conn: socket.socket, request: dict, initial: dict) -> bool:
         _send(conn, {"accepted": True, "pid": os.getpid(), "cells_before": runner.cells_run()})
     except OSError:  # the client went away before the cell started: nothing ran
         return True
-    if _recv_line(conn, GO_TIMEOUT_S) is None:  # the client has written its line to the log, or went away
+    conn.settimeout(GO_TIMEOUT_S)  # the client writes its line to the log, then says go (or goes away)
+    try:
+        go = _read_line(reader)
+    except (OSError, ValueError):  # includes socket.timeout
+        go = None
+    finally:
+        conn.settimeout(None)
+    if go is None:
         return True
     experiment, name, cell = request["experiment"], request["name"], request["cell"]
     watch = _ClientWatch(conn)
@@ -595,7 +586,7 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
                     _send(conn, {"stopping": True, "pid": pid, "cells": runner.cells_run()})
                     print(f"[cs336report] worker {pid}: asked to stop; exiting", flush=True)
                     break
-                if not _run_request(conn, request, initial):
+                if not _run_request(conn, reader, request, initial):
                     break
     finally:
         try:

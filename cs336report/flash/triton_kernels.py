@@ -185,20 +185,24 @@ def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"head dim must be a power of two >= 16, got {d}")
 
 
+def _launch_config(q_tile: int, k_tile: int, num_warps: int, num_stages: int) -> dict:
+    return {"Q_TILE_SIZE": int(q_tile), "K_TILE_SIZE": int(k_tile), "num_warps": int(num_warps),
+            "num_stages": int(num_stages)}
+
+
 def _record(name: str, q_tile: int, k_tile: int, num_warps: int, num_stages: int, autotuned: bool) -> None:
-    _last_config[name] = {
-        "Q_TILE_SIZE": int(q_tile),
-        "K_TILE_SIZE": int(k_tile),
-        "num_warps": int(num_warps),
-        "num_stages": int(num_stages),
-        "autotuned": bool(autotuned),
-    }
+    _last_config[name] = {**_launch_config(q_tile, k_tile, num_warps, num_stages), "autotuned": bool(autotuned)}
 
 
 # Per (kernel, shape): the autotuner's timing table of the tuning for that shape, and the table
 # object last seen (a new object means the tuner has just tuned).
 _candidates: dict[tuple, list[dict]] = {}
 _seen_timings: dict[str, object] = {}
+
+
+def _shape_key(q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> tuple:
+    """What the autotuner tunes for (its key, plus the dtype it adds): one candidate table per value."""
+    return (q.shape[1], k.shape[1], q.shape[-1], bool(is_causal), str(q.dtype))
 
 
 def _record_autotuned(name: str, tuner, shape: tuple) -> None:
@@ -216,8 +220,7 @@ def _record_autotuned(name: str, tuner, shape: tuple) -> None:
         rows = []
         for c, t in timings.items():
             ms = t[0] if isinstance(t, (list, tuple)) else t
-            rows.append({"Q_TILE_SIZE": int(c.kwargs["Q_TILE_SIZE"]), "K_TILE_SIZE": int(c.kwargs["K_TILE_SIZE"]),
-                         "num_warps": int(c.num_warps), "num_stages": int(c.num_stages),
+            rows.append({**_launch_config(c.kwargs["Q_TILE_SIZE"], c.kwargs["K_TILE_SIZE"], c.num_warps, c.num_stages),
                          "ms": float(ms) if ms is not None and math.isfinite(ms) else None})
         rows.sort(key=lambda r: (r["ms"] is None, r["ms"] or 0.0))
         _candidates[(name, shape)] = rows
@@ -664,7 +667,7 @@ def flash_forward_triton(
     if autotune:
         grid = lambda meta: (triton.cdiv(n_q, meta["Q_TILE_SIZE"]), batch)  # noqa: E731
         flash_fwd_kernel_autotuned[grid](*args, D=d, is_causal=bool(is_causal))
-        _record_autotuned("fwd", flash_fwd_kernel_autotuned, (n_q, n_k, d, bool(is_causal), str(q.dtype)))
+        _record_autotuned("fwd", flash_fwd_kernel_autotuned, _shape_key(q, k, is_causal))
     else:
         bq, bk, warps, stages = _tile_args(q_tile_size, k_tile_size, num_warps, num_stages)
         flash_fwd_kernel[(triton.cdiv(n_q, bq), batch)](
@@ -723,7 +726,7 @@ def flash_backward_triton(
                n_q, n_k, scale)
     causal = bool(is_causal)
     if autotune:
-        shape = (n_q, n_k, d, causal, str(q.dtype))
+        shape = _shape_key(q, k, causal)
         grid_k = lambda meta: (triton.cdiv(n_k, meta["K_TILE_SIZE"]), batch)  # noqa: E731
         grid_q = lambda meta: (triton.cdiv(n_q, meta["Q_TILE_SIZE"]), batch)  # noqa: E731
         flash_bwd_dkdv_kernel_autotuned[grid_k](*dkdv_args, D=d, is_causal=causal)

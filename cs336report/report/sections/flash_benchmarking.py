@@ -377,17 +377,19 @@ def autotune_breakdown(rows: list[dict], source: str, measured_s: float | None) 
                   and row.get("status") == "ok"), None)
     if not tiles or not any(t.get("candidates") for t in tiles.values()):
         return None
+    def launch(c: dict) -> tuple:
+        return c["Q_TILE_SIZE"], c["K_TILE_SIZE"], c["num_warps"], c["num_stages"]
+
     table_rows, chosen_ms = [], {}
     for kernel in [k for k in KERNEL_LABELS if k in tiles] + [k for k in tiles if k not in KERNEL_LABELS]:
         t = tiles[kernel]
-        key = (t["Q_TILE_SIZE"], t["K_TILE_SIZE"], t["num_warps"], t["num_stages"])
+        key = launch(t)
         for cand in t.get("candidates") or []:
-            this = (cand["Q_TILE_SIZE"], cand["K_TILE_SIZE"], cand["num_warps"], cand["num_stages"])
+            this = launch(cand)
             if this == key and cand["ms"] is not None:
                 chosen_ms[kernel] = cand["ms"]
             table_rows.append([
-                Cell(KERNEL_LABELS.get(kernel, kernel)), Cell(str(cand["Q_TILE_SIZE"])),
-                Cell(str(cand["K_TILE_SIZE"])), Cell(str(cand["num_warps"])), Cell(str(cand["num_stages"])),
+                Cell(KERNEL_LABELS.get(kernel, kernel)), *(Cell(str(v)) for v in this),
                 Cell(sig(cand["ms"]) if cand["ms"] is not None else "could not run"),
                 Cell("chosen" if this == key else ""),
             ])

@@ -31,6 +31,11 @@ CACHE_NOTE = ("“(cache)”: Inductor found compiled graphs of this cell in the
               "on the machine left, so its first call skipped some code generation and is not a full compilation")
 
 
+def from_cache(rows: pd.DataFrame) -> pd.Series:
+    """Which compiled cells' first call read graphs from Inductor's on-disk cache."""
+    return rows["cache_hits"].fillna(0) > 0
+
+
 def first_call_cell(seconds: float, cache_hits) -> Cell:
     """The first compiled call's time, marked where Inductor served graphs from its cache."""
     if seconds != seconds:
@@ -43,7 +48,7 @@ def first_call_summary(rows: pd.DataFrame, name) -> dict | None:
     timed = rows[rows["first_call_s"] == rows["first_call_s"]]
     if timed.empty:
         return None
-    hits = timed["cache_hits"].fillna(0) > 0
+    hits = from_cache(timed)
     full = timed.loc[~hits, "first_call_s"]
     out: dict = {"cached": [name(r) for _, r in timed[hits].iterrows()]}
     if not full.empty:
@@ -83,7 +88,7 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
         note="mean time per pass; speed-up = eager / compiled; the first compiled call (a forward and a backward "
              "pass, which compiles both) is not part of the timed passes"
              + ("; memory before backward excludes the inputs" if memory_key == "activation_bytes" else "")
-             + (f"; {CACHE_NOTE}" if (pairs["cache_hits"].fillna(0) > 0).any() else ""))
+             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else ""))
 
 
 def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
@@ -187,7 +192,7 @@ def model_table(pairs: pd.DataFrame) -> Table:
         sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
         note="mean ± sample standard deviation over the measured steps; the first compiled step (tracing, "
              "Inductor code generation and one step) runs before the warm-up and is not in the mean"
-             + (f"; {CACHE_NOTE}" if (pairs["cache_hits"].fillna(0) > 0).any() else ""))
+             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else ""))
 
 
 def model_analysis(pairs: pd.DataFrame) -> dict:
@@ -202,7 +207,7 @@ def model_analysis(pairs: pd.DataFrame) -> dict:
     first = first_call_summary(pairs, lambda r: f"{r['size']}, context {r['context']}, {MODE_LABELS[r['mode']]}")
     if first:
         out["first_call"] = first
-        full = both[both["cache_hits"].fillna(0) == 0]
+        full = both[~from_cache(both)]
         over = (full["first_call_s"] / full["mean_s"]).dropna()
         if not over.empty:
             out["first_call"]["steps"] = sig(over.median(), 2)
