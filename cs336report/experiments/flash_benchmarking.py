@@ -19,7 +19,9 @@ cannot run the shape, is recorded as such and the cell goes on with the next sha
 ``randn(3, 16, 16384, 64)`` (bf16, causal, heads as the batch): ``torch.compile`` of the
 attention call, ``o.sum().backward()``, ``do_bench(fn, rep, warmup)``, after a correctness
 check of the first heads against the float32 reference; each implementation of the list is
-timed in the same process.
+timed in the same process. On CUDA each row also keeps the GPU time of every kernel of one call
+(:func:`cs336report.kernel_times.kernel_times` over ``KERNEL_PROFILE_STEPS`` calls), each marked
+``forward`` when the forward alone, ``flash(q, k, v, True).sum()``, runs it, else ``backward``.
 
     python -m cs336report run flash_benchmarking --name triton-bf16 --cell '{...}' --out r.json
 """
@@ -61,6 +63,8 @@ SDPA_BACKENDS = {
 UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend")
 # A CPU timing keeps at least this many samples, however long one call takes.
 CPU_MIN_SAMPLES = 5
+# Calls of the leaderboard harness profiled per row for its kernel times (after the timing).
+KERNEL_PROFILE_STEPS = 5
 
 
 # ----------------------------------------------------------------------------- attention functions
@@ -436,6 +440,8 @@ def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
         row["tiles"] = last_triton_config()
     qkv.grad = None
     if device.startswith("cuda"):
+        row["kernels"] = harness_kernels(lambda: flash(q, k, v, True).sum(), flash_forward_backward)
+        qkv.grad = None
         synchronize(device)
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
@@ -444,6 +450,15 @@ def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
         row["memory"] = {"baseline_bytes": base, "peak_bytes": torch.cuda.max_memory_allocated()}
     qkv.grad = None
     return row
+
+
+def harness_kernels(forward: Callable, step: Callable) -> list[dict]:
+    """Every kernel of one harness call: ms and launches per call, and the pass that runs it."""
+    from ..kernel_times import kernel_times
+
+    in_forward = kernel_times(forward, KERNEL_PROFILE_STEPS)
+    return [{"name": name, "ms": t["ms"], "calls": t["calls"], "pass": "forward" if name in in_forward else "backward"}
+            for name, t in kernel_times(step, KERNEL_PROFILE_STEPS).items()]
 
 
 def run_leaderboard(cell: dict) -> dict:
