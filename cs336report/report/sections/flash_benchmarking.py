@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...experiments.flash_benchmarking import IMPLEMENTATIONS, PASSES
+from ...experiments.flash_benchmarking import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS, PASSES
 from ..tables import Cell, Table, fmt_bytes, sig, status_cell
 
 ID = "flash_benchmarking"
@@ -39,6 +39,7 @@ LEADERBOARD_HARNESS = {"rep_ms": 10000, "warmup_ms": 1000}
 # project set for one H100 (about what PyTorch's cuDNN attention takes there).
 LEADERBOARD_TOP_MS = 5.364
 TARGET_MS = 4.5
+TARGET_CARD = "H100"
 FIT_POINTS = 4  # memory exponents are fitted over this many longest sequences that ran
 
 
@@ -340,7 +341,8 @@ def leaderboard(records: list[dict]) -> dict | None:
         note=f"the leaderboard ranks the do_bench mean; check: first {c['check_heads']} heads, "
              f"|x − ref| ≤ {c['tolerance']} + {c['tolerance']}·|ref| for o, dq, dk, dv",
     )
-    out = {"table": table, "gpu": r["provenance"].get("gpu") or r["provenance"].get("device"),
+    gpu = r["provenance"].get("gpu") or r["provenance"].get("device")
+    out = {"table": table, "gpu": gpu, "on_target_card": bool(gpu and TARGET_CARD in str(gpu)),
            "rep_ms": c["rep_ms"], "warmup_ms": c["warmup_ms"], "compile": c["compile"],
            "short": c["rep_ms"] < LEADERBOARD_HARNESS["rep_ms"] or c["warmup_ms"] < LEADERBOARD_HARNESS["warmup_ms"],
            "harness": LEADERBOARD_HARNESS, "top_ms": LEADERBOARD_TOP_MS, "target_ms": TARGET_MS,
@@ -350,6 +352,9 @@ def leaderboard(records: list[dict]) -> dict | None:
     if tuning:
         out["tuning"] = tuning
     entry = c["implementations"][0]
+    kernels = kernel_breakdown(data["rows"], r["_path"], entry)
+    if kernels:
+        out["kernels"] = kernels
     if entry in numbers:
         ours = numbers[entry]
         out["ours"] = {"label": IMPLEMENTATIONS[entry], "ms": sig(ours * 1e3), "meets_target": ours * 1e3 <= TARGET_MS,
@@ -365,6 +370,85 @@ def leaderboard(records: list[dict]) -> dict | None:
 
 
 KERNEL_LABELS = {"fwd": "forward", "bwd_dkdv": "backward dK/dV", "bwd_dq": "backward dQ"}
+KERNEL_NAME_CHARS = 72  # kernel names are cut to this length in the table
+KERNEL_MIN_SHARE = 0.01  # an implementation's own kernels below this share of its time are summed as "others"
+
+
+def kernel_frame(rows: list[dict]) -> pd.DataFrame:
+    """One row per (implementation, kernel) of the leaderboard rows that kept their kernel times.
+
+    ``own`` is False for the harness's kernels: those every such implementation runs under the
+    same name (the sum, its gradient, stacking and accumulating q, k, v's gradients).
+    """
+    recs = [{"implementation": row["implementation"], **k} for row in rows
+            if row.get("status") == "ok" and row.get("kernels")]
+    df = pd.DataFrame(recs, columns=["implementation", "name", "ms", "calls", "pass"]).rename(columns={"pass": "phase"})
+    n_impl = df["implementation"].nunique()
+    shared = df.groupby("name")["implementation"].nunique()
+    df["own"] = df["name"].map(shared) < n_impl if n_impl > 1 else True
+    return df
+
+
+def kernel_breakdown(rows: list[dict], source: str, entry: str) -> dict | None:
+    """Where each implementation's GPU time per harness call goes: its own forward and backward
+    kernels and the harness's, and the own kernels of the entry and the fastest SDPA backend."""
+    df = kernel_frame(rows)
+    if df.empty:
+        return None
+    df["part"] = np.where(df["own"], df["phase"], "harness")
+    parts = df.pivot_table(index="implementation", columns="part", values="ms", aggfunc="sum", fill_value=0.0)
+    parts = parts.reindex(columns=["forward", "backward", "harness"], fill_value=0.0)
+    parts["total"] = parts.sum(axis=1)
+    parts = parts.reindex([i for i in ORDER if i in parts.index])
+    summary = Table(
+        title="GPU time of one leaderboard call, by whose kernels run it",
+        columns=["implementation", "own forward kernels", "own backward kernels", "harness kernels", "all kernels"],
+        units=["", "ms", "ms", "ms", "ms"],
+        rows=[[Cell(IMPLEMENTATIONS[i]), *(Cell(sig(parts.at[i, col])) for col in parts.columns)] for i in parts.index],
+        sources=[source],
+        note=f"torch.profiler, CUDA activity only, over {KERNEL_PROFILE_STEPS} calls after the timing, per call; "
+             "a kernel is the forward's when flash(q, k, v, True).sum() alone runs it; harness kernels are those "
+             "every implementation runs (the sum, its gradient, stacking and accumulating the gradients)",
+    )
+    out: dict = {"summary": summary, "steps": KERNEL_PROFILE_STEPS,
+                 "parts": {i: {k: float(parts.at[i, k]) for k in parts.columns} for i in parts.index}}
+    if entry not in parts.index:
+        return out
+    ms = lambda i, k: sig(parts.at[i, k])  # noqa: E731
+    out["entry"] = {"label": IMPLEMENTATIONS[entry], "forward": ms(entry, "forward"),
+                    "backward": ms(entry, "backward"), "harness": ms(entry, "harness"), "total": ms(entry, "total")}
+    sdpa = [i for i in parts.index if i in SDPA]
+    if not sdpa:
+        return out
+    best = min(sdpa, key=lambda i: parts.at[i, "total"])
+    gap = {k: parts.at[entry, k] - parts.at[best, k] for k in ("forward", "backward", "harness", "total")}
+    out["best"] = {"label": IMPLEMENTATIONS[best], "forward": ms(best, "forward"), "backward": ms(best, "backward"),
+                   "total": ms(best, "total"), "gap": {k: sig(abs(v)) for k, v in gap.items()},
+                   "slower": bool(gap["total"] > 0), "forward_more": bool(gap["forward"] >= 0),
+                   "backward_more": bool(gap["backward"] >= 0)}
+    if gap["total"] > 0:
+        out["best"]["backward_share"] = sig(100 * gap["backward"] / gap["total"])
+    table_rows = []
+    for impl in (entry, best):
+        own = df[(df["implementation"] == impl) & df["own"]].sort_values("ms", ascending=False)
+        total = parts.at[impl, "total"]
+        big = own[own["ms"] >= KERNEL_MIN_SHARE * total]
+        for k in big.itertuples():
+            name = k.name if len(k.name) <= KERNEL_NAME_CHARS else k.name[:KERNEL_NAME_CHARS - 1] + "…"
+            table_rows.append([Cell(IMPLEMENTATIONS[impl]), Cell(name), Cell(k.phase), Cell(sig(k.ms)),
+                               Cell(sig(k.calls, 2)), Cell(sig(100 * k.ms / total))])
+        rest = own.drop(big.index)
+        if len(rest):
+            table_rows.append([Cell(IMPLEMENTATIONS[impl]), Cell(f"{len(rest)} others"), Cell(""),
+                               Cell(sig(rest["ms"].sum())), Cell(sig(rest["calls"].sum(), 2)),
+                               Cell(sig(100 * rest["ms"].sum() / total))])
+    out["own"] = Table(
+        title=f"The own kernels of {IMPLEMENTATIONS[entry]} and {IMPLEMENTATIONS[best]} in one leaderboard call",
+        columns=["implementation", "kernel", "pass", "GPU time", "launches", "share of all its kernels"],
+        units=["", "", "", "ms", "", "%"], rows=table_rows, sources=[source],
+        note="per call, as in the table above; names cut to " + str(KERNEL_NAME_CHARS) + " characters",
+    )
+    return out
 
 
 def autotune_breakdown(rows: list[dict], source: str, measured_s: float | None) -> dict | None:
