@@ -329,3 +329,47 @@ def test_first_steps_served_from_inductors_cache_are_marked_and_left_out_of_the_
     full = [r["data"]["compile"]["first_call_s"] for r in compiled if not hits[r["cell"]]]
     assert first["cached"] == ["small, context 128, forward"]
     assert (first["min"], first["max"], first["n"]) == (fmt_seconds(min(full)), fmt_seconds(max(full)), 2)
+
+
+CARDS = Path(__file__).parent / "fixtures" / "cards"
+
+
+def _card_records():
+    from cs336report.results import load
+
+    return {p.name.split(".json")[0]: dict(load(p), _path=str(p)) for p in CARDS.glob("*.json.gz")}
+
+
+def test_optimized_step_takes_peak_and_vanilla_from_its_own_card():
+    """Real records: the optimized step on an H200 and an H100, the roofline on both, the vanilla step on the H200."""
+    r = _card_records()
+    roofline = [r["roofline-h200"], r["roofline-h100"]]
+    out = compile_section.optimized([r["optimized_step-h100"], r["optimized_step-h200"]],
+                                    [r["benchmarking-h200-2.7B-ctx512-train_step"]], roofline, "naive")
+    by_card = {item["gpu"]: item for item in out["items"]}
+    h100 = next(v for k, v in by_card.items() if "H100" in k)
+    h200 = next(v for k, v in by_card.items() if "H200" in k)
+    peaks = {c: r[f"roofline-{c}"]["data"]["matmul"]["bf16"]["tflops"] for c in ("h100", "h200")}
+    for item, card in ((h100, "h100"), (h200, "h200")):
+        tflops = r[f"optimized_step-{card}"]["data"]["tflops"]
+        assert item["peak"] == sig(peaks[card]) and item["fraction"] == pytest.approx(tflops / peaks[card])
+    assert h100["on_target_card"] and not h200["on_target_card"]
+    assert "speedup" not in h100  # the only vanilla step ran on the H200
+    vanilla = r["benchmarking-h200-2.7B-ctx512-train_step"]["data"]["stats_s"]["mean"]
+    assert h200["speedup"] == sig(vanilla / r["optimized_step-h200"]["data"]["stats_s"]["mean"])
+
+
+def test_a_compiled_cell_is_not_compared_with_a_twin_from_another_card():
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "compile"
+    records = {p.name: dict(load(p), _path=str(p)) for p in folder.glob("*ctx512-forward*.json.gz")}
+    compiled = records["naive-fp32-small-ctx512-forward-compiled.json.gz"]
+    eager = records["naive-fp32-small-ctx512-forward.json.gz"]
+    same = compile_section.model_pairs([compiled], [eager]).iloc[0]
+    assert same["status_eager"] == "ok" and same["mean_s_eager"] == eager["data"]["stats_s"]["mean"]
+    moved = json.loads(json.dumps(compiled))
+    moved["provenance"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    other = compile_section.model_pairs([moved], [eager]).iloc[0]
+    assert other["status_eager"] == "other card" and math.isnan(other["mean_s_eager"])
+    assert compile_section.model_table(compile_section.model_pairs([moved], [eager])).rows[0][3].text == "other card"

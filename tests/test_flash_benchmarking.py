@@ -484,3 +484,49 @@ def test_autotune_breakdown_of_a_real_leaderboard_record():
 def test_no_breakdown_without_candidates(tmp_path):
     path = gpu_like_records(tmp_path)[-1]
     assert "tuning" not in section.leaderboard([load(path)])
+
+
+def test_kernel_breakdown_of_a_real_h100_leaderboard_record():
+    """The H100 record's kernels: own forward, own backward and harness per implementation, and the gap to cuDNN."""
+    record = load(FIXTURES / "leaderboard-h100.json.gz")
+    lb = section.leaderboard([record])
+    assert lb["on_target_card"] and "H100" in lb["gpu"]
+    rows = {r["implementation"]: r for r in record["data"]["rows"] if r["status"] == "ok"}
+    names = [{k["name"] for k in r["kernels"]} for r in rows.values()]
+    harness = set.intersection(*names)
+    assert harness and not any("flash" in n for n in harness)  # the sum, its gradient, the stack and the add
+
+    def part(impl, which):
+        ks = rows[impl]["kernels"]
+        if which == "harness":
+            return sum(k["ms"] for k in ks if k["name"] in harness)
+        return sum(k["ms"] for k in ks if k["name"] not in harness and k["pass"] == which)
+
+    table = {r[0].text: [c.text for c in r[1:]] for r in lb["kernels"]["summary"].rows}
+    for impl, row in rows.items():
+        expected = [part(impl, "forward"), part(impl, "backward"), part(impl, "harness"),
+                    sum(k["ms"] for k in row["kernels"])]
+        assert table[row["label"]] == [sig(x) for x in expected]
+    assert {k["name"] for k in rows["triton"]["kernels"] if k["pass"] == "forward"} >= {"flash_fwd_kernel"}
+    assert {"flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel"} <= {
+        k["name"] for k in rows["triton"]["kernels"] if k["pass"] == "backward"}
+    sdpa = [i for i in rows if i.startswith("sdpa")]
+    best = min(sdpa, key=lambda i: sum(k["ms"] for k in rows[i]["kernels"]))
+    gap = lb["kernels"]["best"]
+    assert gap["label"] == rows[best]["label"]
+    assert gap["slower"] and gap["gap"]["backward"] == sig(part("triton", "backward") - part(best, "backward"))
+    own = lb["kernels"]["own"].rows
+    assert {r[0].text for r in own} == {rows["triton"]["label"], rows[best]["label"]}
+    assert own[0][1].text == max(rows["triton"]["kernels"], key=lambda k: k["ms"])["name"]
+
+
+def test_target_sentence_says_when_the_card_is_not_the_targets(tmp_path):
+    h200 = section.leaderboard([load(FIXTURES / "leaderboard-h200.json.gz")])
+    assert not h200["on_target_card"] and "kernels" not in h200  # recorded before kernel times were kept
+    for card in ("h200", "h100"):
+        md, _, _ = _render(tmp_path / card, [FIXTURES / f"leaderboard-{card}.json.gz"])
+        assert ("(this card is NVIDIA H200, so the comparison is indicative)" in md) is (card == "h200")
+    lb = section.leaderboard([load(FIXTURES / "leaderboard-h100.json.gz")])["kernels"]
+    assert (f"{lb['entry']['label']}'s own kernels take {lb['entry']['forward']} ms in the forward and "
+            f"{lb['entry']['backward']} ms in the backward, against {lb['best']['forward']} ms") in md
+    assert f"Ours takes {lb['best']['gap']['total']} ms more GPU time per call" in md

@@ -381,7 +381,7 @@ def kernel_frame(rows: list[dict]) -> pd.DataFrame:
     same name (the sum, its gradient, stacking and accumulating q, k, v's gradients).
     """
     recs = [{"implementation": row["implementation"], **k} for row in rows
-            if row.get("status") == "ok" and row.get("kernels")]
+            if row.get("status") == "ok" for k in row.get("kernels") or ()]
     df = pd.DataFrame(recs, columns=["implementation", "name", "ms", "calls", "pass"]).rename(columns={"pass": "phase"})
     n_impl = df["implementation"].nunique()
     shared = df.groupby("name")["implementation"].nunique()
@@ -433,13 +433,15 @@ def kernel_breakdown(rows: list[dict], source: str, entry: str) -> dict | None:
         own = df[(df["implementation"] == impl) & df["own"]].sort_values("ms", ascending=False)
         total = parts.at[impl, "total"]
         big = own[own["ms"] >= KERNEL_MIN_SHARE * total]
+        if len(own) - len(big) == 1:  # one small kernel is shown rather than summed
+            big = own
         for k in big.itertuples():
             name = k.name if len(k.name) <= KERNEL_NAME_CHARS else k.name[:KERNEL_NAME_CHARS - 1] + "…"
             table_rows.append([Cell(IMPLEMENTATIONS[impl]), Cell(name), Cell(k.phase), Cell(sig(k.ms)),
                                Cell(sig(k.calls, 2)), Cell(sig(100 * k.ms / total))])
         rest = own.drop(big.index)
         if len(rest):
-            table_rows.append([Cell(IMPLEMENTATIONS[impl]), Cell(f"{len(rest)} others"), Cell(""),
+            table_rows.append([Cell(IMPLEMENTATIONS[impl]), Cell(f"{len(rest)} smaller kernels"), Cell(""),
                                Cell(sig(rest["ms"].sum())), Cell(sig(rest["calls"].sum(), 2)),
                                Cell(sig(100 * rest["ms"].sum() / total))])
     out["own"] = Table(
@@ -609,8 +611,8 @@ def build(ctx) -> dict:
                  "labels": [{"key": i, "label": IMPLEMENTATIONS[i], "description": DESCRIPTIONS[i]}
                             for i in _present(df)] if not df.empty else []}
     out["leaderboard"] = leaderboard(ctx.records("flash_leaderboard"))
-    if df.empty:
-        out["analysis"] = {"n_timings": 0}
+    if df.empty:  # e.g. only the leaderboard ran
+        out.update(analysis={"n_timings": 0}, has_triton=False, tf32_caveat=False, cpu_timer=False)
         return out
     out["has_triton"] = "triton" in set(df["implementation"].astype(str))
     triton_fp32 = df[df["implementation"].astype(str).isin(["triton", "triton_fixed"]) & (df["dtype"] == "fp32")]
