@@ -21,6 +21,7 @@ import yaml
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import flash_benchmarking as fb
+from cs336report.experiments import flash_leaderboard as fl
 from cs336report.flash import reference_attention
 from cs336report.measure import summarize
 from cs336report.report.render import render_report
@@ -144,7 +145,7 @@ def leaderboard_cell(**extra) -> dict:
 
 
 def test_leaderboard_harness_checks_then_times_each_implementation():
-    data = fb.run_leaderboard(leaderboard_cell())
+    data = fl.run_leaderboard(leaderboard_cell())
     assert [r["implementation"] for r in data["rows"]] == ["flash_pytorch_eager", "sdpa_math"]
     for row in data["rows"]:
         assert row["status"] == "ok" and row["check"]["passed"], row
@@ -160,7 +161,7 @@ def test_leaderboard_check_catches_a_wrong_attention(monkeypatch):
         return (lambda q, k, v: attn(q, k, v) * 1.1), notes
 
     monkeypatch.setattr(fb, "attention_function", wrong)
-    data = fb.run_leaderboard(leaderboard_cell(implementations=["sdpa_math"]))
+    data = fl.run_leaderboard(leaderboard_cell(implementations=["sdpa_math"]))
     check = data["rows"][0]["check"]
     assert data["rows"][0]["status"] == "ok" and not check["passed"] and check["worst_ratio"]["o"] > 1
 
@@ -172,7 +173,7 @@ def test_leaderboard_falls_back_to_eager_when_compile_fails(monkeypatch):
         return call
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    data = fb.run_leaderboard(leaderboard_cell(implementations=["sdpa_math"], compile=True))
+    data = fl.run_leaderboard(leaderboard_cell(implementations=["sdpa_math"], compile=True))
     row = data["rows"][0]
     assert row["status"] == "ok" and row["compiled"] is False and "graph break" in row["compile_error"]
 
@@ -449,7 +450,7 @@ def test_gpu_leaderboard_harness_at_a_small_size():
     cell = {**leaderboard_cell(), "device": "cuda", "dtype": "bf16", "heads": 4, "seq": 2048, "d": 64,
             "implementations": ["triton", "sdpa_flash"], "compile": True, "check_heads": 2, "tolerance": 0.03,
             "warmup_ms": 5, "rep_ms": 20}
-    data = fb.run_leaderboard(cell)
+    data = fl.run_leaderboard(cell)
     for row in data["rows"]:
         assert row["status"] == "ok", row
         assert row["check"]["passed"], row["check"]

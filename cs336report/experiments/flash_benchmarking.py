@@ -1,4 +1,4 @@
-"""flash_benchmarking: FlashAttention-2 against PyTorch attention, and the leaderboard row.
+"""flash_benchmarking: FlashAttention-2 against PyTorch attention over a grid of shapes.
 
 ``flash_benchmarking``: one cell is one (implementation, dtype). It runs every
 (sequence length, head dim) of the grid in one process, so process start-up, ``torch.compile``
@@ -15,13 +15,8 @@ is applied with ``timeit.default_timer``. After the timings, one instrumented fo
 backward reads the CUDA allocator's peak. A pass that runs out of memory, or a backend that
 cannot run the shape, is recorded as such and the cell goes on with the next shape.
 
-``flash_leaderboard``: the 2025 course leaderboard's harness on q, k, v =
-``randn(3, 16, 16384, 64)`` (bf16, causal, heads as the batch): ``torch.compile`` of the
-attention call, ``o.sum().backward()``, ``do_bench(fn, rep, warmup)``, after a correctness
-check of the first heads against the float32 reference; each implementation of the list is
-timed in the same process. On CUDA each row also keeps the GPU time of every kernel of one call
-(:func:`cs336report.kernel_times.kernel_times` over ``KERNEL_PROFILE_STEPS`` calls), each marked
-``forward`` when the forward alone, ``flash(q, k, v, True).sum()``, runs it, else ``backward``.
+The leaderboard row, which shares these attention functions and timers, is
+:mod:`cs336report.experiments.flash_leaderboard`.
 
     python -m cs336report run flash_benchmarking --name triton-bf16 --cell '{...}' --out r.json
 """
@@ -63,8 +58,6 @@ SDPA_BACKENDS = {
 UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend")
 # A CPU timing keeps at least this many samples, however long one call takes.
 CPU_MIN_SAMPLES = 5
-# Calls of the leaderboard harness profiled per row for its kernel times (after the timing).
-KERNEL_PROFILE_STEPS = 5
 
 
 # ----------------------------------------------------------------------------- attention functions
@@ -362,128 +355,4 @@ def run(cell: dict) -> dict:
     }
 
 
-# ----------------------------------------------------------------------------- the leaderboard row
-
-
-def leaderboard_cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid("flash_leaderboard")
-    if not grid:
-        return {}
-    return {"leaderboard": {"device": cfg.device, "seed": cfg.run["seed"], "tf32": cfg.run["tf32"], **grid}}
-
-
-def check_against_reference(o, grads, q, k, v, heads: int, tolerance: float) -> dict:
-    """Compare output and gradients of ``o.sum()`` on the first ``heads`` heads with the float32 reference.
-
-    o, q, k, v, grads[i]: (heads_total, seq, d). A value passes when |x - ref| <= tol + tol * |ref|.
-    """
-    from ..flash import reference_attention
-
-    heads = min(heads, q.shape[0])
-    leaves = [t[:heads].detach().float().requires_grad_(True) for t in (q, k, v)]
-    ref = reference_attention(*leaves, is_causal=True)  # (heads, seq, d)
-    ref.sum().backward()
-    out = {"heads": heads, "tolerance": tolerance, "max_abs_error": {}, "worst_ratio": {}}
-    pairs = {"o": (o[:heads], ref)} | {f"d{n}": (g[:heads], leaf.grad) for n, g, leaf in zip("qkv", grads, leaves)}
-    for name, (got, want) in pairs.items():
-        err = (got.detach().float() - want.detach()).abs()
-        out["max_abs_error"][name] = err.max().item()
-        out["worst_ratio"][name] = (err / (tolerance + tolerance * want.detach().abs())).max().item()
-    out["passed"] = all(r <= 1.0 for r in out["worst_ratio"].values())
-    del leaves, ref
-    return out
-
-
-def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
-    device = cell["device"]
-    q, k, v = qkv  # three (heads, seq, d) views of one leaf, as the harness unpacks them
-    attn, notes = attention_function(impl, causal=bool(cell["causal"]))
-
-    def call(q, k, v, is_causal):
-        return attn(q, k, v)
-
-    row: dict = {"implementation": impl, "label": IMPLEMENTATIONS[impl], "notes": notes, "compiled": False}
-    flash = call
-    if cell["compile"]:
-        compiled = torch.compile(call)
-        try:
-            qkv.grad = None
-            compiled(q, k, v, True).sum().backward()
-            synchronize(device)
-            flash, row["compiled"] = compiled, True
-        except Exception as exc:  # compiled harness failed: the eager call is timed, and the reason kept
-            if classify(exc) == "oom":
-                raise
-            row["compile_error"] = _first_line(exc)
-            release_memory(device)
-
-    qkv.grad = None
-    o = flash(q, k, v, True)
-    o.sum().backward()
-    grads = qkv.grad  # (3, heads, seq, d)
-    row["check"] = check_against_reference(o, grads, q, k, v, cell["check_heads"], cell["tolerance"])
-    del o, grads
-    qkv.grad = None
-    release_memory(device)
-
-    def flash_forward_backward():
-        o = flash(q, k, v, True)
-        loss = o.sum()
-        loss.backward()
-
-    times = bench(flash_forward_backward, device, cell["warmup_ms"], cell["rep_ms"])
-    row["times_s"] = times
-    row["stats_s"] = summarize(times)
-    if impl in ("triton", "triton_fixed"):
-        from ..flash import last_triton_config
-
-        row["tiles"] = last_triton_config()
-    qkv.grad = None
-    if device.startswith("cuda"):
-        row["kernels"] = harness_kernels(lambda: flash(q, k, v, True).sum(), flash_forward_backward)
-        qkv.grad = None
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        flash_forward_backward()
-        synchronize(device)
-        row["memory"] = {"baseline_bytes": base, "peak_bytes": torch.cuda.max_memory_allocated()}
-    qkv.grad = None
-    return row
-
-
-def harness_kernels(forward: Callable, step: Callable) -> list[dict]:
-    """Every kernel of one harness call: ms and launches per call, and the pass that runs it."""
-    from ..kernel_times import kernel_times
-
-    in_forward = kernel_times(forward, KERNEL_PROFILE_STEPS)
-    return [{"name": name, "ms": t["ms"], "calls": t["calls"], "pass": "forward" if name in in_forward else "backward"}
-            for name, t in kernel_times(step, KERNEL_PROFILE_STEPS).items()]
-
-
-def run_leaderboard(cell: dict) -> dict:
-    """The leaderboard harness for every implementation of the cell, in one process."""
-    device = cell["device"]
-    _set_tf32(cell["tf32"])
-    torch.manual_seed(cell["seed"])
-    qkv = torch.randn(3, cell["heads"], cell["seq"], cell["d"], device=device, dtype=DTYPES[cell["dtype"]],
-                      requires_grad=True)  # (3, heads, seq, d)
-    rows = []
-    for impl in cell["implementations"]:
-        attempt = _attempt(lambda: _leaderboard_row(impl, cell, qkv), device)
-        rows.append({"implementation": impl, "label": IMPLEMENTATIONS[impl], **attempt})
-        qkv.grad = None
-        release_memory(device)
-    return {
-        "timer": timer_name(device),
-        "harness": "o = flash(q, k, v, True); o.sum().backward(); flash = torch.compile(attention)"
-        if cell["compile"] else "o = attention(q, k, v, True); o.sum().backward()",
-        "rows": rows,
-        **_device_info(device),
-    }
-
-
-EXPERIMENTS = {
-    "flash_benchmarking": (cells, run),
-    "flash_leaderboard": (leaderboard_cells, run_leaderboard),
-}
+EXPERIMENTS = {"flash_benchmarking": (cells, run)}

@@ -10,6 +10,7 @@ FLASH_CODE = code(
     "measure.py",
     "runner.py",
 )
+LEADERBOARD_CODE = FLASH_CODE + code("experiments/flash_leaderboard.py", "kernel_times.py")
 
 
 rule flash_benchmarking:
@@ -31,7 +32,7 @@ rule flash_benchmarking:
 
 rule flash_leaderboard:
     input:
-        FLASH_CODE,
+        LEADERBOARD_CODE,
     output:
         "results/flash_leaderboard/{cell}.json",
     params:

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...experiments.flash_benchmarking import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS, PASSES
+from ...experiments.flash_benchmarking import IMPLEMENTATIONS, PASSES
+from ...experiments.flash_leaderboard import KERNEL_PROFILE_STEPS
 from ..tables import Cell, Table, fmt_bytes, sig, status_cell
 
 ID = "flash_benchmarking"
