@@ -112,3 +112,20 @@ def test_cost_splits_job_time_into_timed_steps_first_compiled_calls_and_the_rest
     assert rows["flash_leaderboard"][7] == "–"
     total = job + board["wall_s"]  # this record has no benchmark: its own wall time counts
     assert cost["split"]["steps_pct"] == f"{100 * (want_steps + calls) / total:.0f}"
+
+
+def test_markdown_names_few_sources_and_counts_many_by_folder():
+    from cs336report.report.render import environments
+    from cs336report.report.tables import MD_SOURCES_INLINE, Cell, Table
+
+    env = environments()["md"]
+    fmt = env.get_template("_md.j2").module
+
+    def sources_line(paths):
+        table = Table(title="t", columns=["a"], rows=[[Cell("1")]], sources=paths)
+        return next(line for line in str(fmt.table(table)).splitlines() if line.startswith("Sources:"))
+
+    few = [f"data/x/{i}.json" for i in range(MD_SOURCES_INLINE)]
+    assert sources_line(few) == "Sources: " + ", ".join(f"`{p}`" for p in few)
+    many = [f"data/x/{i}.json" for i in range(MD_SOURCES_INLINE)] + ["data/y/0.json", "z.json"]
+    assert sources_line(many) == f"Sources: {len(many)} files, in `data/x/` ({MD_SOURCES_INLINE}), `data/y/` (1), `./` (1)"

@@ -27,7 +27,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..results import load
-from .tables import STATUS_TEXT, Cell, Table, fmt_bytes, fmt_seconds
+from .tables import MD_SOURCES_INLINE, STATUS_TEXT, Cell, Table, fmt_bytes, fmt_seconds
 from .sections import SECTIONS
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -72,6 +72,7 @@ def environments() -> dict[str, jinja2.Environment]:
                    undefined=jinja2.StrictUndefined)
     envs = {"html": jinja2.Environment(**options), "md": jinja2.Environment(**options)}
     envs["md"].filters.update(mdcell=md_cell, mdtext=md_cell, mdcode=md_code, fence=md_fence)
+    envs["md"].globals["md_sources_inline"] = MD_SOURCES_INLINE
     envs["html"].filters.update(mdcell=escape, mdtext=escape, mdcode=escape, fence=escape)
     return envs
 

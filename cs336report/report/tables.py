@@ -36,6 +36,11 @@ class Cell:
         return self.text
 
 
+# Markdown lists a table's source files up to this many; beyond, their folders with a count each
+# (the HTML lists every file in a collapsed block).
+MD_SOURCES_INLINE = 12
+
+
 @dataclass
 class Table:
     title: str
@@ -52,6 +57,15 @@ class Table:
             if unit and unit in UNIT_LEGEND and unit not in [u for u, _ in seen]:
                 seen.append((unit, UNIT_LEGEND[unit]))
         return seen
+
+    @property
+    def source_folders(self) -> list[tuple[str, int]]:
+        """The folders of the sources with how many files each, in order of first appearance."""
+        counts: dict[str, int] = {}
+        for path in self.sources:
+            folder = path.rsplit("/", 1)[0] + "/" if "/" in path else "./"
+            counts[folder] = counts.get(folder, 0) + 1
+        return list(counts.items())
 
     @property
     def headers(self) -> list[str]:
