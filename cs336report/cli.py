@@ -69,7 +69,8 @@ def _render(args) -> int:
 def _publish(args) -> int:
     from .publish import publish
 
-    print(publish(args.results, json.loads(args.config_json), args.out, args.benchmarks, merge=args.merge))
+    print(publish(args.results, json.loads(args.config_json), args.out, args.benchmarks, merge=args.merge,
+                  mixed_cards=args.mixed_cards))
     return 0
 
 
@@ -148,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--benchmarks", default="benchmarks", help="Snakemake's benchmark folder of the run")
     p.add_argument("--merge", action="store_true",
                    help="keep the folder's other records; replace only the cells given")
+    p.add_argument("--mixed-cards", action="store_true",
+                   help="publish even when the records name more than one GPU")
     p.set_defaults(func=_publish)
 
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")

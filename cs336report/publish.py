@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -53,12 +54,14 @@ def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks") -> di
 
 
 def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmarks: str | Path = "benchmarks",
-            merge: bool = False) -> Path:
+            merge: bool = False, mixed_cards: bool = False) -> Path:
     """Write ``result_paths`` (and their job timings) as the published folder ``out_dir``.
 
     With ``merge`` the folder's records are kept and only those of the same experiment and cell
     are replaced, so a grid run in parts (or a few cells run again) is published piece by piece;
-    the folder's config must then be ``config``.
+    the folder's config must then be ``config``. The report compares timings within one card, so
+    the published records must all name one GPU (records naming none, from a machine without
+    one, go with any), unless ``mixed_cards``. Every check runs before anything is written.
     """
     out = Path(out_dir)
     kept: dict[tuple[str, str], str] = {}
@@ -69,23 +72,36 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
             raise ValueError(f"{out / 'config.json'}: the published config differs from this run's in "
                              f"{', '.join(differs)}; publish without --merge to replace the folder")
         kept = {(Path(f).parent.name, result_stem(f)): f for f in old_files}  # (experiment, cell) -> file
-    elif out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
+    records = []
     for path in result_paths:
         record = load(path)
         record.pop("_path")
         record["benchmark"] = benchmark_of(path, benchmarks)
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
-        save(record, dest, compact=True)
         kept.pop((dest.parent.name, result_stem(dest)), None)
+        records.append((record, dest))
+    if not mixed_cards:
+        _check_one_card([r for r, _ in records] + [load(f) for f in kept.values()], out)
+    if not merge and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for record, dest in records:
+        save(record, dest, compact=True)
         files.append(str(dest))
     files = sorted(files + list(kept.values())) if merge else files
     save(config, out / "config.json")
     manifest = {"published_at": now_iso(), "files": files}
     save(manifest, out / "manifest.json")
     return out / "manifest.json"
+
+
+def _check_one_card(records: list[dict], out: Path) -> None:
+    cards = Counter(gpu for r in records if (gpu := (r.get("provenance") or {}).get("gpu")))
+    if len(cards) > 1:
+        listed = ", ".join(f"{gpu}: {n} record{'s' if n != 1 else ''}" for gpu, n in cards.most_common())
+        raise ValueError(f"{out}: the records would name more than one GPU ({listed}); the report compares "
+                         "timings within one card, so a published folder holds one (--mixed-cards to publish anyway)")
 
 
 def published_files(out_dir: str | Path) -> tuple[list[str], dict]:

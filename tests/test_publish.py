@@ -157,3 +157,27 @@ def test_merging_into_a_folder_of_another_config_is_refused(run_results, tmp_pat
     with pytest.raises(ValueError, match=r"config.json.*differs.*grid"):
         publish(paths[:1], {"device": "cpu", "grid": "gpu"}, out, benchmarks, merge=True)
     assert len(published_files(out)[0]) == 2  # nothing written
+
+
+def test_merging_records_of_another_card_is_refused_before_anything_is_written(run_results, tmp_path):
+    from cs336report.publish import publish, published_files
+    from cs336report.results import save
+
+    def on(card, cell, times):
+        record = _record("benchmarking", cell, times=times)
+        record["provenance"] = {"device": "cuda", "gpu": card}
+        return str(save(record, tmp_path / card.replace(" ", "_") / f"{cell}.json"))
+
+    out = tmp_path / "pub"
+    publish([on("NVIDIA H200", "a", [0.1]), on("NVIDIA H200", "b", [0.2])], {}, out, tmp_path / "no-benchmarks")
+    before = {f: open(f, "rb").read() for f in published_files(out)[0]}
+    with pytest.raises(ValueError, match=r"pub: the records would name more than one GPU") as refused:
+        publish([on("NVIDIA H100 80GB HBM3", "a", [0.3])], {}, out, tmp_path / "no-benchmarks", merge=True)
+    message = str(refused.value)
+    assert "NVIDIA H200: 1 record" in message and "NVIDIA H100 80GB HBM3: 1 record" in message
+    assert "1 records" not in message
+    assert {f: open(f, "rb").read() for f in published_files(out)[0]} == before  # nothing written
+    # replacing every record of the old card is one card again; and --mixed-cards publishes anyway
+    publish([on("NVIDIA H100 80GB HBM3", c, [0.4]) for c in "ab"], {}, out, tmp_path / "no-benchmarks", merge=True)
+    publish([on("NVIDIA H200", "c", [0.5])], {}, out, tmp_path / "no-benchmarks", merge=True, mixed_cards=True)
+    assert len(published_files(out)[0]) == 3
