@@ -372,7 +372,7 @@ def leaderboard(records: list[dict]) -> dict | None:
 
 KERNEL_LABELS = {"fwd": "forward", "bwd_dkdv": "backward dK/dV", "bwd_dq": "backward dQ"}
 KERNEL_NAME_CHARS = 72  # kernel names are cut to this length in the table
-KERNEL_MIN_SHARE = 0.01  # an implementation's own kernels below this share of its time are summed as "others"
+KERNEL_MIN_SHARE = 0.01  # an implementation's own kernels below this share of its time are summed in one row
 
 
 def kernel_frame(rows: list[dict]) -> pd.DataFrame:
@@ -411,8 +411,7 @@ def kernel_breakdown(rows: list[dict], source: str, entry: str) -> dict | None:
              "a kernel is the forward's when flash(q, k, v, True).sum() alone runs it; harness kernels are those "
              "every implementation runs (the sum, its gradient, stacking and accumulating the gradients)",
     )
-    out: dict = {"summary": summary, "steps": KERNEL_PROFILE_STEPS,
-                 "parts": {i: {k: float(parts.at[i, k]) for k in parts.columns} for i in parts.index}}
+    out: dict = {"summary": summary}
     if entry not in parts.index:
         return out
     ms = lambda i, k: sig(parts.at[i, k])  # noqa: E731
