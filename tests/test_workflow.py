@@ -1,6 +1,7 @@
 """End to end: the whole Snakemake workflow on the CPU grid, in a copy of the repository."""
 
 import json
+import os
 import re
 
 import pytest
@@ -140,3 +141,39 @@ def test_cpu_report_has_the_mixed_precision_sections(workdir):
     assert not list((workdir / "results/benchmarking_bf16").glob("*-fp32-*"))  # fp32 comes from benchmarking
     census = json.loads((workdir / "results/autocast_saved_tensors/native-mini-census.json").read_text())
     assert census["status"] == "ok" and all(case["status"] == "ok" for case in census["data"]["cases"])
+
+
+def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_path):
+    """The GPU grid's flash jobs share attention code with the leaderboard; the leaderboard's own module is its alone."""
+    import shutil
+    import subprocess
+
+    from conftest import REPO
+
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    for rel in filter(None, files):
+        if (REPO / rel).is_file() and not rel.startswith(("report/", "tests/")):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, tmp_path / rel)
+    (tmp_path / "gpu.yaml").write_text("device: cuda\n")
+    args = ["-n", "--rerun-triggers", "mtime", "--configfile", "workflow/config/default.yaml", "gpu.yaml"]
+    listed = snakemake(tmp_path, *args, "--list-target-rules")  # the DAG builds with the GPU grid
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    flash = [f"results/flash_benchmarking/{c}-{d}.json" for c in ("triton", "sdpa_cudnn") for d in ("bf16", "fp32")]
+    targets = flash + ["results/flash_leaderboard/leaderboard.json"]
+    for t in targets:  # results newer than every code file, as after a run
+        (tmp_path / t).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / t).write_text("{}")
+    assert job_counts((run := snakemake(tmp_path, *targets, *args)).stdout + run.stderr) == {}
+    clock = max((tmp_path / t).stat().st_mtime for t in targets)
+    for module, expected in (("experiments/flash_leaderboard.py", {"flash_leaderboard": 1}),
+                             ("experiments/flash_benchmarking.py", {"flash_leaderboard": 1, "flash_benchmarking": 4})):
+        clock += 100
+        os.utime(tmp_path / "cs336report" / module, (clock, clock))  # the edit
+        run = snakemake(tmp_path, *targets, *args)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert job_counts(run.stdout + run.stderr) == expected, module
+        clock += 100
+        for t in targets:  # rerun: up to date again before the next edit
+            os.utime(tmp_path / t, (clock, clock))
