@@ -29,6 +29,7 @@ from markupsafe import Markup, escape
 from ..results import load
 from .tables import MD_SOURCES_INLINE, STATUS_TEXT, Cell, Table, fmt_bytes, fmt_seconds
 from .sections import SECTIONS
+from .targets import targets_table
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 HANDOUT = {"warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "tf32": False}
@@ -349,14 +350,18 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
             "data": module.build(ctx) if present else None,
         })
     device = config.get("_device", "cpu")
+    provenance, cost = _provenance(records), _cost(records)
+    n_not_run = sum(len(c["missing"]) for c in coverage.values())
+    targets = (targets_table({s["id"]: s["data"] for s in sections}, cost, provenance["gpu"],
+                             n_not_run if expected else None) if device == "cuda" else None)
     return {
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
-        "provenance": _provenance(records), "sections": sections,
+        "provenance": provenance, "sections": sections, "targets": targets,
         "appendix_table": _appendix(records, expected, coverage),
-        "n_not_run": sum(len(c["missing"]) for c in coverage.values()),
-        "cost": _cost(records), "config_yaml": yaml.safe_dump(
+        "n_not_run": n_not_run,
+        "cost": cost, "config_yaml": yaml.safe_dump(
             {k: v for k, v in config.items() if not k.startswith("_")}, sort_keys=False),
         "n_results": len(records),
         "status_counts": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "error", "skipped")},

@@ -1,0 +1,63 @@
+"""The benchmark targets, checked by the report: one table in the summary of a GPU run.
+
+Each target was set for one card (an H100). A row says what was measured, on which card, and
+whether the target is met there; on another card the verdict is marked as indicative. The
+numbers are those the sections computed from the records (the leaderboard mean, the optimized
+step's fraction of the measured bf16 peak) and the cost appendix's total job time.
+"""
+
+from __future__ import annotations
+
+from .sections.flash_benchmarking import TARGET_CARD, TARGET_MS
+from .sections.torch_compile import TARGET_CELL, TARGET_FRACTION
+from .tables import Cell, Table, fmt_pct
+
+# The whole report's job time (every rule, one after another) on one H100.
+COST_TARGET_S = 20 * 60
+
+
+def _verdict(met: bool, gpu: str | None) -> Cell:
+    text = "met" if met else "missed"
+    if gpu and TARGET_CARD in gpu:
+        return Cell(text)
+    return Cell(f"{text} on this card (indicative: not an {TARGET_CARD})")
+
+
+def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
+                  n_not_run: int | None) -> Table | None:
+    """The targets whose measurements this report holds; None when it holds none.
+
+    ``n_not_run`` is how many configured cells have no result; None when the config does not
+    say which cells there are, and then the whole-report cost is left out (it could be partial).
+    """
+    rows, sources = [], []
+    lb = (sections.get("flash_benchmarking") or {}).get("leaderboard") or {}
+    if "ours" in lb:
+        rows.append([Cell("FlashAttention-2 leaderboard row, forward + backward"), Cell(f"≤ {TARGET_MS} ms"),
+                     Cell(f"{lb['ours']['ms']} ms ({lb['ours']['label']})"), Cell(str(lb["gpu"])),
+                     _verdict(lb["ours"]["meets_target"], lb["gpu"])])
+        sources += lb["table"].sources
+    optimized = (sections.get("torch_compile") or {}).get("optimized") or {}
+    for item in optimized.get("items", []):
+        if not item.get("is_target") or not item.get("has_peak"):
+            continue
+        size, context, batch = TARGET_CELL
+        rows.append([Cell(f"Optimized train step, {size} at context {context}, batch {batch}"),
+                     Cell(f"≥ {fmt_pct(TARGET_FRACTION, 2)} of the measured bf16 matmul peak"),
+                     Cell(f"{item['pct']} ({item['tflops']} of {item['peak']} TFLOP/s)"), Cell(str(item["gpu"])),
+                     _verdict(item["met"], item["gpu"])])
+        sources += optimized["table"].sources
+    if cost.get("table") is not None and rows and n_not_run is not None:
+        verdict = _verdict(cost["total_s"] <= COST_TARGET_S, gpu)
+        if n_not_run:  # the cells that did not run would only add to the total
+            verdict = Cell(f"{verdict.text}; {n_not_run} configured cells not run")
+        rows.append([Cell("The whole report, every job one after another"), Cell(f"≤ {COST_TARGET_S // 60} min"),
+                     Cell(f"{cost['total']} ({cost['total_s'] / 60:.0f} min) of job time"), Cell(str(gpu)), verdict])
+    if not rows:
+        return None
+    return Table(
+        title="Benchmark targets", columns=["target", "set for one H100", "measured", "card", "verdict"],
+        rows=rows, sources=sorted(set(sources)),
+        note="each number comes from the section named in the target (the cost from the appendix); "
+             "on a card other than the H100 the verdict only indicates where this card stands",
+    )

@@ -1,0 +1,59 @@
+"""The benchmark targets table of a GPU report, from records captured on an H100 and an H200."""
+
+import json
+from pathlib import Path
+
+from cs336report import experiments
+from cs336report.config import Config
+from cs336report.report.render import render_report
+from cs336report.report.tables import sig
+from cs336report.report.targets import COST_TARGET_S
+from cs336report.results import load
+
+FIXTURES = Path(__file__).parent / "fixtures"
+H100 = [FIXTURES / "flash/leaderboard-h100.json.gz", FIXTURES / "cards/optimized_step-h100.json.gz",
+        FIXTURES / "cards/roofline-h100.json.gz"]
+H200 = [FIXTURES / "flash/leaderboard-h200.json.gz", FIXTURES / "cards/optimized_step-h200.json.gz",
+        FIXTURES / "cards/roofline-h200.json.gz"]
+
+
+def target_rows(paths, tmp_path, device="cuda", config=None) -> dict[str, list[str]]:
+    config = {**(config or {}), "_device": device, "_grid": "gpu" if device == "cuda" else "cpu"}
+    context = render_report(paths, config, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert ("**Benchmark targets**" in md) is (context["targets"] is not None)
+    if context["targets"] is None:
+        return {}
+    return {row[0].text.split(",")[0]: [c.text for c in row[1:]] for row in context["targets"].rows}
+
+
+def test_on_an_h100_the_verdicts_are_the_targets_own(tmp_path):
+    rows = target_rows(H100, tmp_path)
+    leaderboard = load(H100[0])["data"]["rows"][0]
+    assert leaderboard["implementation"] == "triton"
+    mean_ms = leaderboard["stats_s"]["mean"] * 1e3
+    assert rows["FlashAttention-2 leaderboard row"][0] == "≤ 4.5 ms"
+    assert rows["FlashAttention-2 leaderboard row"][1].startswith(f"{mean_ms:.2f} ms")
+    assert rows["FlashAttention-2 leaderboard row"][2:] == ["NVIDIA H100 80GB HBM3", "met" if mean_ms <= 4.5 else "missed"]
+    step = load(H100[1])["data"]["tflops"] / load(H100[2])["data"]["matmul"]["bf16"]["tflops"]
+    assert rows["Optimized train step"][1].startswith(f"{100 * step:.1f} %")
+    assert rows["Optimized train step"][3] == ("met" if step >= 0.5 else "missed")
+    assert "The whole report" not in rows  # without the config, nothing says whether cells are missing
+
+
+def test_on_another_card_the_verdict_is_marked_indicative_and_missing_cells_are_named(tmp_path):
+    config = json.loads((FIXTURES / "cards/config-gpu.json").read_text())  # the published GPU grid
+    rows = target_rows(H200, tmp_path, config=config)
+    assert set(rows) == {"FlashAttention-2 leaderboard row", "Optimized train step", "The whole report"}
+    for values in rows.values():
+        assert values[2] == "NVIDIA H200" and "on this card (indicative: not an H100)" in values[3]
+    expected = sum(len(experiments.cells(name, Config.from_dict(
+        {k: v for k, v in config.items() if not k.startswith("_")}, cuda_available=True)))
+        for name in experiments.names())
+    assert rows["The whole report"][3].endswith(f"; {expected - len(H200)} configured cells not run")
+    total_s = sum((r.get("benchmark") or {}).get("wall_s", r.get("wall_s", 0.0)) for r in map(load, H200))
+    assert rows["The whole report"][1].startswith(f"{sig(total_s)} s")
+
+
+def test_a_cpu_report_has_no_targets_table(tmp_path):
+    assert target_rows(H100, tmp_path, device="cpu") == {}
