@@ -15,8 +15,10 @@ else:
 rule report:
     input:
         results=REPORT_RESULTS,
-        code=code("report/render.py", "report/tables.py", "report/plots.py")
-        + [os.path.join("cs336report/report/sections", f) for f in sorted(os.listdir(os.path.join(workflow.basedir, "cs336report/report/sections"))) if f.endswith(".py")],
+        # every module of the report package (render, tables, plots, targets, sections)
+        code=[os.path.relpath(os.path.join(d, f), workflow.basedir)
+              for d, _, fs in sorted(os.walk(os.path.join(workflow.basedir, "cs336report/report")))
+              for f in sorted(fs) if f.endswith(".py")],
         templates=[os.path.join(d, f) for d, _, fs in os.walk(os.path.join(workflow.basedir, "templates")) for f in sorted(fs) if f.endswith(".j2")],
     output:
         md=f"{REPORT_DIR}/report.md",
