@@ -73,6 +73,20 @@ def test_editing_experiment_code_reruns_that_experiment_only(workdir):
     assert job_counts(run.stdout + run.stderr) == {"roofline": 1, "report": 1}
 
 
+def test_editing_the_compile_helper_reruns_the_compiled_cells_only(workdir):
+    path = workdir / "cs336report/compiling.py"
+    original = path.read_text()
+    path.write_text(original + "\n# edited\n")
+    try:
+        run = snakemake(workdir, "-n", "report")
+    finally:
+        path.write_text(original)
+    compiled = {rule: len(list((workdir / "results" / rule).glob("*.json")))
+                for rule in ("compiled_attention", "compiled_model", "optimized_step")}
+    assert all(compiled.values()), compiled  # the CPU grid runs each of them
+    assert job_counts(run.stdout + run.stderr) == {**compiled, "report": 1}  # not the eager attention grid
+
+
 def test_bad_config_stops_before_any_job(workdir, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("grids:\n  cpu:\n    benchmarking:\n      sizes: [mini, colossal]\n      contexts: [32]\n")
