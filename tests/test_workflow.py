@@ -191,3 +191,61 @@ def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_p
         clock += 100
         for t in targets:  # rerun: up to date again before the next edit
             os.utime(tmp_path / t, (clock, clock))
+
+
+# Rules whose cells call torch.compile through cs336report.compiling; the others import it with
+# the shared experiment modules but never run it, so it is not among their code inputs.
+COMPILING_RULES = {"compiled_attention", "compiled_model", "optimized_step"}
+
+
+def _package_imports(path) -> set[str]:
+    """The package files a module imports itself (relative imports, at any depth of the file)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "cs336report"
+    package = list(path.relative_to(root).parent.parts)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.ImportFrom) and node.level):
+            continue
+        base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+        # ``from . import x`` names submodules; ``from .m import x`` imports module m (and x if a submodule)
+        for parts in ([base] if node.module else []) + [base + [a.name] for a in node.names]:
+            for f in (root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")):
+                if parts and f.is_file():
+                    found.add(f"cs336report/{f.relative_to(root).as_posix()}")
+    return found
+
+
+def test_each_cell_rule_lists_the_code_its_cells_run(workdir):
+    """From Snakemake's record of each job's inputs: the module of the rule's cells, of its run
+    function, the runner and every package module the run function's module imports."""
+    import inspect
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cs336report import experiments
+
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--detailed-summary", "--cores", "1"], cwd=workdir,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    inputs: dict[str, set] = {}
+    for line in run.stdout.splitlines()[1:]:
+        fields = line.split("\t")
+        inputs.setdefault(fields[2], set()).update(f for f in fields[4].split(",") if f.startswith("cs336report/"))
+    checked = 0
+    for name, (cells, runner) in experiments.registry().items():
+        if name not in inputs:  # not on the CPU grid
+            continue
+        root = Path(experiments.__file__).resolve().parent.parent
+        modules = {Path(inspect.getsourcefile(f)).resolve() for f in (cells, runner)}
+        need = {f"cs336report/{m.relative_to(root).as_posix()}" for m in modules}
+        need |= {"cs336report/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
+        need -= {"cs336report/__init__.py"}  # the package's version string
+        if name not in COMPILING_RULES:
+            need -= {"cs336report/compiling.py"}
+        assert need <= inputs[name], (name, sorted(need - inputs[name]))
+        checked += 1
+    assert checked >= 12, sorted(inputs)

@@ -1,6 +1,8 @@
 # benchmarking_script: step times of every size x context x mode, the warm-up study,
 # and the roofline probe that gives each row's fraction of peak.
-BENCH_CODE = code("experiments/benchmarking.py", "model.py", "measure.py", "accounting.py", "runner.py")
+BENCH_CODE = code(
+    "experiments/benchmarking.py", "model.py", "models.py", "measure.py", "annotate.py", "accounting.py", "runner.py"
+)
 
 
 rule benchmarking:
@@ -39,7 +41,7 @@ rule benchmarking_warmup:
 
 rule roofline:
     input:
-        code("experiments/roofline.py", "measure.py", "runner.py"),
+        code("experiments/roofline.py", "experiments/benchmarking.py", "measure.py", "runner.py"),
     output:
         "results/roofline/{cell}.json",
     params:

@@ -2,7 +2,9 @@
 # dtypes autocast produces, LayerNorm/RMSNorm in low precision, the benchmarking grid under
 # bf16 autocast, and peak memory of fp32 against bf16 for both model implementations.
 PRECISION_CODE = code("experiments/precision.py", "runner.py")
-AUTOCAST_CODE = code("experiments/autocast_benchmarking.py", "model.py", "models.py", "runner.py")
+AUTOCAST_CODE = code(
+    "experiments/autocast_benchmarking.py", "experiments/benchmarking.py", "model.py", "models.py", "measure.py", "runner.py"
+)
 
 
 def cell_gpu(experiment):
@@ -63,7 +65,7 @@ rule norm_sensitivity:
 # module that lists them (a changed cell reruns through its params).
 rule benchmarking_bf16:
     input:
-        BENCH_CODE,
+        BENCH_CODE + code("experiments/autocast_benchmarking.py"),
     output:
         "results/benchmarking_bf16/{cell}.json",
     params:
@@ -80,7 +82,7 @@ rule benchmarking_bf16:
 
 rule autocast_memory:
     input:
-        BENCH_CODE,
+        BENCH_CODE + code("experiments/autocast_benchmarking.py"),
     output:
         "results/autocast_memory/{cell}.json",
     params:

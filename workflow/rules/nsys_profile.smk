@@ -7,6 +7,7 @@ PROFILE_CODE = code(
     "model.py",
     "models.py",
     "annotate.py",
+    "accounting.py",
     "measure.py",
     "runner.py",
     "profiling.py",

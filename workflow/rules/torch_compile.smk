@@ -22,7 +22,7 @@ rule compiled_attention:
 
 rule compiled_model:
     input:
-        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "accounting.py"),
+        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py"),
     output:
         "results/compiled_model/{cell}.json",
     params:
@@ -39,7 +39,7 @@ rule compiled_model:
 
 rule optimized_step:
     input:
-        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "accounting.py"),
+        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py"),
     output:
         "results/optimized_step/{cell}.json",
     params:
