@@ -62,29 +62,28 @@ def test_changing_one_size_reruns_its_cells_and_the_report_only(workdir):
                       **{rule: n for rule, n in profiled.items() if n}}
 
 
-def test_editing_experiment_code_reruns_that_experiment_only(workdir):
-    path = workdir / "cs336report/experiments/roofline.py"
+def jobs_after_editing(workdir, module: str) -> dict[str, int]:
+    """The jobs a dry run of the report schedules once ``module`` of the package is edited (then restored)."""
+    path = workdir / "cs336report" / module
     original = path.read_text()
     path.write_text(original + "\n# edited\n")
     try:
         run = snakemake(workdir, "-n", "report")
     finally:
         path.write_text(original)
-    assert job_counts(run.stdout + run.stderr) == {"roofline": 1, "report": 1}
+    return job_counts(run.stdout + run.stderr)
+
+
+def test_editing_experiment_code_reruns_that_experiment_only(workdir):
+    assert jobs_after_editing(workdir, "experiments/roofline.py") == {"roofline": 1, "report": 1}
 
 
 def test_editing_the_compile_helper_reruns_the_compiled_cells_only(workdir):
-    path = workdir / "cs336report/compiling.py"
-    original = path.read_text()
-    path.write_text(original + "\n# edited\n")
-    try:
-        run = snakemake(workdir, "-n", "report")
-    finally:
-        path.write_text(original)
+    jobs = jobs_after_editing(workdir, "compiling.py")
     compiled = {rule: len(list((workdir / "results" / rule).glob("*.json")))
                 for rule in ("compiled_attention", "compiled_model", "optimized_step")}
     assert all(compiled.values()), compiled  # the CPU grid runs each of them
-    assert job_counts(run.stdout + run.stderr) == {**compiled, "report": 1}  # not the eager attention grid
+    assert jobs == {**compiled, "report": 1}  # not the eager attention grid
 
 
 def test_bad_config_stops_before_any_job(workdir, tmp_path):
