@@ -8,17 +8,28 @@ step's fraction of the measured bf16 peak) and the cost appendix's total job tim
 
 from __future__ import annotations
 
-from .sections.flash_benchmarking import TARGET_CARD, TARGET_MS
-from .sections.torch_compile import TARGET_CELL, TARGET_FRACTION
 from .tables import Cell, Table, fmt_pct
 
-# The whole report's job time (every rule, one after another) on one H100.
+# The card every target was set for.
+TARGET_CARD = "H100"
+# The leaderboard row (forward + backward of the 2025 harness): about what PyTorch's cuDNN
+# attention takes on that card.
+LEADERBOARD_TARGET_MS = 4.5
+# The optimized step: this fraction of the measured bf16 matmul peak, for this (size, context, batch).
+OPTIMIZED_TARGET_FRACTION = 0.5
+OPTIMIZED_TARGET_CELL = ("2.7B", 512, 4)
+# The whole report's job time (every rule, one after another).
 COST_TARGET_S = 20 * 60
+
+
+def on_target_card(gpu) -> bool:
+    """Whether ``gpu`` (a device name, or None) is the card the targets were set for."""
+    return isinstance(gpu, str) and TARGET_CARD in gpu
 
 
 def _verdict(met: bool, gpu: str | None) -> Cell:
     text = "met" if met else "missed"
-    if gpu and TARGET_CARD in gpu:
+    if on_target_card(gpu):
         return Cell(text)
     return Cell(f"{text} on this card (indicative: not an {TARGET_CARD})")
 
@@ -33,7 +44,7 @@ def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
     rows, sources = [], []
     lb = (sections.get("flash_benchmarking") or {}).get("leaderboard") or {}
     if "ours" in lb:
-        rows.append([Cell("FlashAttention-2 leaderboard row, forward + backward"), Cell(f"≤ {TARGET_MS} ms"),
+        rows.append([Cell("FlashAttention-2 leaderboard row, forward + backward"), Cell(f"≤ {LEADERBOARD_TARGET_MS} ms"),
                      Cell(f"{lb['ours']['ms']} ms ({lb['ours']['label']})"), Cell(str(lb["gpu"])),
                      _verdict(lb["ours"]["meets_target"], lb["gpu"])])
         sources += lb["table"].sources
@@ -41,9 +52,9 @@ def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
     for item in optimized.get("items", []):
         if not item.get("is_target") or not item.get("has_peak"):
             continue
-        size, context, batch = TARGET_CELL
+        size, context, batch = OPTIMIZED_TARGET_CELL
         rows.append([Cell(f"Optimized train step, {size} at context {context}, batch {batch}"),
-                     Cell(f"≥ {fmt_pct(TARGET_FRACTION, 2)} of the measured bf16 matmul peak"),
+                     Cell(f"≥ {fmt_pct(OPTIMIZED_TARGET_FRACTION, 2)} of the measured bf16 matmul peak"),
                      Cell(f"{item['pct']} ({item['tflops']} of {item['peak']} TFLOP/s)"), Cell(str(item["gpu"])),
                      _verdict(item["met"], item["gpu"])])
         sources += optimized["table"].sources

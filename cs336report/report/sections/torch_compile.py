@@ -9,18 +9,14 @@ import math
 import pandas as pd
 
 from ... import accounting
-from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
+from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
+from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from . import pytorch_attention as attn
 
 ID = "torch_compile"
 TITLE = "torch_compile"
 EXPERIMENTS = ("compiled_attention", "compiled_model", "optimized_step")
 
-# Target of the optimized step: this fraction of the measured bf16 matmul peak, for the 2.7B model
-# at context 512 and batch 4 on one H100.
-TARGET_FRACTION = 0.5
-TARGET_CELL = ("2.7B", 512, 4)  # size, context, batch
-TARGET_CARD = "H100"  # the card the targets are set for
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step (AdamW)"}
 PHASES = (("forward", "forward", 1), ("backward", "backward", 2), ("optimizer_step", "optimizer step", 0))
 
@@ -264,7 +260,7 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
         base = _vanilla(r, eager, run_impl)
         item = {"size": str(r["size"]), "context": int(r["context"]), "batch": int(r["batch"]), "switches": switches,
                 "status": r["status"], "mode": MODE_LABELS[r["mode"]],
-                "is_target": (str(r["size"]), int(r["context"]), int(r["batch"])) == TARGET_CELL}
+                "is_target": (str(r["size"]), int(r["context"]), int(r["batch"])) == OPTIMIZED_TARGET_CELL}
         if r["status"] != "ok":
             rows.append([Cell(item["size"]), Cell(str(item["context"])), Cell(str(item["batch"])), Cell(switches)]
                         + [status_cell(r["status"])] * 6)
@@ -272,11 +268,11 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
             continue
         peak = bf16_peak(roofline, r["gpu"])
         gpu = r["gpu"] if isinstance(r["gpu"], str) else None
-        item.update(gpu=gpu, on_target_card=bool(gpu and TARGET_CARD in gpu))
+        item.update(gpu=gpu, on_target_card=on_target_card(gpu))
         fraction = r["tflops"] / peak if peak == peak else math.nan
         item.update(has_peak=fraction == fraction, step=fmt_seconds(r["mean_s"]), tflops=sig(r["tflops"]), peak=sig(peak), fraction=fraction,
-                    pct=fmt_pct(fraction) if fraction == fraction else "–", met=fraction >= TARGET_FRACTION,
-                    target=fmt_pct(TARGET_FRACTION, 2))
+                    pct=fmt_pct(fraction) if fraction == fraction else "–", met=fraction >= OPTIMIZED_TARGET_FRACTION,
+                    target=fmt_pct(OPTIMIZED_TARGET_FRACTION, 2))
         speedup = "–"
         if base is not None and base["status"] == "ok":
             speedup = sig(base["mean_s"] / r["mean_s"])
@@ -342,8 +338,8 @@ def skip_reason(ctx) -> str:
 
 
 def build(ctx) -> dict:
-    out: dict = {"cuda": ctx.device == "cuda", "target_pct": fmt_pct(TARGET_FRACTION, 2),
-                 "target": dict(zip(("size", "context", "batch"), TARGET_CELL)), "flop_formula": accounting.FLOP_FORMULA}
+    out: dict = {"cuda": ctx.device == "cuda", "target_pct": fmt_pct(OPTIMIZED_TARGET_FRACTION, 2),
+                 "target": dict(zip(("size", "context", "batch"), OPTIMIZED_TARGET_CELL)), "flop_formula": accounting.FLOP_FORMULA}
     # (a)
     compiled = attn.frame(ctx.records("compiled_attention"))
     if not compiled.empty:
