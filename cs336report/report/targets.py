@@ -67,8 +67,8 @@ def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
     if not rows:
         return None
     return Table(
-        title="Benchmark targets", columns=["target", "set for one H100", "measured", "card", "verdict"],
+        title="Benchmark targets", columns=["target", f"set for one {TARGET_CARD}", "measured", "card", "verdict"],
         rows=rows, sources=sorted(set(sources)),
         note="each number comes from the section named in the target (the cost from the appendix); "
-             "on a card other than the H100 the verdict only indicates where this card stands",
+             f"on a card other than the {TARGET_CARD} the verdict only indicates where this card stands",
     )

@@ -267,7 +267,7 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
             items.append(item)
             continue
         peak = bf16_peak(roofline, r["gpu"])
-        gpu = r["gpu"] if isinstance(r["gpu"], str) else None
+        gpu = r["gpu"] if isinstance(r["gpu"], str) else None  # pandas holds a missing name as NaN
         item.update(gpu=gpu, on_target_card=on_target_card(gpu))
         fraction = r["tflops"] / peak if peak == peak else math.nan
         item.update(has_peak=fraction == fraction, step=fmt_seconds(r["mean_s"]), tflops=sig(r["tflops"]), peak=sig(peak), fraction=fraction,
