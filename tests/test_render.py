@@ -129,3 +129,53 @@ def test_markdown_names_few_sources_and_counts_many_by_folder():
     assert sources_line(few) == "Sources: " + ", ".join(f"`{p}`" for p in few)
     many = [f"data/x/{i}.json" for i in range(MD_SOURCES_INLINE)] + ["data/y/0.json", "z.json"]
     assert sources_line(many) == f"Sources: {len(many)} files, in `data/x/` ({MD_SOURCES_INLINE}), `data/y/` (1), `./` (1)"
+
+
+def _compiled_copies(tmp_path, n):
+    """``n`` copies of one H200 compiled_model record under distinct cell names (real data, one file each)."""
+    import gzip
+    from pathlib import Path
+
+    src = Path(__file__).parent / "fixtures/compile/naive-fp32-small-ctx128-train_step-compiled.json.gz"
+    record = json.loads(gzip.decompress(src.read_bytes()))
+    paths = []
+    for i in range(n):
+        path = tmp_path / "compiled_model" / f"{record['cell']}-{i}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**record, "cell": f"{record['cell']}-{i}"}))
+        paths.append(path)
+    return record, paths
+
+
+def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_rule_first():
+    from cs336report.report.render import _cost, _timed_seconds
+    from cs336report.report.tables import fmt_seconds
+    from cs336report.results import load
+
+    record, paths = _compiled_copies(__import__("pathlib").Path(__import__("tempfile").mkdtemp()), 3)
+    records = [load(p) for p in paths]
+    cheap = {"experiment": "benchmarking", "wall_s": 9.0, "_path": "b.json",
+             "data": {"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.0]}}}
+    steps, first = _timed_seconds(record["data"])
+    floor = _cost(records + [cheap])["floor"]
+    assert floor["s"] == pytest.approx(3 * (steps + first) + 5.0)
+    assert floor["rule"] == "compiled_model"
+    assert floor["rule_text"] == fmt_seconds(3 * (steps + first))
+    assert floor["rule_compile"] == fmt_seconds(3 * first)
+    assert _cost([cheap])["floor"]["rule_compile"] is None  # no compiled cell: no compile share to name
+
+
+def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_path):
+    from cs336report.report.render import _timed_seconds
+    from cs336report.report.targets import COST_TARGET_S
+
+    record, _ = _compiled_copies(tmp_path / "probe", 1)
+    steps, first = _timed_seconds(record["data"])
+    n = int(COST_TARGET_S // (steps + first)) + 1  # just enough copies to pass the goal
+    _, paths = _compiled_copies(tmp_path / "many", n)
+    render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "gpu")
+    md = (tmp_path / "gpu" / "report.md").read_text()
+    assert f"more than the {COST_TARGET_S // 60} min goal" in md and "`compiled_model`" in md
+    _, few = _compiled_copies(tmp_path / "few", n - 1 if (n - 1) * (steps + first) <= COST_TARGET_S else 1)
+    render_report(few, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "below")
+    assert "min goal for the whole report" not in (tmp_path / "below" / "report.md").read_text()

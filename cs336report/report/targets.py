@@ -61,7 +61,7 @@ def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
     if cost.get("table") is not None and rows and n_not_run is not None:
         verdict = _verdict(cost["total_s"] <= COST_TARGET_S, gpu)
         if n_not_run:  # the cells that did not run would only add to the total
-            verdict = Cell(f"{verdict.text}; {n_not_run} configured cells not run")
+            verdict = Cell(f"{verdict.text}; {n_not_run} configured cell{'s' if n_not_run != 1 else ''} not run")
         rows.append([Cell("The whole report, every job one after another"), Cell(f"≤ {COST_TARGET_S // 60} min"),
                      Cell(f"{cost['total']} ({cost['total_s'] / 60:.0f} min) of job time"), Cell(str(gpu)), verdict])
     if not rows:
