@@ -103,6 +103,20 @@ def _parse_nsys(args) -> int:
     return 0
 
 
+def _missing(args) -> int:
+    from .publish import missing_targets
+
+    try:
+        targets, expected = missing_targets(args.folder)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for target in targets:
+        print(target)
+    print(f"{args.folder}: {len(targets)} of {expected} configured cells have no record", file=sys.stderr)
+    return 0
+
+
 def _parse_snapshot(args) -> int:
     from .snapshot_step import main_args
 
@@ -152,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mixed-cards", action="store_true",
                    help="publish even when the records name more than one GPU")
     p.set_defaults(func=_publish)
+
+    p = sub.add_parser("missing", help="list the result files of the configured cells a published folder lacks")
+    p.add_argument("folder", help="published folder, e.g. report/data")
+    p.set_defaults(func=_missing)
 
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")
     p.add_argument("experiment")

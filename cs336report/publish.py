@@ -115,3 +115,23 @@ def published_files(out_dir: str | Path) -> tuple[list[str], dict]:
         )
     files = json.loads(manifest.read_text())["files"]
     return files, json.loads((out / "config.json").read_text())
+
+
+def missing_targets(out_dir: str | Path) -> tuple[list[str], int]:
+    """The result files (``results/<experiment>/<cell>.json``) of the configured cells a published
+    folder has no record for, and how many cells its config asks for in all.
+
+    Build them with Snakemake under the config the folder was published with, then add them with
+    ``publish --merge``.
+    """
+    from .coverage import coverage, expected_cells, result_target
+
+    files, config = published_files(out_dir)
+    expected = expected_cells(config)
+    if expected is None:
+        raise ValueError(f"{Path(out_dir) / 'config.json'}: this version cannot resolve the folder's config into "
+                         "cells, so it cannot say which are missing")
+    have = ((Path(f).parent.name, result_stem(f)) for f in files)
+    cov = coverage(have, expected)
+    targets = [result_target(name, cell) for name in sorted(cov) for cell in cov[name]["missing"]]
+    return targets, sum(c["expected"] for c in cov.values())

@@ -181,3 +181,40 @@ def test_merging_records_of_another_card_is_refused_before_anything_is_written(r
     publish([on("NVIDIA H100 80GB HBM3", c, [0.4]) for c in "ab"], {}, out, tmp_path / "no-benchmarks", merge=True)
     publish([on("NVIDIA H200", "c", [0.5])], {}, out, tmp_path / "no-benchmarks", merge=True, mixed_cards=True)
     assert len(published_files(out)[0]) == 3
+
+
+def test_missing_lists_the_result_files_of_the_configured_cells_a_folder_lacks(tmp_path, capsys):
+    from cs336report import experiments
+    from cs336report.cli import main
+    from cs336report.publish import missing_targets, publish
+    from cs336report.results import save
+    from helpers import tiny_config
+
+    cfg = tiny_config()
+    config = {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}
+    expected = {(name, cell) for name in experiments.names() for cell in experiments.cells(name, cfg)}
+    assert len(expected) > 3
+    kept = sorted(expected)[::2]  # publish every other configured cell
+    paths = [str(save(_record(name, cell), tmp_path / f"results/{name}/{cell}.json")) for name, cell in kept]
+    publish(paths, config, tmp_path / "pub", tmp_path / "no-benchmarks")
+
+    targets, n = missing_targets(tmp_path / "pub")
+    assert n == len(expected)
+    assert targets == sorted(f"results/{name}/{cell}.json" for name, cell in expected - set(kept))
+
+    assert main(["missing", str(tmp_path / "pub")]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == targets
+    assert f"{len(targets)} of {len(expected)} configured cells have no record" in err
+
+
+def test_missing_names_the_config_it_cannot_resolve(run_results, tmp_path, capsys):
+    from cs336report.cli import main
+    from cs336report.publish import missing_targets, publish
+
+    paths, benchmarks = run_results
+    publish(paths, {"device": "cpu", "grids": "not a mapping"}, tmp_path / "pub", benchmarks)
+    with pytest.raises(ValueError, match=r"pub/config.json.*cannot resolve"):
+        missing_targets(tmp_path / "pub")
+    assert main(["missing", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere/manifest.json" in capsys.readouterr().err

@@ -86,6 +86,10 @@ def test_editing_the_compile_helper_reruns_the_compiled_cells_only(workdir):
     assert jobs == {**compiled, "report": 1}  # not the eager attention grid
 
 
+def test_editing_the_coverage_module_rerenders_the_report_only(workdir):
+    assert jobs_after_editing(workdir, "coverage.py") == {"report": 1}
+
+
 def test_bad_config_stops_before_any_job(workdir, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("grids:\n  cpu:\n    benchmarking:\n      sizes: [mini, colossal]\n      contexts: [32]\n")

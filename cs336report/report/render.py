@@ -26,6 +26,7 @@ import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
+from ..coverage import coverage as cell_coverage, expected_cells
 from ..results import load
 from .tables import MD_SOURCES_INLINE, STATUS_TEXT, Cell, Table, fmt_bytes, fmt_seconds
 from .sections import SECTIONS
@@ -305,33 +306,6 @@ def _cost(records: list[dict]) -> dict:
     return out
 
 
-def _expected_cells(config: dict) -> dict[str, dict] | None:
-    """The cells the run's config asks for, per experiment (None when the config cannot say)."""
-    from .. import experiments
-    from ..config import Config
-
-    try:
-        cfg = Config.from_dict({k: v for k, v in config.items() if not k.startswith("_")}, source="resolved config",
-                               cuda_available=config.get("_device") == "cuda")
-        return {name: experiments.cells(name, cfg) for name in experiments.names()}
-    except Exception:  # a config from another version: the report then lists only what ran
-        return None
-
-
-def _coverage(records: list[dict], expected: dict[str, dict] | None) -> dict[str, dict]:
-    """Per experiment: how many of its configured cells have a result, and which have none."""
-    if not expected:
-        return {}
-    have: dict[str, set] = {}
-    for r in records:
-        have.setdefault(r["experiment"], set()).add(r["cell"])
-    out = {}
-    for name, cells in expected.items():
-        missing = sorted(set(cells) - have.get(name, set()))
-        out[name] = {"expected": len(cells), "present": len(cells) - len(missing), "missing": missing}
-    return out
-
-
 def _skip_reason(module, ctx: RenderContext) -> str:
     """Why a section has no results: not configured for this device, or configured but not run."""
     grid = (ctx.config.get("grids") or {}).get(ctx.config.get("_grid", "cpu"), {})
@@ -344,8 +318,8 @@ def _skip_reason(module, ctx: RenderContext) -> str:
 
 def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
     ctx = RenderContext(records, config, figures_dir)
-    expected = _expected_cells(config)
-    coverage = _coverage(records, expected)
+    expected = expected_cells(config)
+    coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     sections = []
     for module in SECTIONS:
         present = any(ctx.records(e) for e in module.EXPERIMENTS)

@@ -15,10 +15,11 @@ else:
 rule report:
     input:
         results=REPORT_RESULTS,
-        # every module of the report package (render, tables, plots, targets, sections)
+        # every module of the report package (render, tables, plots, targets, sections), and the
+        # coverage module that says which configured cells did not run
         code=[os.path.relpath(os.path.join(d, f), workflow.basedir)
               for d, _, fs in sorted(os.walk(os.path.join(workflow.basedir, "cs336report/report")))
-              for f in sorted(fs) if f.endswith(".py")],
+              for f in sorted(fs) if f.endswith(".py")] + code("coverage.py"),
         templates=[os.path.join(d, f) for d, _, fs in os.walk(os.path.join(workflow.basedir, "templates")) for f in sorted(fs) if f.endswith(".j2")],
     output:
         md=f"{REPORT_DIR}/report.md",

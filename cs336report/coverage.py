@@ -1,0 +1,43 @@
+"""Which configured cells have a result: the cells a resolved config asks for, against what ran.
+
+The report lists the configured cells with no result as "not run"; ``python -m cs336report
+missing`` prints them as the result files Snakemake would build, so a run made in parts (or a
+published folder) can be completed with exactly those cells.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def expected_cells(config: dict) -> dict[str, dict] | None:
+    """The cells a resolved config asks for, per experiment (None when the config cannot say)."""
+    from . import experiments
+    from .config import Config
+
+    try:
+        cfg = Config.from_dict({k: v for k, v in config.items() if not k.startswith("_")}, source="resolved config",
+                               cuda_available=config.get("_device") == "cuda")
+        return {name: experiments.cells(name, cfg) for name in experiments.names()}
+    except Exception:  # a config from another version: callers then know only what ran
+        return None
+
+
+def coverage(have: Iterable[tuple[str, str]], expected: dict[str, dict] | None) -> dict[str, dict]:
+    """Per experiment: how many of its configured cells are among ``have`` ((experiment, cell)
+    pairs), and which are not."""
+    if not expected:
+        return {}
+    present: dict[str, set] = {}
+    for experiment, cell in have:
+        present.setdefault(experiment, set()).add(cell)
+    out = {}
+    for name, cells in expected.items():
+        missing = sorted(set(cells) - present.get(name, set()))
+        out[name] = {"expected": len(cells), "present": len(cells) - len(missing), "missing": missing}
+    return out
+
+
+def result_target(experiment: str, cell: str) -> str:
+    """The result file the workflow's rule for ``experiment`` writes for ``cell``."""
+    return f"results/{experiment}/{cell}.json"
