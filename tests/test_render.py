@@ -179,3 +179,26 @@ def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_pa
     _, few = _compiled_copies(tmp_path / "few", n - 1 if (n - 1) * (steps + first) <= COST_TARGET_S else 1)
     render_report(few, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "below")
     assert "min goal for the whole report" not in (tmp_path / "below" / "report.md").read_text()
+
+
+def test_cost_per_section_sums_its_rules_in_the_report_order():
+    from cs336report.report.render import _cost
+    from cs336report.report.sections import SECTIONS
+    from cs336report.report.tables import fmt_seconds
+
+    def rec(experiment, job_s, cell):
+        return {"experiment": experiment, "cell": cell, "wall_s": 0.5, "benchmark": {"wall_s": job_s},
+                "_path": f"{experiment}/{cell}.json", "data": {}}
+
+    records = [rec("benchmarking_bf16", 30.0, "a"), rec("benchmarking", 10.0, "a"), rec("benchmarking", 20.0, "b"),
+               rec("autocast_dtypes", 40.0, "a")]
+    cost = _cost(records)
+    rows = [[c.text for c in row] for row in cost["section_table"].rows]
+    titles = [m.TITLE for m in SECTIONS]
+    assert [r[0] for r in rows] == sorted(["benchmarking_script", "benchmarking_mixed_precision"], key=titles.index)
+    by_section = {r[0]: r for r in rows}
+    assert by_section["benchmarking_script"][1:5] == ["1", "2", fmt_seconds(30.0), "30%"]
+    assert by_section["benchmarking_mixed_precision"][1:5] == ["2", "2", fmt_seconds(70.0), "70%"]
+    # the rule table follows the same order: a section's rules sit together
+    sections = [row[0].text for row in cost["table"].rows]
+    assert sections == sorted(sections, key=titles.index)

@@ -241,6 +241,24 @@ def _timed_seconds(data) -> tuple[float, float]:
     return steps, compiled
 
 
+def _section_cost_table(per_rule: pd.DataFrame, total: float, sources: list[str]) -> Table:
+    """The rules' job time summed per report section, in the report's order."""
+    per_section = per_rule.groupby("section", sort=False).agg(
+        rules=("jobs", "size"), jobs=("jobs", "sum"), job_s=("job_s", "sum"), steps_s=("steps_s", "sum"),
+        compile_s=("compile_s", "sum"))
+    rows = [[Cell(section), Cell(str(int(r["rules"]))), Cell(str(int(r["jobs"]))), Cell(fmt_seconds(r["job_s"])),
+             Cell(f"{100 * r['job_s'] / total:.0f}%" if total > 0 else "–"),
+             Cell(fmt_seconds(r["steps_s"]) if r["steps_s"] > 0 else "–"),
+             Cell(fmt_seconds(r["compile_s"]) if r["compile_s"] > 0 else "–")]
+            for section, r in per_section.iterrows()]
+    return Table(title="Cost per section",
+                 columns=["section", "rules", "jobs", "job time", "share of all job time", "timed steps",
+                          "first compiled calls"],
+                 units=[""] * 7, rows=rows, sources=sources,
+                 note="the rules of the table below, summed per section of this report; job time, timed steps "
+                      "and first compiled calls as defined there")
+
+
 def _cost(records: list[dict]) -> dict:
     """Wall time per rule and per section (Snakemake's benchmark of each job where present,
     else the cell's own wall time) and the largest GPU peak of each rule."""
@@ -265,6 +283,10 @@ def _cost(records: list[dict]) -> dict:
     for m in SECTIONS:  # an experiment shared by two sections belongs to the first (its own)
         for e in m.EXPERIMENTS:
             section_of.setdefault(e, m.TITLE)
+    order = {m.TITLE: i for i, m in enumerate(SECTIONS)}
+    per_rule["section"] = [section_of.get(rule, "–") for rule in per_rule.index]
+    per_rule = per_rule.iloc[sorted(range(len(per_rule)),  # the report's section order, rules by name within
+                                    key=lambda i: (order.get(per_rule["section"].iloc[i], len(order)), per_rule.index[i]))]
     table_rows = []
     for rule, r in per_rule.iterrows():
         share = f"{100 * r['steps_s'] / r['job_s']:.0f}%" if r["job_s"] > 0 and r["steps_s"] > 0 else "–"
@@ -290,7 +312,8 @@ def _cost(records: list[dict]) -> dict:
                   columns=["section", "rule", "jobs", "in a warm worker", "job time", "timed steps",
                            "timed share", "first compiled calls", "largest GPU peak"],
                   units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
-    out = {"table": table, "total": fmt_seconds(total), "total_s": total}
+    out = {"table": table, "total": fmt_seconds(total), "total_s": total,
+           "section_table": _section_cost_table(per_rule, total, table.sources)}
     if total > 0:
         out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",
                         "compile": fmt_seconds(compiled), "compile_pct": f"{100 * compiled / total:.0f}",
