@@ -71,14 +71,14 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
             differs = sorted(k for k in set(old_config) | set(config) if old_config.get(k) != config.get(k))
             raise ValueError(f"{out / 'config.json'}: the published config differs from this run's in "
                              f"{', '.join(differs)}; publish without --merge to replace the folder")
-        kept = {(Path(f).parent.name, result_stem(f)): f for f in old_files}  # (experiment, cell) -> file
+        kept = {_cell_key(f): f for f in old_files}
     records = []
     for path in result_paths:
         record = load(path)
         record.pop("_path")
         record["benchmark"] = benchmark_of(path, benchmarks)
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
-        kept.pop((dest.parent.name, result_stem(dest)), None)
+        kept.pop(_cell_key(dest), None)
         records.append((record, dest))
     if not mixed_cards:
         _check_one_card([r for r, _ in records] + [load(f) for f in kept.values()], out)
@@ -94,6 +94,11 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     manifest = {"published_at": now_iso(), "files": files}
     save(manifest, out / "manifest.json")
     return out / "manifest.json"
+
+
+def _cell_key(path: str | Path) -> tuple[str, str]:
+    """(experiment, cell) of a result file at ``.../<experiment>/<cell>.json[.gz]``."""
+    return Path(path).parent.name, result_stem(path)
 
 
 def _check_one_card(records: list[dict], out: Path) -> None:
@@ -131,7 +136,6 @@ def missing_targets(out_dir: str | Path) -> tuple[list[str], int]:
     if expected is None:
         raise ValueError(f"{Path(out_dir) / 'config.json'}: this version cannot resolve the folder's config into "
                          "cells, so it cannot say which are missing")
-    have = ((Path(f).parent.name, result_stem(f)) for f in files)
-    cov = coverage(have, expected)
+    cov = coverage(map(_cell_key, files), expected)
     targets = [result_target(name, cell) for name in sorted(cov) for cell in cov[name]["missing"]]
     return targets, sum(c["expected"] for c in cov.values())
