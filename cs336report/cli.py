@@ -3,6 +3,7 @@
     python -m cs336report check-config workflow/config/default.yaml
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json [--log LOG]
+    python -m cs336report run-job compiled_model --job JOB --cells '[[NAME, CELL], ...]' --out FILE ...
     python -m cs336report worker-stop
     python -m cs336report render --config-json JSON --out report results/**/*.json
     python -m cs336report parse-snapshot results/memory_profiling/NAME.pickle --result results/memory_profiling/NAME.json --out results/memory_profiling_parse/NAME.json
@@ -48,6 +49,22 @@ def _run(args) -> int:
     from .runner import run_cell
 
     run_cell(args.experiment, args.name, cell, args.out)
+    return 0
+
+
+def _run_job(args) -> int:
+    from .results import result_stem
+
+    cells = json.loads(args.cells)
+    names = [name for name, _ in cells]
+    stems = [result_stem(out) for out in args.out]
+    if names != stems:
+        print(f"error: --out files {stems} do not match the job's cells {names} (same names, same order)",
+              file=sys.stderr)
+        return 2
+    from .runner import run_job
+
+    run_job(args.experiment, args.job, [(name, cell, out) for (name, cell), out in zip(cells, args.out)])
     return 0
 
 
@@ -145,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
                    "output there (cs336report.worker); without it, this process runs the cell")
     p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log")
     p.set_defaults(func=_run)
+
+    p = sub.add_parser("run-job", help="measure several cells in one process, in order, and write a result JSON each")
+    p.add_argument("experiment")
+    p.add_argument("--job", required=True, help="job name, recorded in each result")
+    p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell]")
+    p.add_argument("--out", required=True, nargs="+", help="one result file per cell, in the same order")
+    p.set_defaults(func=_run_job)
 
     p = sub.add_parser("worker-stop", help="ask the warm workers of this folder's workflow to exit")
     p.add_argument("--dir", help="their socket folder (default: .snakemake/cs336report-worker)")

@@ -4,7 +4,8 @@
 partitions forward and backward with AOTAutograd and generates kernels with Inductor (the
 backward graph is compiled at the first backward). An experiment therefore runs its first
 step on its own with :func:`first_call`, which times it and reads TorchDynamo's counters
-(graphs captured, graph breaks, Inductor cache hits), before its warm-up and measured steps.
+(graphs captured, graph breaks, Inductor cache hits, counted over that call), before its warm-up
+and measured steps.
 
     fn = compile_fn(model)
     info = first_call(step, device)  # {"first_call_s": ..., "graphs": 1, "graph_breaks": 0, ...}
@@ -13,7 +14,10 @@ Inductor and Triton keep compiled graphs and kernels in on-disk caches shared by
 of the machine, so a cell compiled after another of the same shapes would skip most of its
 compilation. :func:`compile_fn` therefore points both caches at a folder of the process's own
 (removed when the process exits): each compiled cell runs in a fresh process (see
-:mod:`cs336report.worker`), so its first call is a full compilation whatever ran before it.
+:mod:`cs336report.worker`), so its first call is a full compilation whatever ran before it. The
+one exception is by design: a compiled_model job runs the cells of one model in one process
+(:func:`cs336report.runner.run_job`), and its later cells record the earlier cells' first calls
+beside their own.
 """
 
 from __future__ import annotations
@@ -71,12 +75,17 @@ def first_call(step: Callable[[], dict | None], device: str) -> dict:
     """Run ``step`` once (this is where compilation happens), synchronized and timed.
 
     ``step`` may return phase name -> seconds (as for :func:`cs336report.measure.time_steps`);
-    they are kept under ``phases_s``.
+    they are kept under ``phases_s``. The counters (graphs, graph breaks, cache hits and misses)
+    are those of this call: a call on a model that an earlier call of the process compiled
+    counts only what it compiled itself (e.g. the backward graph).
     """
     synchronize(device)
+    before = compile_stats()
     start = timeit.default_timer()
     phases = step()
     synchronize(device)
-    return {"first_call_s": timeit.default_timer() - start, "phases_s": dict(phases or {}), **compile_stats(),
+    seconds = timeit.default_timer() - start
+    made = {key: value - before[key] for key, value in compile_stats().items()}  # by this call alone
+    return {"first_call_s": seconds, "phases_s": dict(phases or {}), **made,
             "private_caches": _private_cache is not None
             and all(os.environ.get(k, "").startswith(_private_cache) for k in CACHE_ENV)}

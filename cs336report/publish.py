@@ -36,12 +36,20 @@ def _benchmark_row(tsv: Path) -> dict:
     return {new: float(row[old]) for old, new in BENCHMARK_COLUMNS.items() if old in row and row[old] != "-"}
 
 
-def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks") -> dict | None:
+def job_of(record: dict) -> str | None:
+    """The name of the job of several cells that wrote ``record``, if one did (see :func:`cs336report.runner.run_job`)."""
+    return (record.get("job") or {}).get("name")
+
+
+def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks", job: str | None = None) -> dict | None:
     """Snakemake's ``benchmark:`` measurement of the job(s) that wrote ``results/<rule>/<cell>.json``:
-    wall and CPU time summed over a chain of jobs, the largest resident memory of them."""
+    wall and CPU time summed over a chain of jobs, the largest resident memory of them. A result
+    written by a job of several cells (its record's ``job``) has the job's measurement, named
+    after ``job``; every cell of that job gets the same one."""
     path = Path(result_path)
+    stem = job or result_stem(path)
     rows = [_benchmark_row(tsv) for rule in JOB_CHAINS.get(path.parent.name, (path.parent.name,))
-            if (tsv := Path(root) / rule / f"{result_stem(path)}.tsv").exists()]
+            if (tsv := Path(root) / rule / f"{stem}.tsv").exists()]
     if not rows:
         return None
     out: dict = {}
@@ -76,7 +84,7 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     for path in result_paths:
         record = load(path)
         record.pop("_path")
-        record["benchmark"] = benchmark_of(path, benchmarks)
+        record["benchmark"] = benchmark_of(path, benchmarks, job_of(record))
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
         kept.pop(_cell_key(dest), None)
         records.append((record, dest))

@@ -9,6 +9,12 @@ runs with its named attention and softmax functions wrapped in profiler ranges
 Every record says which process ran it: ``process: {pid, cells_before}``, where
 ``cells_before`` counts the cells this process ran before this one (0 for a process started for
 the cell; a warm worker, :mod:`cs336report.worker`, runs many).
+
+A job (:func:`run_job`) runs several cells of one experiment in one process, in order, and
+hands each the same ``shared`` dict, so that an experiment can build once what its cells have
+in common (compiled_model compiles the model once for its forward and train-step cells). Its
+records name the job: ``job: {name, cells}``. A cell that fails empties ``shared``, so the next
+cell builds afresh.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ def cells_run() -> int:
     return _cells_run
 
 
-def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
+def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: dict | None = None,
+             job: dict | None = None) -> dict:
     global _cells_run
     process = {"pid": os.getpid(), "cells_before": _cells_run}
     _cells_run += 1
@@ -43,12 +50,15 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
           f"cell {process['cells_before'] + 1} of this process)", file=sys.stderr, flush=True)
     try:
         with instrumented(cell):  # a user's attention/softmax in profiler ranges, restored after
-            data = experiments.runner(experiment)(cell)
+            run = experiments.runner(experiment)
+            data = run(cell) if shared is None else run(cell, shared=shared)
     except Exception as exc:  # every failure becomes a result
         status = "oom" if is_out_of_memory(exc) else "error"
         data = getattr(exc, "partial_data", None) or {}  # what the cell measured before it failed
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         traceback.print_exc(file=sys.stderr)
+        if shared is not None:
+            shared.clear()  # what the job built may be half-made; the next cell builds its own
         release_memory(device)
     record = {
         "schema": SCHEMA,
@@ -60,6 +70,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
         "data": data,
         "provenance": provenance(device),
         "process": process,
+        **({"job": job} if job else {}),
         "started_at": started,
         "finished_at": now_iso(),
         "wall_s": time.perf_counter() - t0,
@@ -67,3 +78,10 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path) -> dict:
     save(record, out)
     print(f"[cs336report] {experiment}/{name}: {status} in {record['wall_s']:.1f} s", file=sys.stderr, flush=True)
     return record
+
+
+def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]) -> list[dict]:
+    """Run ``cells`` (name, cell, out) of ``experiment`` in this process, in order, sharing one state."""
+    shared: dict = {}
+    info = {"name": job, "cells": [name for name, _, _ in cells]}
+    return [run_cell(experiment, name, cell, out, shared=shared, job=info) for name, cell, out in cells]

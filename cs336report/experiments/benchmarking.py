@@ -11,6 +11,7 @@ the forward and backward columns of the report come from the same steps as the t
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -114,25 +115,46 @@ def _phase(timer: PhaseTimer, name: str, range_outside: bool):
             yield
 
 
-def prepare(cell: dict, range_outside: bool = False):
-    """The model of ``cell`` on its device and one step of its mode.
+def model_key(cell: dict) -> str:
+    """A model cell's settings without its mode: cells with equal keys run the same model on the same batch."""
+    return json.dumps({k: v for k, v in cell.items() if k != "mode"}, sort_keys=True)
 
-    Returns (model, model_info, spec, step); ``step()`` runs forward (and backward, and the
-    AdamW step, as the mode asks) and returns the synchronized time of each phase.
-    """
-    mode, device = cell["mode"], cell["device"]
-    if mode not in MODES:
-        raise ValueError(f"cell field 'mode' is {mode!r}, expected one of {MODES}")
+
+def _build(cell: dict) -> dict:
+    """The model of ``cell`` on its device (compiled where the cell asks), with its fixed random batch."""
+    device = cell["device"]
     set_tf32(cell["tf32"])
     torch.manual_seed(cell["seed"])
     spec = ModelSpec(**cell["model"])
     batch, context = cell["batch_size"], cell["context"]
-
     model, model_info = build_model(cell)
     tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
     targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=cell.get("fused_adamw") or None) if mode == "train_step" else None
     forward = compile_fn(model) if cell.get("compile") else model
+    return {"key": model_key(cell), "model": model, "model_info": model_info, "spec": spec, "tokens": tokens,
+            "targets": targets, "forward": forward, "first_calls": []}
+
+
+def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None):
+    """The model of ``cell`` on its device and one step of its mode.
+
+    Returns (model, model_info, spec, step); ``step()`` runs forward (and backward, and the
+    AdamW step, as the mode asks) and returns the synchronized time of each phase. ``shared`` is
+    the state of a job whose cells differ only in mode: the model (and its compiled forward)
+    built for an earlier cell of the job is reused, so its graphs are compiled once per job.
+    """
+    mode, device = cell["mode"], cell["device"]
+    if mode not in MODES:
+        raise ValueError(f"cell field 'mode' is {mode!r}, expected one of {MODES}")
+    built = shared.get("model") if shared is not None else None
+    if built is None or built["key"] != model_key(cell):
+        built = _build(cell)
+        if shared is not None:
+            shared["model"] = built
+    else:
+        set_tf32(cell["tf32"])
+    model, forward, tokens, targets = built["model"], built["forward"], built["tokens"], built["targets"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=cell.get("fused_adamw") or None) if mode == "train_step" else None
 
     def step() -> dict:
         timer = PhaseTimer(device)
@@ -148,16 +170,28 @@ def prepare(cell: dict, range_outside: bool = False):
                 optimizer.step()
         return timer.times
 
-    return model, model_info, spec, step
+    return model, built["model_info"], built["spec"], step
 
 
-def run(cell: dict) -> dict:
-    """Measure one cell; returns the ``data`` part of its result record."""
+def run(cell: dict, shared: dict | None = None) -> dict:
+    """Measure one cell; returns the ``data`` part of its result record.
+
+    In a job of cells that differ only in mode (``shared``, see :func:`prepare`) a compiled cell
+    after the first finds the forward graph compiled: its record keeps its own first call and,
+    under ``earlier_first_calls``, those of the cells before it on the same model.
+    """
     mode, device = cell["mode"], cell["device"]
     batch, context = cell["batch_size"], cell["context"]
-    model, model_info, spec, step = prepare(cell)
+    model, model_info, spec, step = prepare(cell, shared=shared)
 
-    compiled = first_call(step, device) if cell.get("compile") else None  # compiles; before warm-up
+    compiled = None
+    if cell.get("compile"):
+        calls = shared["model"]["first_calls"] if shared is not None else []  # earlier cells' on this model
+        earlier = list(calls)
+        compiled = first_call(step, device)  # compiles (what no earlier cell compiled); before warm-up
+        calls.append({"mode": mode, "first_call_s": compiled["first_call_s"]})
+        if earlier:
+            compiled["earlier_first_calls"] = earlier
     reset_peak_memory(device)
     times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])

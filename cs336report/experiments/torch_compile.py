@@ -9,7 +9,10 @@ Three experiments:
 * ``compiled_model`` -- the Transformer of the benchmarking experiment compiled with
   ``torch.compile`` for the configured sizes x contexts x modes, and the same cells
   uncompiled where benchmarking does not already run them (the report takes those from
-  benchmarking). The first, compiling, step is timed on its own before the warm-up.
+  benchmarking). The first, compiling, step is timed on its own before the warm-up. The
+  compiled cells of one size and context run as one job (:func:`compiled_model_jobs`): the
+  model is compiled once, its forward cell runs first and compiles the forward graph, and the
+  train step's first call then compiles only what the forward cell did not (the backward).
 * ``optimized_step`` -- one row per size x context with every speed-up switched on: the
   ``native`` implementation (F.linear, F.scaled_dot_product_attention), bf16 autocast,
   ``torch.compile`` and fused AdamW. Its FLOP rate is compared in the report with the bf16
@@ -59,6 +62,25 @@ def compiled_model_cells(cfg) -> dict[str, dict]:
         compiled = {**eager, "compile": True}
         out[model_cell_name(compiled)] = compiled
     return out
+
+
+def compiled_model_jobs(cells: dict[str, dict]) -> dict[str, list[str]]:
+    """The compiled cells of ``cells`` grouped into jobs of cells that differ only in mode.
+
+    A job is named after its cells without the mode (``naive-fp32-small-ctx128-compiled``) and
+    lists them in :data:`benchmarking.MODES` order, so the train step, which updates the
+    weights, runs last.
+    """
+    jobs: dict[str, list[str]] = {}
+    for name, cell in sorted(cells.items(), key=lambda kv: benchmarking.MODES.index(kv[1]["mode"])):
+        if cell.get("compile"):
+            jobs.setdefault(job_name(cell), []).append(name)
+    return dict(sorted(jobs.items()))
+
+
+def job_name(cell: dict) -> str:
+    """The name of the compiled_model job that runs ``cell``."""
+    return benchmarking.cell_name(cell).removesuffix(f"-{cell['mode']}") + "-compiled"
 
 
 def optimized_cells(cfg) -> dict[str, dict]:

@@ -263,20 +263,24 @@ def _cost(records: list[dict], gpu_run: bool = False) -> dict:
     """Wall time per rule and per section (Snakemake's benchmark of each job where present,
     else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
     floor (timed steps and first compiled calls) is checked against the report's time goal."""
-    from ..publish import benchmark_of
+    from ..publish import benchmark_of, job_of
 
     rows = []
-    for r in records:
-        bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"])
+    for i, r in enumerate(records):
+        job = job_of(r)
+        bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
         steps, compiled = _timed_seconds(r.get("data"))
-        rows.append({"rule": r["experiment"], "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
+        rows.append({"rule": r["experiment"], "job": f"{r['experiment']}/{job}" if job else i,
+                     "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "from_benchmark": bool(bench), "peak": _peak_bytes(r),
-                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0),
+                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
                      "steps_s": steps, "compile_s": compiled})
     if not rows:
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)
-    per_rule = df.groupby("rule", sort=True).agg(jobs=("rule", "size"), job_s=("job_s", "sum"),
+    # the cells of one job share its benchmark, which counts once (without one, each cell's own time counts)
+    df.loc[df["from_benchmark"] & df.duplicated("job"), "job_s"] = 0.0
+    per_rule = df.groupby("rule", sort=True).agg(jobs=("job", "nunique"), job_s=("job_s", "sum"),
                                                   peak=("peak", "max"), measured=("from_benchmark", "all"),
                                                   warm=("warm", "sum"), steps_s=("steps_s", "sum"),
                                                   compile_s=("compile_s", "sum"))
@@ -305,6 +309,8 @@ def _cost(records: list[dict], gpu_run: bool = False) -> dict:
              "stats export and the parse)")
     note += ("; in a warm worker: jobs whose cell ran in a worker process that had run cells before it, so "
              "they paid no Python, torch or CUDA start-up")
+    if df["job"].duplicated().any():
+        note += "; a job that runs several cells in one process (compiled_model: one per size and context) counts once"
     note += ("; timed steps: the warm-up and measured steps (or do_bench calls) the results record, summed; "
              "first compiled calls: the compiling first call of torch.compile cells; the rest of a job is process "
              "start-up, building models and inputs, untimed passes (e.g. the fresh forward before each timed "

@@ -1,5 +1,9 @@
 # torch_compile: (a) the attention grid compiled, (b) the Transformer compiled against the
 # same cells uncompiled, (c) the optimized training step (native, bf16, compile, fused AdamW).
+import re
+
+from cs336report.experiments import benchmarking, torch_compile
+
 COMPILE_CODE = code("experiments/torch_compile.py", "compiling.py", "measure.py", "runner.py")
 
 
@@ -20,11 +24,49 @@ rule compiled_attention:
         RUN_CELL
 
 
+# The compiled cells of one size and context are one job (one process, one compiled model): the
+# forward cell compiles the forward graph, the train step then compiles the backward only.
+# A job's results are named {prefix}-{mode}-compiled.json; the job is {prefix}-compiled.
+COMPILED_JOBS = torch_compile.compiled_model_jobs(CELLS["compiled_model"])
+COMPILED_MODES = sorted({CELLS["compiled_model"][n]["mode"] for names in COMPILED_JOBS.values() for n in names},
+                        key=benchmarking.MODES.index) or ["forward"]
+assert all([CELLS["compiled_model"][n]["mode"] for n in names] == COMPILED_MODES for names in COMPILED_JOBS.values())
+
+
+def compiled_job_cells(wildcards):
+    """params function: the job's cells as [name, resolved cell] in run order, so a changed cell reruns its job."""
+    names = COMPILED_JOBS[f"{wildcards.prefix}-compiled"]
+    return json.dumps([[n, CELLS["compiled_model"][n]] for n in names], sort_keys=True)
+
+
 rule compiled_model:
     input:
         COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py"),
     output:
+        expand("results/compiled_model/{{prefix}}-{mode}-compiled.json", mode=COMPILED_MODES),
+    wildcard_constraints:
+        prefix="|".join(re.escape(job.removesuffix("-compiled")) for job in COMPILED_JOBS) or "(?!)",
+    params:
+        cells=compiled_job_cells,
+    log:
+        "logs/compiled_model/{prefix}-compiled.log",
+    benchmark:
+        "benchmarks/compiled_model/{prefix}-compiled.tsv"
+    resources:
+        gpu=GPU,
+    shell:
+        "{PY} -m cs336report run-job compiled_model --job {wildcards.prefix}-compiled --cells {params.cells:q} "
+        "--out {output} > {log} 2>&1"
+
+
+# The uncompiled twins that benchmarking does not run (none on the shipped grids): one job each.
+rule compiled_model_eager:
+    input:
+        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py"),
+    output:
         "results/compiled_model/{cell}.json",
+    wildcard_constraints:
+        cell="|".join(re.escape(n) for n, c in CELLS["compiled_model"].items() if not c.get("compile")) or "(?!)",
     params:
         cell=cell_json("compiled_model"),
     log:
@@ -34,7 +76,7 @@ rule compiled_model:
     resources:
         gpu=GPU,
     shell:
-        RUN_CELL
+        RUN_CELL.replace("{rule}", "compiled_model")
 
 
 rule optimized_step:

@@ -33,11 +33,16 @@ def from_cache(rows: pd.DataFrame) -> pd.Series:
     return rows["cache_hits"].fillna(0) > 0
 
 
-def first_call_cell(seconds: float, cache_hits) -> Cell:
-    """The first compiled call's time, marked where Inductor served graphs from its cache."""
+JOB_NOTE = ("“(n calls)”: the cell ran in one job after cells of the same model (the forward cell of its size and "
+            "context), whose first calls compiled part of its step; the time is the sum of those first calls and its own")
+
+
+def first_call_cell(seconds: float, cache_hits, calls: int = 1) -> Cell:
+    """The first compiled call's time, marked where Inductor served graphs from its cache or
+    where the step was compiled over several first calls of one job."""
     if seconds != seconds:
         return Cell("–")
-    return Cell(sig(seconds) + (" (cache)" if cache_hits else ""))
+    return Cell(sig(seconds) + (" (cache)" if cache_hits else "") + (f" ({calls} calls)" if calls > 1 else ""))
 
 
 def first_call_summary(rows: pd.DataFrame, name) -> dict | None:
@@ -141,7 +146,10 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
             "context": c["context"], "mode": c["mode"], "batch": c["batch_size"], "status": r["status"],
             "error": r.get("error"), "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
             "flops": d.get("flops_per_step"), "tflops": d.get("tflops", math.nan),
-            "first_call_s": compile_info.get("first_call_s", math.nan),
+            # the whole step's compilation: in a job, earlier cells' first calls compiled part of it
+            "first_call_s": compile_info.get("first_call_s", math.nan)
+            + sum(c["first_call_s"] for c in compile_info.get("earlier_first_calls") or []),
+            "first_calls": 1 + len(compile_info.get("earlier_first_calls") or []),
             "cache_hits": compile_info.get("inductor_cache_hits") or 0,
             "graph_breaks": compile_info.get("graph_breaks"), "graphs": compile_info.get("graphs"),
             **{f"{p}_mean_s": phases.get(p, {}).get("mean", math.nan) for p, _, _ in PHASES},
@@ -186,7 +194,7 @@ def model_table(pairs: pd.DataFrame) -> Table:
                      _time(r["mean_s_eager"], r["std_s_eager"], r["status_eager"]),
                      _time(r["mean_s"], r["std_s"], r["status"]),
                      Cell(sig(ratio)) if ratio == ratio else Cell("–"),
-                     first_call_cell(r["first_call_s"], r["cache_hits"]),
+                     first_call_cell(r["first_call_s"], r["cache_hits"], r["first_calls"]),
                      Cell("–" if r["graph_breaks"] is None or r["graph_breaks"] != r["graph_breaks"]
                           else str(int(r["graph_breaks"])))])
     impls = ", ".join(sorted(set(pairs["implementation"])))
@@ -198,7 +206,8 @@ def model_table(pairs: pd.DataFrame) -> Table:
         sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
         note="mean ± sample standard deviation over the measured steps; the first compiled step (tracing, "
              "Inductor code generation and one step) runs before the warm-up and is not in the mean"
-             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else ""))
+             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else "")
+             + (f"; {JOB_NOTE}" if (pairs["first_calls"] > 1).any() else ""))
 
 
 def model_analysis(pairs: pd.DataFrame) -> dict:
