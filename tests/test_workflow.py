@@ -80,10 +80,25 @@ def test_editing_experiment_code_reruns_that_experiment_only(workdir):
 
 def test_editing_the_compile_helper_reruns_the_compiled_cells_only(workdir):
     jobs = jobs_after_editing(workdir, "compiling.py")
-    compiled = {rule: len(list((workdir / "results" / rule).glob("*.json")))
-                for rule in ("compiled_attention", "compiled_model", "optimized_step")}
+    records = {rule: [json.loads(p.read_text()) for p in (workdir / "results" / rule).glob("*.json")]
+               for rule in ("compiled_attention", "compiled_model", "optimized_step")}
+    # a record made by a job of several cells counts its job once
+    compiled = {rule: len({(r.get("job") or {}).get("name") or r["cell"] for r in rs}) for rule, rs in records.items()}
     assert all(compiled.values()), compiled  # the CPU grid runs each of them
+    assert len(records["compiled_model"]) == 2 and compiled["compiled_model"] == 1  # forward and train step, one job
     assert jobs == {**compiled, "report": 1}  # not the eager attention grid
+
+
+def test_uncompiled_twins_that_benchmarking_does_not_run_are_their_own_jobs(workdir):
+    """Without tiny in the benchmarking grid, compiled_model runs the tiny cells' uncompiled twins itself,
+    one job each; the compiled job, whose cells did not change, is not rerun."""
+    (workdir / "twins.yaml").write_text("grids:\n  cpu:\n    benchmarking:\n      sizes: [mini]\n")
+    run = snakemake(workdir, "-n", "report", "--configfile", "workflow/config/default.yaml", "twins.yaml")
+    assert run.returncode == 0, run.stderr[-2000:]
+    jobs = job_counts(run.stdout + run.stderr)
+    assert jobs.get("compiled_model_eager") == 2 and "compiled_model" not in jobs, jobs
+    for mode in ("forward", "train_step"):
+        assert f"results/compiled_model/naive-fp32-tiny-ctx32-{mode}.json" in run.stdout + run.stderr
 
 
 def test_editing_the_coverage_module_rerenders_the_report_only(workdir):
@@ -137,6 +152,10 @@ def test_cpu_report_has_the_attention_and_compile_sections(workdir):
         assert part in compiled and "Not run" not in compiled.split(part, 1)[1][:200]
     first = json.loads((workdir / "results/compiled_model/naive-fp32-tiny-ctx32-forward-compiled.json").read_text())
     assert first["status"] == "ok" and first["data"]["compile"]["graphs"] >= 1
+    train = json.loads((workdir / "results/compiled_model/naive-fp32-tiny-ctx32-train_step-compiled.json").read_text())
+    assert train["status"] == "ok" and train["job"] == first["job"]  # one job compiled the model for both
+    both = first["data"]["compile"]["first_call_s"] + train["data"]["compile"]["first_call_s"]
+    assert f"| tiny | 32 | train step (AdamW) |" in compiled and f"{sig(both)} (2 calls)" in compiled
     assert (workdir / "report/cpu/figures/pytorch_attention_scaling.png").stat().st_size > 1000
 
 def test_cpu_report_has_the_mixed_precision_sections(workdir):

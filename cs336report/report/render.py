@@ -234,7 +234,7 @@ def _timed_seconds(data) -> tuple[float, float]:
                     steps += float(sum(value))
                 elif key == "first_call_s" and isinstance(value, (int, float)):
                     compiled += float(value)
-                elif key != "phases_s":
+                elif key not in ("phases_s", "earlier_first_calls"):  # parts of a step; other cells' calls
                     stack.append(value)
         elif isinstance(node, list):
             stack.extend(node)
