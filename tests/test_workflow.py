@@ -271,3 +271,22 @@ def test_each_cell_rule_lists_the_code_its_cells_run(workdir):
         assert need <= inputs[name], (name, sorted(need - inputs[name]))
         checked += 1
     assert checked >= 12, sorted(inputs)
+
+
+def test_the_report_rule_lists_every_package_module_the_report_imports(workdir):
+    """Editing a formula of accounting.py (or any module the report package imports) re-renders the
+    report, also where the results are published ones that no experiment rewrites."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--detailed-summary", "--cores", "1", "report"],
+                         cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = next(line.split("\t") for line in run.stdout.splitlines()[1:] if line.split("\t")[2] == "report")
+    inputs = set(report[4].split(","))
+    package = Path(__file__).resolve().parent.parent / "cs336report"
+    need = set().union(*(_package_imports(f) for f in (package / "report").rglob("*.py")))
+    need -= {"cs336report/__init__.py"}
+    assert "cs336report/accounting.py" in need and need <= inputs, sorted(need - inputs)
+
