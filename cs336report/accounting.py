@@ -54,6 +54,16 @@ def training_state_bytes(spec: ModelSpec) -> dict[str, int]:
     return {"parameters": 4 * n, "gradients": 4 * n, "optimizer_state": 8 * n, "total": 16 * n}
 
 
+ADAMW_BYTES_PER_PARAM = 28
+ADAMW_TRAFFIC_FORMULA = ("Memory traffic of an AdamW step = 28 bytes × parameters: it reads the fp32 weight, gradient "
+                         "and both moments (16 bytes) and writes back the weight and both moments (12 bytes)")
+
+
+def adamw_step_bytes(params: int) -> int:
+    """Bytes an AdamW step over fp32 weights, gradients and moments reads and writes at least."""
+    return ADAMW_BYTES_PER_PARAM * params
+
+
 def residual_activation_bytes(spec: ModelSpec, batch: int, context: int, bytes_per_value: int = 4) -> int:
     """One residual-stream activation tensor: B · T · d_model values."""
     return batch * context * spec.d_model * bytes_per_value

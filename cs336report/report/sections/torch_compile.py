@@ -244,6 +244,33 @@ def bf16_peak(roofline: list[dict], gpu: str | None = None) -> float:
     return math.nan
 
 
+def copy_bandwidth(roofline: list[dict], gpu: str | None = None) -> float:
+    """The device-to-device copy rate (GB/s) the roofline probe measured, on card ``gpu`` when given."""
+    for r in roofline:
+        if r["status"] == "ok" and same_card((r.get("provenance") or {}).get("gpu"), gpu):
+            return (r["data"].get("copy") or {}).get("gb_per_s", math.nan)
+    return math.nan
+
+
+def optimizer_floor(r, peak: float, bandwidth: float) -> dict | None:
+    """The optimizer step against the time its memory traffic takes at the measured copy bandwidth,
+    the step's FLOP rate were the optimizer that fast, and the rate the forward and backward passes
+    would then need for the target."""
+    opt, fwd, bwd = r["optimizer_step_mean_s"], r["forward_mean_s"], r["backward_mean_s"]
+    if any(v != v for v in (opt, fwd, bwd, peak, bandwidth)) or not r["params"]:
+        return None
+    nbytes = accounting.adamw_step_bytes(int(r["params"]))
+    floor = nbytes / (bandwidth * 1e9)
+    rest = r["mean_s"] - fwd - bwd - opt
+    rate = lambda seconds: r["flops"] / seconds / 1e12 / peak  # noqa: E731 (fraction of the peak)
+    budget = r["flops"] / (OPTIMIZED_TARGET_FRACTION * peak * 1e12) - floor - rest  # for forward + backward
+    return {"gb": sig(nbytes / 1e9), "bandwidth": sig(bandwidth), "floor": fmt_seconds(floor),
+            "time": fmt_seconds(opt), "ratio": sig(opt / floor), "best_pct": fmt_pct(rate(r["mean_s"] - opt + floor)),
+            "best_met": rate(r["mean_s"] - opt + floor) >= OPTIMIZED_TARGET_FRACTION,
+            "fb_pct": fmt_pct(rate(fwd + bwd)),
+            "fb_needed_pct": fmt_pct(rate(budget)) if budget > 0 else None}
+
+
 def _vanilla(row, eager: pd.DataFrame, run_impl: str):
     """The uncompiled fp32 run of the same size, context, mode and batch (the benchmarking baseline)."""
     if eager.empty:
@@ -295,6 +322,7 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
         table, phases = phase_table(r, peak)
         phase_tables.append(table)
         item["phases"] = phases
+        item["optimizer_floor"] = optimizer_floor(r, peak, copy_bandwidth(roofline, r["gpu"]))
         items.append(item)
     table = Table(
         title="Optimized step", rows=rows,
@@ -348,7 +376,8 @@ def skip_reason(ctx) -> str:
 
 def build(ctx) -> dict:
     out: dict = {"cuda": ctx.device == "cuda", "target_pct": fmt_pct(OPTIMIZED_TARGET_FRACTION, 2),
-                 "target": dict(zip(("size", "context", "batch"), OPTIMIZED_TARGET_CELL)), "flop_formula": accounting.FLOP_FORMULA}
+                 "target": dict(zip(("size", "context", "batch"), OPTIMIZED_TARGET_CELL)), "flop_formula": accounting.FLOP_FORMULA,
+                 "adamw_formula": accounting.ADAMW_TRAFFIC_FORMULA}
     # (a)
     compiled = attn.frame(ctx.records("compiled_attention"))
     if not compiled.empty:
