@@ -124,13 +124,16 @@ def _missing(args) -> int:
     from .publish import missing_targets
 
     try:
-        targets, expected = missing_targets(args.folder)
+        targets, n_missing, expected = missing_targets(args.folder)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for target in targets:
         print(target)
-    print(f"{args.folder}: {len(targets)} of {expected} configured cells have no record", file=sys.stderr)
+    extra = len(targets) - n_missing
+    print(f"{args.folder}: {n_missing} of {expected} configured cells have no record"
+          + (f"; {extra} more result file{'s' if extra != 1 else ''} listed, written by the same job"
+             if extra else ""), file=sys.stderr)
     return 0
 
 

@@ -88,6 +88,7 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
         kept.pop(_cell_key(dest), None)
         records.append((record, dest))
+    _check_whole_jobs(records)
     if not mixed_cards:
         _check_one_card([r for r, _ in records] + [load(f) for f in kept.values()], out)
     if not merge and out.exists():
@@ -107,6 +108,18 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
 def _cell_key(path: str | Path) -> tuple[str, str]:
     """(experiment, cell) of a result file at ``.../<experiment>/<cell>.json[.gz]``."""
     return Path(path).parent.name, result_stem(path)
+
+
+def _check_whole_jobs(records: list[tuple[dict, Path]]) -> None:
+    """Records of a job of several cells go together: they share the job's timing, which the
+    report counts once, so a job published in part would count cells whose records are elsewhere."""
+    given = {(r["experiment"], job_of(r), r["cell"]) for r, _ in records}
+    for record, dest in records:
+        if job := job_of(record):
+            left = [c for c in record["job"].get("cells", []) if (record["experiment"], job, c) not in given]
+            if left:
+                raise ValueError(f"{dest.name}: cell {record['cell']} ran in job {job} with {', '.join(left)}; "
+                                 f"publish the job's other result file(s) with it")
 
 
 def _check_one_card(records: list[dict], out: Path) -> None:
@@ -130,9 +143,10 @@ def published_files(out_dir: str | Path) -> tuple[list[str], dict]:
     return files, json.loads((out / "config.json").read_text())
 
 
-def missing_targets(out_dir: str | Path) -> tuple[list[str], int]:
+def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int]:
     """The result files (``results/<experiment>/<cell>.json``) of the configured cells a published
-    folder has no record for, and how many cells its config asks for in all.
+    folder has no record for (with the other cells of their jobs, which one job writes together),
+    how many configured cells have no record, and how many its config asks for in all.
 
     Build them with Snakemake under the config the folder was published with, then add them with
     ``publish --merge``.
@@ -144,6 +158,10 @@ def missing_targets(out_dir: str | Path) -> tuple[list[str], int]:
     if expected is None:
         raise ValueError(f"{Path(out_dir) / 'config.json'}: this version cannot resolve the folder's config into "
                          "cells, so it cannot say which are missing")
+    from .experiments import job_of_cell
+
     cov = coverage(map(_cell_key, files), expected)
-    targets = [result_target(name, cell) for name in sorted(cov) for cell in cov[name]["missing"]]
-    return targets, sum(c["expected"] for c in cov.values())
+    # a cell that runs in one job with others is built (and published) with them
+    targets = sorted({result_target(name, member) for name in cov for cell in cov[name]["missing"]
+                      for member in job_of_cell(name, expected[name], cell)})
+    return targets, sum(len(c["missing"]) for c in cov.values()), sum(c["expected"] for c in cov.values())

@@ -3,6 +3,7 @@
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import snakemake
@@ -198,14 +199,55 @@ def test_missing_lists_the_result_files_of_the_configured_cells_a_folder_lacks(t
     paths = [str(save(_record(name, cell), tmp_path / f"results/{name}/{cell}.json")) for name, cell in kept]
     publish(paths, config, tmp_path / "pub", tmp_path / "no-benchmarks")
 
-    targets, n = missing_targets(tmp_path / "pub")
-    assert n == len(expected)
-    assert targets == sorted(f"results/{name}/{cell}.json" for name, cell in expected - set(kept))
+    targets, n_missing, n = missing_targets(tmp_path / "pub")
+    assert n == len(expected) and n_missing == len(expected - set(kept))
+    missing = {f"results/{name}/{cell}.json" for name, cell in expected - set(kept)}
+    # with the other cells of their jobs (compiled_model: forward and train step of one size and context)
+    job_mates = {f"results/compiled_model/{member}.json" for name, cell in expected - set(kept) if name == "compiled_model"
+                 for member in experiments.job_of_cell(name, experiments.cells(name, cfg), cell)}
+    assert targets == sorted(missing | job_mates)
 
     assert main(["missing", str(tmp_path / "pub")]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == targets
-    assert f"{len(targets)} of {len(expected)} configured cells have no record" in err
+    assert f"{n_missing} of {len(expected)} configured cells have no record" in err
+
+
+def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsys):
+    """The published H100 job of one size and context: one of its two cells missing from a folder
+    lists both result files, and publishing one of them alone is refused before anything is written."""
+    from cs336report.cli import main
+    from cs336report.config import Config
+    from cs336report.publish import missing_targets, publish
+    from cs336report.results import load, save
+
+    job = Path(__file__).parent / "fixtures/compile/job-h100"
+    forward, train = sorted(str(p) for p in (job / "results/compiled_model").glob("*.json.gz"))
+    with pytest.raises(ValueError, match=r"naive-fp32-small-ctx128-forward-compiled.*naive-fp32-small-ctx128-compiled"
+                                         r".*naive-fp32-small-ctx128-train_step-compiled"):
+        publish([forward], {}, tmp_path / "pub", job / "benchmarks")
+    assert not (tmp_path / "pub").exists()
+
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "workflow/config/default.yaml").read_text())
+    data["grids"]["cpu"]["compiled_model"] = {"sizes": ["small"], "contexts": [128], "modes": ["forward", "train_step"]}
+    cfg = Config.from_dict(data, source="test")
+    config = {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}
+    # the train step as a record of its own (as a run before jobs made it): the folder lacks the forward cell
+    alone = {k: v for k, v in load(train).items() if k not in ("job", "_path")}
+    publish([str(save(alone, tmp_path / "old/compiled_model" / Path(train).name[:-3]))], config, tmp_path / "pub",
+            tmp_path / "no-benchmarks")
+    def compiled(targets):
+        return [t for t in targets if t.endswith("-compiled.json")]  # not the uncompiled twins
+
+    targets, n_missing, n = missing_targets(tmp_path / "pub")
+    assert compiled(targets) == [f"results/compiled_model/{Path(p).name[:-3]}" for p in (forward, train)]
+    assert n_missing == n - 1  # the forward cell is the only compiled one missing; the train step is listed with it
+    publish([forward, train], config, tmp_path / "pub", job / "benchmarks", merge=True)
+    targets, n_missing, n = missing_targets(tmp_path / "pub")
+    assert compiled(targets) == [] and n_missing == n - 2
+    assert main(["missing", str(tmp_path / "pub")]) == 0 and "-compiled.json" not in capsys.readouterr().out
 
 
 def test_missing_names_the_config_it_cannot_resolve(run_results, tmp_path, capsys):

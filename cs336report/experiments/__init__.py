@@ -6,6 +6,10 @@
 when the grid does not configure it); ``run(cell) -> dict`` measures one cell and returns the
 ``data`` of its result record. The experiment name is also its Snakemake rule and its
 results folder. Modules are discovered, so adding a problem touches no list here.
+
+A module whose experiment runs several cells in one job (one process) also declares how:
+
+    JOBS = {"compiled_model": compiled_model_jobs}  # cells -> {job name: [cell names, in run order]}
 """
 
 from __future__ import annotations
@@ -32,6 +36,24 @@ def _get(name: str):
         return registry()[name]
     except KeyError:
         raise ValueError(f"unknown experiment {name!r}; known: {', '.join(registry())}") from None
+
+
+@cache
+def job_registry() -> dict:
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        found.update(getattr(importlib.import_module(f"{__name__}.{info.name}"), "JOBS", {}))
+    return found
+
+
+def job_of_cell(name: str, cells: dict[str, dict], cell: str) -> list[str]:
+    """The cells of experiment ``name`` (out of ``cells``) that run in one job with ``cell``: itself
+    alone unless the experiment groups its cells into jobs."""
+    group = job_registry().get(name)
+    for members in (group(cells) if group else {}).values():
+        if cell in members:
+            return list(members)
+    return [cell]
 
 
 def names() -> list[str]:

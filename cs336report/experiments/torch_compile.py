@@ -98,6 +98,8 @@ def optimized_cells(cfg) -> dict[str, dict]:
     return out
 
 
+JOBS = {"compiled_model": compiled_model_jobs}
+
 EXPERIMENTS = {
     "compiled_attention": (compiled_attention_cells, attention.run),
     "compiled_model": (compiled_model_cells, benchmarking.run),
