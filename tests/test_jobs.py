@@ -135,3 +135,14 @@ def test_the_compile_table_gives_the_train_steps_whole_compilation(published_job
     assert first["forward"] == sig(forward["first_call_s"])
     assert first["train step (AdamW)"] == f"{sig(forward['first_call_s'] + train['first_call_s'])} (2 calls)"
     assert "“(n calls)”" in table.note
+
+
+def test_every_compiled_model_job_runs_the_same_modes():
+    """A job's result files are one per mode, so the jobs of a grid must agree on them."""
+    from cs336report.experiments.torch_compile import compiled_model_modes
+
+    cells = dict(_tiny_cells())
+    assert compiled_model_modes(cells) == ["forward", "train_step"]
+    other = {name.replace("ctx16", "ctx8"): {**c, "context": 8} for name, c in cells.items() if c["mode"] == "forward"}
+    with pytest.raises(ValueError, match=r"naive-fp32-tiny-ctx8-compiled runs modes \['forward'\]"):
+        compiled_model_modes({**cells, **other})

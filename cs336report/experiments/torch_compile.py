@@ -78,6 +78,16 @@ def compiled_model_jobs(cells: dict[str, dict]) -> dict[str, list[str]]:
     return dict(sorted(jobs.items()))
 
 
+def compiled_model_modes(cells: dict[str, dict]) -> list[str]:
+    """The modes every compiled_model job runs, in run order (a job's result files are one per mode)."""
+    per_job = {job: [cells[n]["mode"] for n in names] for job, names in compiled_model_jobs(cells).items()}
+    modes = sorted({m for ms in per_job.values() for m in ms}, key=benchmarking.MODES.index)
+    for job, ms in per_job.items():
+        if ms != modes:
+            raise ValueError(f"compiled_model job {job} runs modes {ms}, the others {modes}: every job must run the same")
+    return modes
+
+
 def job_name(cell: dict) -> str:
     """The name of the compiled_model job that runs ``cell``."""
     return benchmarking.cell_name(cell).removesuffix(f"-{cell['mode']}") + "-compiled"

@@ -270,7 +270,7 @@ def _cost(records: list[dict], gpu_run: bool = False) -> dict:
         job = job_of(r)
         bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
         steps, compiled = _timed_seconds(r.get("data"))
-        rows.append({"rule": r["experiment"], "job": f"{r['experiment']}/{job}" if job else i,
+        rows.append({"rule": r["experiment"], "job": f"{r['experiment']}/{job}" if job else f"record {i}",
                      "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "from_benchmark": bool(bench), "peak": _peak_bytes(r),
                      "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,

@@ -2,7 +2,7 @@
 # same cells uncompiled, (c) the optimized training step (native, bf16, compile, fused AdamW).
 import re
 
-from cs336report.experiments import benchmarking, torch_compile
+from cs336report.experiments import torch_compile
 
 COMPILE_CODE = code("experiments/torch_compile.py", "compiling.py", "measure.py", "runner.py")
 
@@ -28,9 +28,7 @@ rule compiled_attention:
 # forward cell compiles the forward graph, the train step then compiles the backward only.
 # A job's results are named {prefix}-{mode}-compiled.json; the job is {prefix}-compiled.
 COMPILED_JOBS = torch_compile.compiled_model_jobs(CELLS["compiled_model"])
-COMPILED_MODES = sorted({CELLS["compiled_model"][n]["mode"] for names in COMPILED_JOBS.values() for n in names},
-                        key=benchmarking.MODES.index) or ["forward"]
-assert all([CELLS["compiled_model"][n]["mode"] for n in names] == COMPILED_MODES for names in COMPILED_JOBS.values())
+COMPILED_MODES = torch_compile.compiled_model_modes(CELLS["compiled_model"]) or ["forward"]
 
 
 def compiled_job_cells(wildcards):
