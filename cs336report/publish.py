@@ -152,14 +152,13 @@ def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int]:
     ``publish --merge``.
     """
     from .coverage import coverage, expected_cells, result_target
+    from .experiments import job_of_cell
 
     files, config = published_files(out_dir)
     expected = expected_cells(config)
     if expected is None:
         raise ValueError(f"{Path(out_dir) / 'config.json'}: this version cannot resolve the folder's config into "
                          "cells, so it cannot say which are missing")
-    from .experiments import job_of_cell
-
     cov = coverage(map(_cell_key, files), expected)
     # a cell that runs in one job with others is built (and published) with them
     targets = sorted({result_target(name, member) for name in cov for cell in cov[name]["missing"]

@@ -20,13 +20,19 @@ from functools import cache
 
 
 @cache
+def _modules() -> list:
+    """The experiment modules of this package, by name."""
+    return [importlib.import_module(f"{__name__}.{info.name}")
+            for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)]
+
+
+@cache
 def registry() -> dict:
     found = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for module in _modules():
         for name, functions in getattr(module, "EXPERIMENTS", {}).items():
             if name in found:
-                raise ValueError(f"experiment {name!r} is declared twice ({info.name})")
+                raise ValueError(f"experiment {name!r} is declared twice ({module.__name__})")
             found[name] = functions
     return found
 
@@ -40,10 +46,7 @@ def _get(name: str):
 
 @cache
 def job_registry() -> dict:
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        found.update(getattr(importlib.import_module(f"{__name__}.{info.name}"), "JOBS", {}))
-    return found
+    return {name: group for module in _modules() for name, group in getattr(module, "JOBS", {}).items()}
 
 
 def job_of_cell(name: str, cells: dict[str, dict], cell: str) -> list[str]:
