@@ -27,9 +27,11 @@ process-global state back to what it was at start-up before the next cell.
   the client starts another one (three tries). The worker dies while it runs the cell: the
   client runs the cell again in its own process. Each case says so in the cell's log. An
   exception that escapes ``run_cell`` in the worker (its traceback is in the log) makes the
-  client exit 1, as a fresh process would. A cell with status "error" on a CUDA device, or
-  any exception escaping ``run_cell``, ends the worker after its reply (a CUDA error can
-  poison the context), so the next cell gets a fresh one; a client that goes away mid-cell
+  client exit 1, as a fresh process would. A cell with status "error" or "oom" on a CUDA device,
+  any exception escaping ``run_cell``, or CUDA memory still allocated once the state is reset
+  ends the worker after its reply (a CUDA error can poison the context; an out-of-memory error
+  in backward can leave tensors allocated), so the next cell gets a fresh one and starts with
+  an empty device; a client that goes away mid-cell
   (Snakemake killed the job) interrupts the cell and ends the worker too.
 * **One log, two writers.** The worker accepts a cell, the client writes "runs in worker pid
   …" to the cell's log, then sends its go-ahead; only then does the worker start the cell and
@@ -530,19 +532,36 @@ def _run_request(conn: socket.socket, reader, request: dict, initial: dict) -> b
     finally:
         watch.stop()
     device = str(cell.get("device", "cpu"))
-    keep = reply["status"] != "exception" and not watch.gone
-    if reply["status"] == "error" and device.startswith("cuda"):
-        keep = False  # a CUDA error can poison the context: the next cell gets a fresh process
-    reply["exiting"] = not keep
+    why = exit_reason(reply["status"], device, watch.gone)
+    if why is None:
+        reset_process_state(initial)  # an idle worker holds no cached blocks
+        why = exit_reason(reply["status"], device, watch.gone, left_bytes=_cuda_allocated())
+    reply["exiting"] = why is not None
     try:
         _send(conn, reply)
     except OSError:
         pass
-    if keep:
-        reset_process_state(initial)  # an idle worker holds no cached blocks
     print(f"[cs336report] worker {os.getpid()}: {experiment}/{name} {reply['status']}"
-          + ("" if keep else "; exiting"), flush=True)
-    return keep
+          + ("" if why is None else f"; exiting: {why}"), flush=True)
+    return why is None
+
+
+def exit_reason(status: str, device: str, client_gone: bool, left_bytes: int = 0) -> str | None:
+    """Why the worker must not run another cell after one that ended with ``status`` on
+    ``device``, or None; ``left_bytes``: CUDA memory still allocated once the state is reset."""
+    if status == "exception":
+        return "an exception escaped run_cell"
+    if client_gone:
+        return "the client went away mid-cell"
+    if device.startswith("cuda") and status == "error":
+        return "a CUDA error can poison the context"
+    if device.startswith("cuda") and status == "oom":
+        # an out-of-memory error inside backward can leave the graph's tensors allocated for the
+        # life of the process (pytorch/pytorch#82218); every later cell would start with them
+        return "a CUDA out-of-memory error can leave memory allocated"
+    if left_bytes:
+        return f"{left_bytes} bytes of CUDA memory are still allocated after the cell"
+    return None
 
 
 def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:

@@ -374,3 +374,43 @@ def test_worker_false_passes_no_worker_and_reruns_nothing(workdir):
     assert run.returncode == 0 and "Nothing to be done" in run.stdout + run.stderr
     run = snakemake(workdir, "-n", "-p", "-f", "results/roofline/probe.json", "--config", "worker=False")
     assert run.returncode == 0 and "--log logs/roofline/probe.log --no-worker >" in run.stdout + run.stderr
+
+
+def test_a_cuda_oom_an_error_or_memory_left_behind_ends_the_worker():
+    from cs336report.worker import exit_reason
+
+    assert exit_reason("ok", "cuda", False) is None
+    assert exit_reason("ok", "cuda:0", False, left_bytes=0) is None
+    assert "out-of-memory" in exit_reason("oom", "cuda:0", False)
+    assert "CUDA error" in exit_reason("error", "cuda", False)
+    assert "68787634176 bytes" in exit_reason("ok", "cuda", False, left_bytes=68787634176)
+    assert exit_reason("oom", "cpu", False) is None and exit_reason("error", "cpu", False) is None
+    assert exit_reason("ok", "cpu", True) and exit_reason("exception", "cpu", False)
+
+
+def attention_cell_for(seq: int, d_head: int = 32, batch: int = 8) -> tuple[str, dict]:
+    c = {"device": "cuda", "implementation": "naive", "backend": None, "batch_size": batch, "d_head": d_head,
+         "seq": seq, "dtype": "fp32", "causal": False, "warmup": 1, "forward_passes": 2, "backward_passes": 2,
+         "tf32": False, "seed": 0}
+    return f"naive-fp32-d{d_head}-s{seq}", c
+
+
+@pytest.mark.gpu
+def test_after_a_cuda_oom_the_next_cell_gets_a_fresh_worker_and_an_empty_device(cwd):
+    """A sequence at which about 3.6 batch × seq × seq matrices fill the card, so the cell runs out
+    of memory (an OOM in backward can leave tensors allocated, pytorch/pytorch#82218); the next
+    cell must start in another process with nothing allocated."""
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    seq = int((total / 3.6 / (8 * 4)) ** 0.5) // 256 * 256  # about 3.6 matrices fill the card
+    p, out, log = client(cwd, "pytorch_attention", *attention_cell_for(seq))
+    first = results.load(out)
+    assert first["status"] == "oom", log.read_text()
+    worker = ran_by(log)
+    wait_until(lambda: not alive(worker), 20, f"worker {worker} to exit after the OOM")
+    assert "exiting: a CUDA out-of-memory error" in (cwd / SOCKETS / "worker.log").read_text()
+    p, out, log = client(cwd, "pytorch_attention", *attention_cell_for(1024))
+    second = results.load(out)
+    assert second["status"] == "ok" and second["process"]["pid"] != worker
+    assert second["data"]["memory_baseline_bytes"] == 0

@@ -12,7 +12,9 @@ asks -- go through one of:
 
 In the handout's order: ``warmup`` untimed forward passes, ``forward_passes`` timed forward
 passes (each synchronized; its graph is freed when it returns), one forward whose graph is
-kept, the memory in use then (``torch.cuda.memory_allocated``, the memory before backward),
+kept, the memory in use then (``torch.cuda.memory_allocated``, the memory before backward, and
+what that forward added to it, counted from just before it so that neither the inputs nor what
+the timed passes left behind, such as cuBLAS's workspace, is part of it),
 ``warmup`` untimed backward passes, then ``backward_passes`` timed backward passes, each on
 the graph of a fresh untimed forward. The bytes autograd saves for backward are counted in
 that kept forward with ``saved_tensors_hooks`` (each storage once), on any device. Running out
@@ -211,13 +213,15 @@ def _measure(cell: dict, data: dict, phase: _Phase) -> None:
 
     phase.name = "forward pass kept for backward"
     reset_peak_memory(device)
+    synchronize(device)
+    before_forward = _allocated(device)  # inputs, plus what the timed passes left (e.g. cuBLAS's workspace)
     with SavedBytes(exclude=(Q, K, V)) as saved:
         out = fn(Q, K, V)  # (B, T, d), graph alive
     synchronize(device)
     before = _allocated(device)
     data.update(
-        memory_before_backward_bytes=before,
-        activation_bytes_before_backward=None if before is None else before - after_inputs,
+        memory_before_forward_bytes=before_forward, memory_before_backward_bytes=before,
+        activation_bytes_before_backward=None if before is None else before - before_forward,
         saved_activation_bytes=saved.activation_bytes, saved_input_bytes=saved.input_bytes,
         saved_tensors=saved.tensors,
     )
