@@ -401,3 +401,68 @@ def test_a_compiled_cell_is_not_compared_with_a_twin_from_another_card():
     other = compile_section.model_pairs([moved], [eager]).iloc[0]
     assert other["status_eager"] == "other card" and math.isnan(other["mean_s_eager"])
     assert compile_section.model_table(compile_section.model_pairs([moved], [eager])).rows[0][3].text == "other card"
+
+
+# ----------------------------------------------------------------------------- memory left by others
+
+H200_ATTENTION = Path(__file__).parent / "fixtures" / "attention_h200"
+
+
+def h200_records(*names: str) -> list[dict]:
+    from cs336report.results import load
+
+    return [load(H200_ATTENTION / f"{name}.json.gz") for name in names]
+
+
+def test_memory_columns_leave_out_what_an_earlier_cell_of_the_process_still_held():
+    """H200 record: d_head 128, seq 16384 ran in a worker that still held 64 GiB from an OOM cell."""
+    (r,) = h200_records("naive-fp32-d128-s16384")
+    base = r["data"]["memory_baseline_bytes"]
+    assert base > 60 * 2**30  # the fixture is the contaminated record
+    df = attention_section.frame([r])
+    row = df.iloc[0]
+    assert row["baseline_bytes"] == base
+    assert row["before_bwd_bytes"] == r["data"]["memory_before_backward_bytes"] - base
+    assert row["peak_bytes"] == r["data"]["peak"]["allocated_bytes"] - base
+    formula = accounting.naive_attention_memory(8, 16384, 128)["before_backward"]
+    assert row["before_bwd_bytes"] == pytest.approx(formula, rel=0.01)  # 1.00× the formula, not 3.6×
+    assert "1 of these cells began with up to 64.1 GiB still allocated" in attention_section.memory_notes(df)
+
+
+def test_an_oom_while_another_process_held_the_card_is_not_the_cells_own_limit():
+    """H200 records: the compiled d_head 64, seq 32768 cell ran out while the worker held 64.85 GiB;
+    the eager d_head 32, seq 32768 cell ran out on its own."""
+    from cs336report.report.tables import other_processes_bytes, record_status
+
+    shared, own = h200_records("compiled-fp32-d64-s32768", "naive-fp32-d32-s32768")
+    assert other_processes_bytes(shared["error"]) == pytest.approx(64.85 * 2**30, rel=1e-3)
+    assert record_status(shared) == "oom_shared" and shared["status"] == "oom"
+    assert other_processes_bytes(own["error"]) == 0 and record_status(own) == "oom"
+    assert other_processes_bytes(None) == 0
+
+
+def test_compiled_section_names_shared_card_ooms_instead_of_an_oom_point():
+    eager = attention_section.frame(h200_records("naive-fp32-d64-s16384", "naive-fp32-d64-s32768"))
+    compiled = attention_section.frame(h200_records("compiled-fp32-d64-s16384", "compiled-fp32-d64-s32768"))
+    pairs = compile_section.attention_pairs(eager, compiled)
+    out = compile_section.attention_analysis(pairs, "activation_bytes")
+    assert "compiled_oom" not in out
+    assert out["shared_oom"] == {"cells": ["d_head 64 at seq 32768"], "others": "64.8 GiB"}
+    table = compile_section.attention_table(pairs, "activation_bytes")
+    row = next(r for r in table.rows if r[1].text == "32768")
+    assert row[3].text == "OOM (card shared)" and row[3].status == "oom_shared"
+    assert "OOM (card shared)" in table.note
+    # the first compiled call's range covers every compiled cell that ran, not only those with an eager twin
+    assert out["first_call"]["n"] == 1
+
+
+def test_memory_added_by_the_kept_forward_is_counted_from_just_before_it(monkeypatch):
+    """The kept forward's memory is counted from the allocator's count just before it, so what the
+    timed passes left behind (here a 1 MiB block standing in for cuBLAS's workspace) is not part of it."""
+    counts = iter(range(0, 10**9, 2**20))  # every reading of the allocator is 1 MiB higher than the last
+    monkeypatch.setattr(attention, "_allocated", lambda device: next(counts))
+    cell = experiments.cells("pytorch_attention", config())["naive-fp32-d8-s16"]
+    data = attention.run(cell)
+    assert data["memory_before_forward_bytes"] - data["memory_after_inputs_bytes"] == 2**20
+    assert data["activation_bytes_before_backward"] == data["memory_before_backward_bytes"] - data[
+        "memory_before_forward_bytes"] == 2**20

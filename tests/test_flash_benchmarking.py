@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -309,7 +310,8 @@ def test_analysis_finds_the_oom_point_crossovers_and_memory_exponents(records):
     a = section.analysis(df, mem)
     assert a["ref"]["key"] == "triton" and a["focus_d"] == 64
     assert [(o["impl"], o["dtype"]) for o in a["oom"]] == [("naive", "fp32"), ("naive (compiled)", "fp32")]
-    assert all(o["where"] == "seq 4096 at every d_head" and o["passes"] == "every pass" for o in a["oom"])
+    assert all(o["where"] == "seq 4096 at every d_head" and o["passes"] == "every pass" and o["ran"] == ""
+               for o in a["oom"])
     rows = {(r["dtype"], r["key"]): r for r in a["speedup_rows"]}
     assert rows[("fp32", "naive")]["longest_seq"] == 2048 and rows[("bf16", "naive")]["longest_seq"] == 4096
     # naive does more work per token than Triton at every size: Triton wins from the shortest seq on
@@ -321,6 +323,17 @@ def test_analysis_finds_the_oom_point_crossovers_and_memory_exponents(records):
     assert exps[("triton", "bf16")] == pytest.approx(1.0, abs=0.05)
     unsupported = {(u["impl"], u["dtype"]): u["all"] for u in a["unsupported"]}
     assert unsupported == {("SDPA cuDNN", "fp32"): True}
+
+
+def test_an_oom_point_says_which_passes_still_ran_there():
+    """As on the H200: the naive fp32 backward pass alone runs out at seq 65536, forward and
+    forward + backward still run there."""
+    rows = [{"implementation": "naive", "dtype": "fp32", "d": d, "seq": seq, "pass": p,
+             "status": "oom" if (seq, p) == (65536, "backward") else "ok"}
+            for d in (16, 64) for seq in (32768, 65536) for p in fb.PASSES]
+    (o,) = section.first_oom(pd.DataFrame(rows))
+    assert o["where"] == "seq 65536 at every d_head" and o["passes"] == "the backward pass"
+    assert o["ran"] == "forward and forward + backward"
 
 
 def test_memory_exponent_matches_a_direct_fit(records):

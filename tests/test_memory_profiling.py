@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import pickle
+import re
 import statistics
 import subprocess
 import sys
@@ -412,6 +413,13 @@ def test_section_numbers_come_from_the_snapshots(parsed, tmp_path):
     hit = next(s for s in forward["by_size"] if s["size"] == size)
     assert out["residual"][0]["bytes"] == f"{size:,}" and out["residual"][0]["mib"] == sig(size / MiB)
     assert out["residual"][0]["per_step"] == sig(hit["count"] / 2, 3)
+    # the counts by category are per recorded step too, so they add up to the count per step
+    per_category = [float(n.replace(",", "")) for n in re.findall(r" (\d[\d,.]*)(?=, |$)", out["residual"][0]["where"])]
+    assert len(per_category) == len(hit["categories"])
+    assert sum(per_category) == pytest.approx(hit["count"] / 2)
+    # the train step starts with weights, gradients and AdamW moments: bytes per parameter from the trace
+    start = train["timeline"]["y"][0]
+    assert a["full"]["start_per_param"] == sig(start / accounting.param_count(ModelSpec(**FIXTURE_MODEL)), 3)
     # (e): the largest allocation is the logits, B·T·V fp32, by size alone
     assert a["largest"]["size"] == fmt_bytes(4 * 64 * 10000 * 4) and a["largest"]["what"].startswith("B·T·V × fp32")
     # accounting: measured / predicted from the formula

@@ -202,3 +202,25 @@ def test_cost_per_section_sums_its_rules_in_the_report_order():
     # the rule table follows the same order: a section's rules sit together
     sections = [row[0].text for row in cost["table"].rows]
     assert sections == sorted(sections, key=titles.index)
+
+
+def test_warm_up_study_speaks_of_one_and_two_warm_up_steps():
+    """H200 records of the warm-up study (0, 1, 2, 5 warm-up steps)."""
+    from pathlib import Path
+
+    from cs336report.report.sections import benchmarking_script as section
+    from cs336report.report.tables import sig
+    from cs336report.results import load
+
+    records = [load(p) for p in sorted((Path(__file__).parent / "fixtures" / "warmup_h200").glob("*.json.gz"))]
+    wf = section.frame(records)
+    w = section.analysis(wf, wf)["warmup"]
+    assert (w["cold_warmup"], w["warm_warmup"]) == (0, 5)
+    assert [m["n"] for m in w["middle"]] == [1, 2]
+    by_n = {int(r["warmup"]): r for _, r in wf.iterrows()}
+    for m in w["middle"]:
+        r = by_n[m["n"]]
+        times = r["measured_s"]
+        assert m["first_over_rest"] == sig(times[0] / (sum(times[1:]) / (len(times) - 1)))
+        assert m["vs_warm"] == f"{(r['mean_s'] / by_n[5]['mean_s'] - 1) * 100:+.1f} %"
+    assert w["middle_ordinary"]  # one warm-up step already took the slow first step away

@@ -28,7 +28,7 @@ from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells
 from ..results import load
-from .tables import MD_SOURCES_INLINE, STATUS_TEXT, Cell, Table, fmt_bytes, fmt_seconds
+from .tables import MD_SOURCES_INLINE, Cell, Table, fmt_bytes, fmt_seconds, record_status, status_cell
 from .sections import SECTIONS
 from .targets import COST_TARGET_S, targets_table
 
@@ -205,7 +205,7 @@ def _appendix(records: list[dict], expected: dict[str, dict] | None = None,
             rows.append([Cell(experiment), Cell(cell), Cell("not run", "not_run"), Cell("–"), Cell(""),
                          Cell(_config_text(expected[experiment][cell])), Cell("–")])
             continue
-        status = Cell(STATUS_TEXT.get(r["status"], r["status"]), r["status"])
+        status = status_cell(record_status(r))
         rows.append([Cell(r["experiment"]), Cell(r["cell"]), status, Cell(f"{r.get('wall_s', 0):.1f}"),
                      Cell(r.get("error") or ""), Cell(_config_text(r.get("config") or {})), Cell(r["_path"])])
     return Table(title="Experiments", columns=["rule", "cell", "status", "wall time", "error", "config", "result file"],
@@ -376,6 +376,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
             {k: v for k, v in config.items() if not k.startswith("_")}, sort_keys=False),
         "n_results": len(records),
         "status_counts": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "error", "skipped")},
+        "n_oom_shared": sum(record_status(r) == "oom_shared" for r in records),
     }
 
 

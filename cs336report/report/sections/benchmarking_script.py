@@ -129,6 +129,9 @@ def roofline_table(roofline: list[dict]) -> Table | None:
                  sources=[r["_path"]])
 
 
+FIRST_STEP_ORDINARY = 1.2  # a first measured step below 1.2× the others paid no one-time cost worth naming
+
+
 def warmup_table(wf: pd.DataFrame) -> Table:
     rows = []
     for _, r in wf.sort_values("warmup").iterrows():
@@ -201,8 +204,17 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame) -> dict:
             "first_over_rest": sig(m[0] / rest), "cold_mean": fmt_seconds(cold["mean_s"]),
             "cold_std": fmt_seconds(cold["std_s"]), "warm_warmup": int(warm["warmup"]),
             "warm_mean": fmt_seconds(warm["mean_s"]), "warm_std": fmt_seconds(warm["std_s"]),
-            "mean_ratio": sig(cold["mean_s"] / warm["mean_s"]),
+            "mean_ratio": sig(cold["mean_s"] / warm["mean_s"]), "middle": [],
         }
+        for _, r in wok.sort_values("warmup").iloc[1:-1].iterrows():  # e.g. 1 and 2 warm-up steps
+            m = r["measured_s"]
+            rest = sum(m[1:]) / max(1, len(m) - 1)
+            out["warmup"]["middle"].append({
+                "n": int(r["warmup"]), "first_over_rest": sig(m[0] / rest), "mean": fmt_seconds(r["mean_s"]),
+                "vs_warm": f"{(r['mean_s'] / warm['mean_s'] - 1) * 100:+.1f} %",
+                "ordinary_first": bool(m[0] / rest < FIRST_STEP_ORDINARY)})
+        middle = out["warmup"]["middle"]
+        out["warmup"]["middle_ordinary"] = bool(middle) and all(w["ordinary_first"] for w in middle)
     return out
 
 

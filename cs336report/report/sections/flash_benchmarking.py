@@ -212,10 +212,15 @@ def first_oom(df: pd.DataFrame) -> list[dict]:
             where = f"seq {int(by_d.iloc[0])} at every d_head"
         else:
             where = ", ".join(f"seq {int(s)} at d_head {int(d)}" for d, s in by_d.items())
-        passes = sorted(set(g[g["seq"] == g["seq"].min()]["pass"]), key=PASSES.index)
+        first = g["seq"].min()
+        passes = sorted(set(g[g["seq"] == first]["pass"]), key=PASSES.index)
+        at_first = df[(df["implementation"] == impl) & (df["dtype"] == dtype) & (df["seq"] == first)
+                      & (df["status"] == "ok")]
+        ran = sorted(set(at_first["pass"]) - set(passes), key=PASSES.index)
         out.append({"impl": IMPLEMENTATIONS[str(impl)], "dtype": dtype, "where": where,
                     "passes": "every pass" if len(passes) == len(PASSES)
-                    else "the " + " and ".join(PASS_LABELS[p] for p in passes) + " pass"})
+                    else "the " + " and ".join(PASS_LABELS[p] for p in passes) + " pass",
+                    "ran": " and ".join(PASS_LABELS[p] for p in ran)})
     return out
 
 

@@ -195,6 +195,11 @@ def precision_table(df: pd.DataFrame) -> Table | None:
                  note="difference = bf16 − fp32; negative means autocast needs less memory")
 
 
+def _per_step(count: int, steps: int) -> str:
+    """A count over the recorded steps as a count per step: whole where it divides evenly."""
+    return f"{count // steps:,}" if count % steps == 0 else sig(count / steps, 3)
+
+
 def residual_table(df: pd.DataFrame) -> tuple[Table | None, list[dict]]:
     """(d): one fp32 residual-stream tensor per context, and where that size shows up in the snapshot."""
     rows, facts = [], []
@@ -212,7 +217,7 @@ def residual_table(df: pd.DataFrame) -> tuple[Table | None, list[dict]]:
             count = hit["count"] if hit else 0
             per_step = count / steps
             if hit:
-                where = ", ".join(f"{CATEGORY_LABELS.get(c, c)} {n}" for c, n in hit["categories"].items())
+                where = ", ".join(f"{CATEGORY_LABELS.get(c, c)} {_per_step(n, steps)}" for c, n in hit["categories"].items())
         rows.append([
             Cell(str(context)), Cell(f"{B} × {context} × {spec.d_model} × 4 B"), Cell(f"{size:,}"),
             Cell(sig(size / MiB)),
@@ -228,7 +233,7 @@ def residual_table(df: pd.DataFrame) -> tuple[Table | None, list[dict]]:
     return Table(
         title="One fp32 residual-stream activation (batch × context × d_model × 4 bytes)",
         columns=["context", "shape × bytes", "size", "size", "allocations of exactly this size per step",
-                 "by category (count over the recorded steps)", "cell searched"],
+                 "by category (per step)", "cell searched"],
         units=["tokens", "", "B", "MiB", "", "", ""], rows=rows, sources=sources,
         note="size in MiB = bytes / 1024²; Q, K, V and the other projections to d_model have the same shape",
     ), facts
@@ -583,6 +588,8 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
     full = next((at[m] for m in FULL_STEP if m in at and at[m]["snap"]), None)
     if full is not None:
         out["full"] = {"label": MODE_LABELS[full["label"]], **phase_summary(full)}
+        start = full["snap"]["timeline"]["y"][0] if full["snap"]["timeline"]["y"] else full["snap"]["baseline"]["bytes"]
+        out["full"]["start_per_param"] = sig(start / accounting.param_count(_spec(full)), 3)
     fwd = at.get("forward")
     if fwd is not None and fwd["snap"]:
         out["forward"] = phase_summary(fwd)

@@ -13,7 +13,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ... import accounting  # noqa: E402
-from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, sig, status_cell  # noqa: E402
+from ..tables import (Cell, Table, fmt_bytes, fmt_mean_std, other_processes_bytes, record_status, sig,  # noqa: E402
+                      status_cell)
 
 ID = "pytorch_attention"
 TITLE = "pytorch_attention"
@@ -34,7 +35,8 @@ TIME_FIT_POINTS = 3  # time exponents are fitted over the longest sequences that
 FRAME_COLUMNS = [
     "variant", "dtype", "d", "seq", "batch", "causal", "status", "error", "oom_phase", "fwd_mean_s", "fwd_std_s",
     "fwd_median_s", "bwd_mean_s", "bwd_std_s", "bwd_median_s", "before_bwd_bytes", "activation_bytes", "peak_bytes",
-    "saved_bytes", "matrix_bytes", "first_call_s", "cache_hits", "graph_breaks", "gpu_memory_bytes", "gpu", "source",
+    "saved_bytes", "matrix_bytes", "baseline_bytes", "others_bytes", "first_call_s", "cache_hits", "graph_breaks",
+    "gpu_memory_bytes", "gpu", "source",
 ]
 
 
@@ -49,27 +51,37 @@ def _bytes(value) -> float:
     return math.nan if value is None else float(value)
 
 
+def _own(value, baseline: float) -> float:
+    """Allocator bytes less what the process held before the cell began."""
+    return math.nan if value is None else float(value) - baseline
+
+
 def frame(records: list[dict]) -> pd.DataFrame:
-    """One row per attention result (pytorch_attention or compiled_attention)."""
+    """One row per attention result (pytorch_attention or compiled_attention). Memory in use and
+    peak are the cell's own: less the bytes its process still held from earlier cells
+    (``baseline_bytes``). An out-of-memory cell that ran while other processes held part of the
+    card has status "oom_shared" (``others_bytes``: what they held)."""
     rows = []
     for r in records:
         c, d = r["config"], r["data"] or {}
         variant = c["implementation"] + (f"_{c['backend']}" if c.get("backend") else "")
         peak = d.get("peak") or {}
         compile_info = d.get("compile") or {}
+        baseline = float(d.get("memory_baseline_bytes") or 0)
         rows.append({
             "variant": variant, "dtype": c["dtype"], "d": int(c["d_head"]), "seq": int(c["seq"]),
-            "batch": int(c["batch_size"]), "causal": bool(c["causal"]), "status": r["status"],
+            "batch": int(c["batch_size"]), "causal": bool(c["causal"]), "status": record_status(r),
             "error": r.get("error"), "oom_phase": d.get("oom_phase"),
             "fwd_mean_s": _stat(d, "forward_stats_s", "mean"), "fwd_std_s": _stat(d, "forward_stats_s", "std"),
             "fwd_median_s": _stat(d, "forward_stats_s", "median"),
             "bwd_mean_s": _stat(d, "backward_stats_s", "mean"), "bwd_std_s": _stat(d, "backward_stats_s", "std"),
             "bwd_median_s": _stat(d, "backward_stats_s", "median"),
-            "before_bwd_bytes": _bytes(d.get("memory_before_backward_bytes")),
+            "before_bwd_bytes": _own(d.get("memory_before_backward_bytes"), baseline),
             "activation_bytes": _bytes(d.get("activation_bytes_before_backward")),
-            "peak_bytes": _bytes(peak.get("allocated_bytes")),
+            "peak_bytes": _own(peak.get("allocated_bytes"), baseline),
             "saved_bytes": _bytes(d.get("saved_activation_bytes")),
             "matrix_bytes": _bytes(d.get("matrix_bytes")),
+            "baseline_bytes": baseline, "others_bytes": float(other_processes_bytes(r.get("error"))),
             "first_call_s": compile_info.get("first_call_s", math.nan),
             "cache_hits": compile_info.get("inductor_cache_hits") or 0,
             "graph_breaks": compile_info.get("graph_breaks"),
@@ -124,7 +136,21 @@ def grid_table(df: pd.DataFrame, title: str, with_variant: bool = False) -> Tabl
                  note="times: mean ± sample standard deviation over the timed passes; memory before backward: "
                       "torch.cuda.memory_allocated with the forward graph alive; peak: the allocator's maximum over "
                       "that forward and the backward passes; saved for backward: bytes of the tensors autograd kept "
-                      "(inputs excluded), counted with saved_tensors_hooks")
+                      "(inputs excluded), counted with saved_tensors_hooks" + memory_notes(df))
+
+
+def memory_notes(df: pd.DataFrame) -> str:
+    """What a table's memory and OOM cells need said about the cells' processes and the card."""
+    notes = ""
+    held = df[df["baseline_bytes"] > 0]
+    if not held.empty:
+        notes += (f"; {len(held)} of these cells began with up to {fmt_bytes(held['baseline_bytes'].max())} still "
+                  "allocated by an earlier cell of the same process, which their memory columns leave out")
+    shared = df[df["status"] == "oom_shared"]
+    if not shared.empty:
+        notes += (f"; OOM (card shared): the cell ran out of memory while other processes held up to "
+                  f"{fmt_bytes(shared['others_bytes'].max())} of the card, so it did not meet its own limit")
+    return notes
 
 
 def comparison_table(df: pd.DataFrame) -> Table | None:
@@ -180,7 +206,9 @@ def fit_exponent(seqs, values) -> float | None:
 
 
 def exponents(df: pd.DataFrame) -> list[dict]:
-    """Fitted exponents of saved memory (all sequences) and of time (the longest ones), per variant and d."""
+    """Fitted exponents per variant and d: of the bytes saved for backward over all sequences, and of
+    the memory in use before backward and the times over the longest ones (where a fixed term,
+    such as a library's workspace, no longer bends the line)."""
     out = []
     ok = df[df["status"] == "ok"]
     for (variant, dtype, d), g in ok.groupby(["variant", "dtype", "d"], observed=True):
@@ -191,11 +219,17 @@ def exponents(df: pd.DataFrame) -> list[dict]:
         item = {"variant": str(variant), "label": label(variant, dtype), "d": int(d),
                 "lo": int(g["seq"].iloc[0]), "hi": int(g["seq"].iloc[-1]), "time_lo": int(tail["seq"].iloc[0]),
                 "saved": fit_exponent(g["seq"], g["saved_bytes"]),
-                "allocated": fit_exponent(g["seq"], g["activation_bytes"]),
+                "allocated": fit_exponent(tail["seq"], tail["activation_bytes"]),
                 "forward": fit_exponent(tail["seq"], tail["fwd_mean_s"]),
                 "backward": fit_exponent(tail["seq"], tail["bwd_mean_s"])}
         out.append(item)
     return out
+
+
+def quadratic(values: list[float | None]) -> bool:
+    """Whether every fitted exponent is 2 within 0.15."""
+    values = [v for v in values if v is not None]
+    return bool(values) and all(abs(v - 2) < 0.15 for v in values)
 
 
 def fmt_exponent(x: float) -> str:
@@ -307,7 +341,8 @@ def sdpa_savings(df: pd.DataFrame) -> list[dict]:
 def analysis(df: pd.DataFrame) -> dict:
     naive = df[df["variant"] == "naive"]
     out: dict = {"n_cells": len(naive), "n_ok": int((naive["status"] == "ok").sum()),
-                 "n_oom": int((naive["status"] == "oom").sum()), "errors": [],
+                 "n_oom": int((naive["status"] == "oom").sum()),
+                 "n_oom_shared": int((naive["status"] == "oom_shared").sum()), "errors": [],
                  "memory_source": "allocated" if _memory_key(df) == "activation_bytes" else "saved"}
     for _, r in df[df["status"] == "error"].iterrows():
         out["errors"].append({"label": label(r["variant"], r["dtype"]), "d": int(r["d"]), "seq": int(r["seq"]),
@@ -317,9 +352,10 @@ def analysis(df: pd.DataFrame) -> dict:
     naive_exps = [e for e in exps if e["variant"] == "naive"]
     out["naive_saved"] = _summary([e["saved"] for e in naive_exps])
     if out["naive_saved"]:
-        values = [e["saved"] for e in naive_exps if e["saved"] is not None]
-        out["naive_saved"]["quadratic"] = all(abs(v - 2) < 0.15 for v in values)
+        out["naive_saved"]["quadratic"] = quadratic([e["saved"] for e in naive_exps])
     out["naive_allocated"] = _summary([e["allocated"] for e in naive_exps])
+    if out["naive_allocated"]:
+        out["naive_allocated"]["quadratic"] = quadratic([e["allocated"] for e in naive_exps])
     out["naive_forward"] = _summary([e["forward"] for e in naive_exps])
     out["naive_backward"] = _summary([e["backward"] for e in naive_exps])
     if naive_exps:

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from ... import accounting
-from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
+from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from . import pytorch_attention as attn
 
@@ -90,7 +90,7 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
         note="mean time per pass; speed-up = eager / compiled; the first compiled call (a forward and a backward "
              "pass, which compiles both) is not part of the timed passes"
              + ("; memory before backward excludes the inputs" if memory_key == "activation_bytes" else "")
-             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else ""))
+             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else "") + attn.memory_notes(pairs))
 
 
 def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
@@ -117,12 +117,16 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     saved_exp = [e["saved"] for e in attn.exponents(pairs[attn.FRAME_COLUMNS]) if e["saved"] is not None]
     if saved_exp:
         out["saved_exponent"] = {"min": attn.fmt_exponent(min(saved_exp)), "max": attn.fmt_exponent(max(saved_exp))}
-    first = first_call_summary(both, lambda r: f"d_head {int(r['d'])}, seq {int(r['seq'])}")
+    first = first_call_summary(pairs[pairs["status"] == "ok"], lambda r: f"d_head {int(r['d'])}, seq {int(r['seq'])}")
     if first:
         out["first_call"] = first
     ooms = pairs[pairs["status"] == "oom"].sort_values(["seq", "d"])
     if not ooms.empty:
         out["compiled_oom"] = {"d": int(ooms.iloc[0]["d"]), "seq": int(ooms.iloc[0]["seq"])}
+    shared = pairs[pairs["status"] == "oom_shared"].sort_values(["seq", "d"])
+    if not shared.empty:
+        out["shared_oom"] = {"cells": [f"d_head {int(r['d'])} at seq {int(r['seq'])}" for _, r in shared.iterrows()],
+                             "others": fmt_bytes(shared["others_bytes"].max())}
     return out
 
 
