@@ -124,14 +124,16 @@ def _missing(args) -> int:
     from .publish import missing_targets
 
     try:
-        targets, n_missing, expected = missing_targets(args.folder)
+        targets, n_missing, expected, n_shared = missing_targets(args.folder)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for target in targets:
         print(target)
-    extra = len(targets) - n_missing
+    extra = len(targets) - n_missing - n_shared
     print(f"{args.folder}: {n_missing} of {expected} configured cells have no record"
+          + (f", {n_shared} ran out of memory while other processes held part of the card (to run again)"
+             if n_shared else "")
           + (f"; {extra} more result file{'s' if extra != 1 else ''} listed, written by the same job"
              if extra else ""), file=sys.stderr)
     return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .results import load, now_iso, result_stem, save
+from .results import load, now_iso, record_status, result_stem, save
 
 PUBLISHED_SUFFIX = ".json.gz"
 
@@ -143,10 +143,12 @@ def published_files(out_dir: str | Path) -> tuple[list[str], dict]:
     return files, json.loads((out / "config.json").read_text())
 
 
-def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int]:
+def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int, int]:
     """The result files (``results/<experiment>/<cell>.json``) of the configured cells a published
-    folder has no record for (with the other cells of their jobs, which one job writes together),
-    how many configured cells have no record, and how many its config asks for in all.
+    folder has no record for, or only the record of an out-of-memory error on a shared card (not
+    the cell's own limit), with the other cells of their jobs, which one job writes together; how
+    many configured cells have no record, how many its config asks for in all, and how many
+    records ran out of memory on a shared card.
 
     Build them with Snakemake under the config the folder was published with, then add them with
     ``publish --merge``.
@@ -160,7 +162,10 @@ def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int]:
         raise ValueError(f"{Path(out_dir) / 'config.json'}: this version cannot resolve the folder's config into "
                          "cells, so it cannot say which are missing")
     cov = coverage(map(_cell_key, files), expected)
+    again = [_cell_key(f) for f in files if _cell_key(f)[0] in expected and record_status(load(f)) == "oom_shared"]
     # a cell that runs in one job with others is built (and published) with them
-    targets = sorted({result_target(name, member) for name in cov for cell in cov[name]["missing"]
+    cells = [(name, cell) for name in cov for cell in cov[name]["missing"]] + again
+    targets = sorted({result_target(name, member) for name, cell in cells
                       for member in job_of_cell(name, expected[name], cell)})
-    return targets, sum(len(c["missing"]) for c in cov.values()), sum(c["expected"] for c in cov.values())
+    return (targets, sum(len(c["missing"]) for c in cov.values()), sum(c["expected"] for c in cov.values()),
+            len(again))

@@ -432,7 +432,7 @@ def test_memory_columns_leave_out_what_an_earlier_cell_of_the_process_still_held
 def test_an_oom_while_another_process_held_the_card_is_not_the_cells_own_limit():
     """H200 records: the compiled d_head 64, seq 32768 cell ran out while the worker held 64.85 GiB;
     the eager d_head 32, seq 32768 cell ran out on its own."""
-    from cs336report.report.tables import other_processes_bytes, record_status
+    from cs336report.results import other_processes_bytes, record_status
 
     shared, own = h200_records("compiled-fp32-d64-s32768", "naive-fp32-d32-s32768")
     assert other_processes_bytes(shared["error"]) == pytest.approx(64.85 * 2**30, rel=1e-3)

@@ -188,7 +188,7 @@ def test_missing_lists_the_result_files_of_the_configured_cells_a_folder_lacks(t
     from cs336report import experiments
     from cs336report.cli import main
     from cs336report.publish import missing_targets, publish
-    from cs336report.results import save
+    from cs336report.results import load, save
     from helpers import tiny_config
 
     cfg = tiny_config()
@@ -196,12 +196,17 @@ def test_missing_lists_the_result_files_of_the_configured_cells_a_folder_lacks(t
     expected = {(name, cell) for name in experiments.names() for cell in experiments.cells(name, cfg)}
     assert len(expected) > 3
     kept = sorted(expected)[::2]  # publish every other configured cell
-    paths = [str(save(_record(name, cell), tmp_path / f"results/{name}/{cell}.json")) for name, cell in kept]
+    # one of them ran out of memory while another process held most of the card (the H200 record's message)
+    shared_error = load(Path(__file__).parent / "fixtures/attention_h200/compiled-fp32-d64-s32768.json.gz")["error"]
+    shared = next((name, cell) for name, cell in kept if name == "pytorch_attention")
+    paths = [str(save(dict(_record(name, cell), **({"status": "oom", "error": shared_error}
+                                                   if (name, cell) == shared else {})),
+                      tmp_path / f"results/{name}/{cell}.json")) for name, cell in kept]
     publish(paths, config, tmp_path / "pub", tmp_path / "no-benchmarks")
 
-    targets, n_missing, n = missing_targets(tmp_path / "pub")
-    assert n == len(expected) and n_missing == len(expected - set(kept))
-    missing = {f"results/{name}/{cell}.json" for name, cell in expected - set(kept)}
+    targets, n_missing, n, n_shared = missing_targets(tmp_path / "pub")
+    assert n == len(expected) and n_missing == len(expected - set(kept)) and n_shared == 1
+    missing = {f"results/{name}/{cell}.json" for name, cell in (expected - set(kept)) | {shared}}
     # with the other cells of their jobs (compiled_model: forward and train step of one size and context)
     job_mates = {f"results/compiled_model/{member}.json" for name, cell in expected - set(kept) if name == "compiled_model"
                  for member in experiments.job_of_cell(name, experiments.cells(name, cfg), cell)}
@@ -210,7 +215,8 @@ def test_missing_lists_the_result_files_of_the_configured_cells_a_folder_lacks(t
     assert main(["missing", str(tmp_path / "pub")]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == targets
-    assert f"{n_missing} of {len(expected)} configured cells have no record" in err
+    assert (f"{n_missing} of {len(expected)} configured cells have no record, 1 ran out of memory while other "
+            "processes held part of the card (to run again)") in err
 
 
 def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsys):
@@ -241,11 +247,11 @@ def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsy
     def compiled(targets):
         return [t for t in targets if t.endswith("-compiled.json")]  # not the uncompiled twins
 
-    targets, n_missing, n = missing_targets(tmp_path / "pub")
+    targets, n_missing, n, _ = missing_targets(tmp_path / "pub")
     assert compiled(targets) == [f"results/compiled_model/{Path(p).name[:-3]}" for p in (forward, train)]
     assert n_missing == n - 1  # the forward cell is the only compiled one missing; the train step is listed with it
     publish([forward, train], config, tmp_path / "pub", job / "benchmarks", merge=True)
-    targets, n_missing, n = missing_targets(tmp_path / "pub")
+    targets, n_missing, n, _ = missing_targets(tmp_path / "pub")
     assert compiled(targets) == [] and n_missing == n - 2
     assert main(["missing", str(tmp_path / "pub")]) == 0 and "-compiled.json" not in capsys.readouterr().out
 

@@ -27,8 +27,8 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells
-from ..results import load
-from .tables import MD_SOURCES_INLINE, Cell, Table, fmt_bytes, fmt_seconds, record_status, status_cell
+from ..results import load, record_status
+from .tables import MD_SOURCES_INLINE, Cell, Table, fmt_bytes, fmt_seconds, status_cell
 from .sections import SECTIONS
 from .targets import COST_TARGET_S, targets_table
 

@@ -8,7 +8,6 @@ a unit per value (``fmt_seconds``) or per column (``time_unit``), so every numbe
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -114,27 +113,6 @@ def fmt_mean_std(mean: float, std: float, scale: float) -> str:
 
 STATUS_TEXT = {"oom": "OOM", "oom_shared": "OOM (card shared)", "error": "error", "skipped": "skipped",
                "missing": "–"}
-# An out-of-memory error while other processes held more than this much of the card is not the
-# cell's own limit (an idle CUDA context holds about 0.5 GiB).
-SHARED_CARD_BYTES = 2**30
-_UNIT_BYTES = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_OTHER_PROCESS = re.compile(r"Process (\d+) has ([\d.]+) (bytes|KiB|MiB|GiB|TiB) memory in use")
-
-
-def other_processes_bytes(error: str | None) -> int:
-    """GPU memory that other processes held when torch raised ``error``, read from the
-    "Process <pid> has <size> memory in use" entries of its CUDA out-of-memory message (the
-    process that ran out is named "this process" there); 0 where the message names none."""
-    return int(sum(float(size) * _UNIT_BYTES[unit] for _, size, unit in _OTHER_PROCESS.findall(error or "")))
-
-
-def record_status(record: dict) -> str:
-    """A record's status, with "oom_shared" for an out-of-memory error that struck while other
-    processes held more than ``SHARED_CARD_BYTES`` of the card."""
-    status = record["status"]
-    if status == "oom" and other_processes_bytes(record.get("error")) > SHARED_CARD_BYTES:
-        return "oom_shared"
-    return status
 
 
 def status_cell(status: str) -> Cell:

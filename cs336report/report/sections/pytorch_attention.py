@@ -13,8 +13,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ... import accounting  # noqa: E402
-from ..tables import (Cell, Table, fmt_bytes, fmt_mean_std, other_processes_bytes, record_status, sig,  # noqa: E402
-                      status_cell)
+from ...results import other_processes_bytes, record_status  # noqa: E402
+from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, sig, status_cell  # noqa: E402
 
 ID = "pytorch_attention"
 TITLE = "pytorch_attention"
