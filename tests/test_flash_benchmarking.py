@@ -66,6 +66,28 @@ def test_gpu_grid_is_the_handouts_and_the_leaderboard_is_its_setting():
     (lb,) = experiments.cells("flash_leaderboard", cfg).values()
     assert (lb["heads"], lb["seq"], lb["d"], lb["dtype"], lb["causal"], lb["compile"]) == (16, 16384, 64, "bf16", True, True)
     assert lb["implementations"][0] == "triton"
+    # only the autotuned cells carry the tuner's budget (the others' settings stay as they were)
+    assert (cell["tune_warmup_ms"], cell["tune_rep_ms"]) == (5, 25)
+    assert not any("tune_rep_ms" in c for c in cells.values() if c["implementation"] != "triton")
+
+
+def test_the_autotuner_times_candidates_with_the_budget_of_the_block(monkeypatch):
+    tk = pytest.importorskip("cs336report.flash.triton_kernels")
+    if not tk.HAS_TRITON:
+        pytest.skip("no Triton")
+    calls = []
+    monkeypatch.setattr(tk.triton.testing, "do_bench",
+                        lambda fn, warmup, rep, quantiles: calls.append((warmup, rep, quantiles)) or [1.0, 1.0, 1.0])
+    tk._tuner_bench(lambda: None, quantiles=(0.5, 0.2, 0.8))
+    with tk.tuning_budget(5, 25) as budget:
+        tk._tuner_bench(lambda: None, quantiles=(0.5,))
+        with tk.tuning_budget(None, 40):
+            tk._tuner_bench(lambda: None, quantiles=(0.5,))
+    tk._tuner_bench(lambda: None, quantiles=(0.5,))
+    assert budget == (5.0, 25.0)
+    assert [c[:2] for c in calls] == [tk.TRITON_TUNE_MS, (5.0, 25.0), (tk.TRITON_TUNE_MS[0], 40.0), tk.TRITON_TUNE_MS]
+    # the kernels' tuners use it
+    assert tk.flash_fwd_kernel_autotuned._do_bench is tk._tuner_bench
 
 
 # ----------------------------------------------------------------------------- measurement on CPU
@@ -445,6 +467,8 @@ def test_gpu_cell_runs_every_pass_and_reads_memory(impl):
         if impl == "triton":
             assert set(shape["tiles"]) == {"fwd", "bwd_dkdv", "bwd_dq"}
             assert all(t["autotuned"] for t in shape["tiles"].values())
+    if impl == "triton":
+        assert data["notes"]["tune_ms"] == {"warmup": 25.0, "rep": 100.0}  # no budget in the cell: Triton's
 
 
 @pytest.mark.gpu

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import timeit
 import warnings
+from contextlib import nullcontext
 from typing import Callable
 
 import torch
@@ -316,6 +317,8 @@ def cells(cfg) -> dict[str, dict]:
                 "tf32": cfg.run["tf32"],
                 "seed": cfg.run["seed"],
             }
+            if impl == "triton":  # the autotuner's timing of each candidate tile config
+                cell.update(tune_warmup_ms=grid["tune_warmup_ms"], tune_rep_ms=grid["tune_rep_ms"])
             out[cell_name(cell)] = cell
     return out
 
@@ -339,7 +342,15 @@ def run(cell: dict) -> dict:
         raise ValueError(f"cell field 'dtype' is {cell['dtype']!r}, expected one of {tuple(DTYPES)}")
     _set_tf32(cell["tf32"])
     attn, notes = attention_function(impl, cell["causal"])
-    shapes = [run_shape(attn, impl, seq, d, cell) for d in cell["d_heads"] for seq in cell["seqs"]]
+    tuning = nullcontext()
+    if notes.get("autotune"):
+        from ..flash.triton_kernels import tuning_budget
+
+        tuning = tuning_budget(cell.get("tune_warmup_ms"), cell.get("tune_rep_ms"))
+    with tuning as tune_ms:
+        if tune_ms:
+            notes["tune_ms"] = {"warmup": tune_ms[0], "rep": tune_ms[1]}
+        shapes = [run_shape(attn, impl, seq, d, cell) for d in cell["d_heads"] for seq in cell["seqs"]]
     if impl.startswith("flash_pytorch"):
         from ..flash import backward_mode
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -130,6 +131,10 @@ AUTOTUNE_TILES = {
         (128, 64, 8, 3),
     ),
 }
+# The autotuner times each candidate config with triton.testing.do_bench, for this warm-up and
+# repetition time (ms); Triton's own defaults unless a caller sets a budget (:func:`tuning_budget`).
+TRITON_TUNE_MS = (25.0, 100.0)
+_tune_ms: tuple[float, float] | None = None
 # Query rows per program of the Dl = rowsum(O * dO) kernel.
 DELTA_BLOCK = 64
 
@@ -139,6 +144,24 @@ _last_config: dict[str, dict] = {}
 
 class TritonUnavailableError(RuntimeError):
     """Raised when a Triton code path is requested but cannot run here."""
+
+
+@contextmanager
+def tuning_budget(warmup_ms: float | None, rep_ms: float | None):
+    """Within the block, the autotuner times each candidate for ``warmup_ms`` + ``rep_ms``
+    (either None: Triton's default). Choices already made are kept: the tuner tunes a shape once."""
+    global _tune_ms
+    before = _tune_ms
+    _tune_ms = (float(warmup_ms or TRITON_TUNE_MS[0]), float(rep_ms or TRITON_TUNE_MS[1]))
+    try:
+        yield _tune_ms
+    finally:
+        _tune_ms = before
+
+
+def _tuner_bench(kernel_call, quantiles):
+    warmup, rep = _tune_ms or TRITON_TUNE_MS
+    return triton.testing.do_bench(kernel_call, warmup=warmup, rep=rep, quantiles=quantiles)
 
 
 def triton_available() -> bool:
@@ -617,12 +640,12 @@ if HAS_TRITON:
                 for (bq, bk, w, st) in tiles]
 
     _AUTOTUNE_KEY = ["N_QUERIES", "N_KEYS", "D", "is_causal"]
-    flash_fwd_kernel_autotuned = triton.autotune(configs=_configs(AUTOTUNE_TILES["fwd"]), key=_AUTOTUNE_KEY)(
-        flash_fwd_kernel)
+    flash_fwd_kernel_autotuned = triton.autotune(configs=_configs(AUTOTUNE_TILES["fwd"]), key=_AUTOTUNE_KEY,
+                                                 do_bench=_tuner_bench)(flash_fwd_kernel)
     flash_bwd_dkdv_kernel_autotuned = triton.autotune(configs=_configs(AUTOTUNE_TILES["bwd_dkdv"]),
-                                                      key=_AUTOTUNE_KEY)(flash_bwd_dkdv_kernel)
+                                                      key=_AUTOTUNE_KEY, do_bench=_tuner_bench)(flash_bwd_dkdv_kernel)
     flash_bwd_dq_kernel_autotuned = triton.autotune(configs=_configs(AUTOTUNE_TILES["bwd_dq"]),
-                                                    key=_AUTOTUNE_KEY)(flash_bwd_dq_kernel)
+                                                    key=_AUTOTUNE_KEY, do_bench=_tuner_bench)(flash_bwd_dq_kernel)
 
 
 def _tile_args(q_tile_size, k_tile_size, num_warps, num_stages):

@@ -599,6 +599,12 @@ def _settings(records: list[dict]) -> list[dict]:
         handout = {"batch": "1", "causal": "True"}.get(key, "")
         items.append({"label": label, "value": ", ".join(values), "handout": handout,
                       "differs": bool(handout) and values != [handout]})
+    tuned = [(r["data"] or {}).get("notes", {}) for r in records if r["config"].get("implementation") == "triton"]
+    for key, label in (("warmup", "autotuner warm-up per candidate config (ms)"),
+                       ("rep", "autotuner repetition per candidate config (ms)")):
+        if tuned:  # a record from before the setting existed was tuned with Triton's default
+            values = sorted({f"{n['tune_ms'][key]:g}" if "tune_ms" in n else "Triton's default" for n in tuned})
+            items.append({"label": label, "value": ", ".join(values), "handout": "", "differs": False})
     return items
 
 
