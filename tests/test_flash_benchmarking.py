@@ -345,6 +345,16 @@ def test_analysis_finds_the_oom_point_crossovers_and_memory_exponents(records):
     assert exps[("triton", "bf16")] == pytest.approx(1.0, abs=0.05)
     unsupported = {(u["impl"], u["dtype"]): u["all"] for u in a["unsupported"]}
     assert unsupported == {("SDPA cuDNN", "fp32"): True}
+    assert a["few_calls"]["n"] == 0  # every modelled timing has 4 calls
+
+
+def test_timings_from_fewer_than_three_calls_are_counted(records):
+    """A call longer than do_bench's repetition time is timed once: such timings are counted and named."""
+    shape = next(s for r in records if r["config"]["implementation"] == "naive" for s in r["data"]["shapes"]
+                 if s["seq"] == 2048 and s["passes"]["forward"]["status"] == "ok")
+    shape["passes"]["forward"]["stats_s"]["n"] = 1
+    a = section.analysis(section.frame(records), section.memory_frame(records))
+    assert a["few_calls"] == {"n": 1, "from_seq": 2048, "impls": ["naive"]}
 
 
 def test_an_oom_point_says_which_passes_still_ran_there():

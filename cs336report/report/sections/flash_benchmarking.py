@@ -201,6 +201,9 @@ def speedups(df: pd.DataFrame, pass_name: str = "forward_backward", ref: str = "
     return out.stack().dropna().rename("speedup").reset_index()
 
 
+FEW_CALLS = 3  # a timing from fewer calls than this has no spread worth the name
+
+
 def first_oom(df: pd.DataFrame) -> list[dict]:
     """Per implementation and dtype: the shortest seq at which some pass ran out of memory, per d."""
     out = []
@@ -304,6 +307,9 @@ def analysis(df: pd.DataFrame, mem: pd.DataFrame) -> dict:
     ran = df[df["status"] == "ok"]
     noisy = ran[ran["noisy"].astype(bool)]
     out["noisy"] = {"n": int(len(noisy)), "of": int(len(ran))}
+    few = ran[ran["n"] < FEW_CALLS]
+    out["few_calls"] = {"n": int(len(few)), "from_seq": int(few["seq"].min()) if len(few) else None,
+                        "impls": sorted({IMPLEMENTATIONS[str(i)] for i in few["implementation"]})}
     return out
 
 
