@@ -224,3 +224,38 @@ def test_warm_up_study_speaks_of_one_and_two_warm_up_steps():
         assert m["first_over_rest"] == sig(times[0] / (sum(times[1:]) / (len(times) - 1)))
         assert m["vs_warm"] == f"{(r['mean_s'] / by_n[5]['mean_s'] - 1) * 100:+.1f} %"
     assert w["middle_ordinary"]  # one warm-up step already took the slow first step away
+
+
+def test_backward_to_forward_ratio_comes_from_the_phase_columns_of_the_table():
+    """H200 records: the ratio the text quotes is backward phase / forward phase of the
+    forward + backward cells, and both phases are columns of the step-time table."""
+    import statistics
+    from pathlib import Path
+
+    from cs336report.report.sections import benchmarking_script as section
+    from cs336report.report.tables import fmt_mean_std, sig
+    from cs336report.results import load
+
+    records = [load(p) for p in sorted((Path(__file__).parent / "fixtures" / "benchmarking_h200").glob("*.json.gz"))]
+    df = section.frame(records)
+    table = section.timing_table(df, "t")
+    fwd_col = table.columns.index("forward phase of forward + backward")
+    bwd_col = table.columns.index("backward phase of forward + backward")
+    ratios = []
+    for r in records:
+        if r["config"]["mode"] != "forward_backward":
+            continue
+        phases = r["data"]["phase_stats_s"]
+        row = next(x for x in table.rows if x[1].text == str(r["config"]["context"]))
+        assert row[fwd_col].text == fmt_mean_std(phases["forward"]["mean"], phases["forward"]["std"], 1e-3)
+        assert row[bwd_col].text == fmt_mean_std(phases["backward"]["mean"], phases["backward"]["std"], 1e-3)
+        ratios.append(phases["backward"]["mean"] / phases["forward"]["mean"])
+    assert len(ratios) == 2
+    assert section.analysis(df, df.iloc[0:0])["backward_ratio"]["median"] == sig(statistics.median(ratios))
+
+
+def test_code_spans_in_running_text_keep_their_pipes():
+    from cs336report.report.render import md_code
+
+    assert md_code("grids.<gpu|cpu>.optimized_step") == "`grids.<gpu|cpu>.optimized_step`"
+    assert md_code("a `b`\nc") == "`a 'b' c`"  # a backtick cannot end the span, a newline cannot break it

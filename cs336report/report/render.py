@@ -57,8 +57,9 @@ def md_cell(value) -> Markup:
 
 
 def md_code(value) -> Markup:
-    """A data string as a Markdown code span (shown literally, so not HTML-escaped)."""
-    text = re.sub(r"\s*\n\s*", " ", str(value)).replace("`", "'").replace("|", "\\|")
+    """A data string as a Markdown code span in running text (shown literally, so not HTML-escaped;
+    a pipe needs no escape outside a table, and GitHub would show the backslash)."""
+    text = re.sub(r"\s*\n\s*", " ", str(value)).replace("`", "'")
     return Markup(f"`{text}`")
 
 

@@ -483,7 +483,10 @@ def class_table(classes: pd.DataFrame, cells: pd.DataFrame) -> Table:
         units=["", "tokens", "", "ms"] + ["%"] * len(shown), rows=rows,
         sources=sorted(cells.loc[cells["status"] == "ok", "path"]),
         note="Forward cells: the forward range; training-step cells: every kernel of the step. Classes come "
-             "from the kernel names (cs336report.kernels).")
+             "from the kernel names (cs336report.kernels), so the softmax class holds only kernels named for a "
+             "softmax (such as the loss's log-softmax); the model's hand-written softmax runs as exponential, "
+             "subtraction, division, maximum and sum kernels, counted as elementwise and reduction here and "
+             "within its own range in (e).")
 
 
 def gemm_shift_table(classes: pd.DataFrame, cells: pd.DataFrame) -> tuple[Table, dict]:

@@ -340,7 +340,7 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
         sources=sorted(df["source"]),
         note="achieved = FLOPs per step (formula below) / mean step time; vanilla: the benchmarking run of the same "
              "size, context and batch (fp32, uncompiled, default AdamW)")
-    return {"table": table, "phase_tables": phase_tables, "items": items}
+    return {"table": table, "phase_tables": phase_tables, "items": items, "uncompiled": int((~df["compiled"]).sum())}
 
 
 def phase_table(r, peak: float) -> tuple[Table, dict]:
