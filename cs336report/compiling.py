@@ -53,10 +53,26 @@ def use_private_caches() -> str:
     return _private_cache
 
 
-def compile_fn(fn):
-    """``torch.compile`` with the default backend (Inductor) and mode, compiling into private caches."""
+_setup_s: float | None = None  # how long the last compile_fn took, until first_call reads it
+
+
+def compile_fn(fn, threads: int | None = None):
+    """``torch.compile`` with the default backend (Inductor) and mode, compiling into private caches;
+    ``threads``: Inductor's compile_threads (None: its default, a pool of worker processes).
+
+    ``torch.compile`` itself compiles nothing, but on its first use in a process it imports
+    TorchDynamo and Inductor (and starts the compile workers): that time is kept apart, and the
+    next :func:`first_call` reports it as ``setup_s``."""
+    global _setup_s
     use_private_caches()
-    return torch.compile(fn)
+    start = timeit.default_timer()
+    if threads is not None:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = int(threads)
+    compiled = torch.compile(fn)
+    _setup_s = timeit.default_timer() - start
+    return compiled
 
 
 def compile_stats() -> dict:
@@ -86,6 +102,18 @@ def first_call(step: Callable[[], dict | None], device: str) -> dict:
     synchronize(device)
     seconds = timeit.default_timer() - start
     made = {key: value - before[key] for key, value in compile_stats().items()}  # by this call alone
-    return {"first_call_s": seconds, "phases_s": dict(phases or {}), **made,
+    return {"first_call_s": seconds, "phases_s": dict(phases or {}), **made, **_setup(),
             "private_caches": _private_cache is not None
             and all(os.environ.get(k, "").startswith(_private_cache) for k in CACHE_ENV)}
+
+
+def _setup() -> dict:
+    """The time of the compile_fn that made what this first call compiles (once), and Inductor's
+    compile_threads."""
+    global _setup_s
+    import torch._inductor.config as inductor_config
+
+    out = {"compile_threads": int(inductor_config.compile_threads)}
+    if _setup_s is not None:
+        out["setup_s"], _setup_s = _setup_s, None
+    return out

@@ -466,3 +466,17 @@ def test_memory_added_by_the_kept_forward_is_counted_from_just_before_it(monkeyp
     assert data["memory_before_forward_bytes"] - data["memory_after_inputs_bytes"] == 2**20
     assert data["activation_bytes_before_backward"] == data["memory_before_backward_bytes"] - data[
         "memory_before_forward_bytes"] == 2**20
+
+
+def test_torch_compiles_own_set_up_is_reported_beside_the_first_call():
+    """A record with compile.setup_s (torch.compile importing the compiler) reports its range; the
+    H200 records from before it was recorded report none."""
+    eager = attention_section.frame(h200_records("naive-fp32-d64-s16384"))
+    (old,) = h200_records("compiled-fp32-d64-s16384")
+    pairs = compile_section.attention_pairs(eager, attention_section.frame([old]))
+    assert "setup" not in compile_section.attention_analysis(pairs, "activation_bytes")["first_call"]
+    new = json.loads(json.dumps(old))
+    new["data"]["compile"]["setup_s"] = 6.54
+    pairs = compile_section.attention_pairs(eager, attention_section.frame([new]))
+    first = compile_section.attention_analysis(pairs, "activation_bytes")["first_call"]
+    assert first["setup"] == {"min": fmt_seconds(6.54), "max": fmt_seconds(6.54), "n": 1}

@@ -93,7 +93,7 @@ def attention_function(cell: dict):
         def naive(Q, K, V):
             return scaled_dot_product_attention(Q=Q, K=K, V=V, mask=mask)
 
-        return compile_fn(naive) if impl == "compiled" else naive
+        return compile_fn(naive, threads=cell.get("compile_threads")) if impl == "compiled" else naive
     backend = cell.get("backend")
     if backend not in SDPA_BACKENDS:
         raise ValueError(f"cell field 'backend' is {backend!r}, expected one of {SDPA_BACKENDS}")

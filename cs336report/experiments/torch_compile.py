@@ -45,6 +45,8 @@ def compiled_attention_cells(cfg) -> dict[str, dict]:
     for d_head in grid.get("d_heads") or base["d_heads"]:
         for seq in grid.get("seqs") or base["seqs"]:
             cell = attention.attention_cell(cfg, base, "compiled", d_head, seq)
+            if grid.get("compile_threads") is not None:  # else Inductor's default, and the cell as before
+                cell["compile_threads"] = grid["compile_threads"]
             out[attention.cell_name(cell)] = cell
     return out
 

@@ -35,8 +35,8 @@ TIME_FIT_POINTS = 3  # time exponents are fitted over the longest sequences that
 FRAME_COLUMNS = [
     "variant", "dtype", "d", "seq", "batch", "causal", "status", "error", "oom_phase", "fwd_mean_s", "fwd_std_s",
     "fwd_median_s", "bwd_mean_s", "bwd_std_s", "bwd_median_s", "before_bwd_bytes", "activation_bytes", "peak_bytes",
-    "saved_bytes", "matrix_bytes", "baseline_bytes", "others_bytes", "first_call_s", "cache_hits", "graph_breaks",
-    "gpu_memory_bytes", "gpu", "source",
+    "saved_bytes", "matrix_bytes", "baseline_bytes", "others_bytes", "first_call_s", "setup_s", "cache_hits",
+    "graph_breaks", "gpu_memory_bytes", "gpu", "source",
 ]
 
 
@@ -83,6 +83,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "matrix_bytes": _bytes(d.get("matrix_bytes")),
             "baseline_bytes": baseline, "others_bytes": float(other_processes_bytes(r.get("error"))),
             "first_call_s": compile_info.get("first_call_s", math.nan),
+            "setup_s": compile_info.get("setup_s", math.nan),
             "cache_hits": compile_info.get("inductor_cache_hits") or 0,
             "graph_breaks": compile_info.get("graph_breaks"),
             "gpu_memory_bytes": _bytes(r["provenance"].get("gpu_memory_bytes")),

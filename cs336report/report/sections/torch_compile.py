@@ -45,8 +45,15 @@ def first_call_cell(seconds: float, cache_hits, calls: int = 1) -> Cell:
     return Cell(sig(seconds) + (" (cache)" if cache_hits else "") + (f" ({calls} calls)" if calls > 1 else ""))
 
 
+def _setup_s(first_calls: list[dict]) -> float:
+    """The torch.compile set-up (importing the compiler) recorded with these first calls; NaN if none."""
+    times = [c["setup_s"] for c in first_calls if c.get("setup_s") is not None]
+    return float(sum(times)) if times else math.nan
+
+
 def first_call_summary(rows: pd.DataFrame, name) -> dict | None:
-    """The range of full compilations' first calls, and the cells whose first call read the cache."""
+    """The range of full compilations' first calls, the cells whose first call read the cache, and
+    the range of torch.compile's own set-up where the records hold it."""
     timed = rows[rows["first_call_s"] == rows["first_call_s"]]
     if timed.empty:
         return None
@@ -55,6 +62,9 @@ def first_call_summary(rows: pd.DataFrame, name) -> dict | None:
     out: dict = {"cached": [name(r) for _, r in timed[hits].iterrows()]}
     if not full.empty:
         out.update({"min": fmt_seconds(full.min()), "max": fmt_seconds(full.max()), "n": int(len(full))})
+    setup = timed["setup_s"].dropna() if "setup_s" in timed else pd.Series(dtype=float)
+    if not setup.empty:
+        out["setup"] = {"min": fmt_seconds(setup.min()), "max": fmt_seconds(setup.max()), "n": int(len(setup))}
     return out
 
 
@@ -154,6 +164,7 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
             # the whole step's compilation: in a job, earlier cells' first calls compiled part of it
             "first_call_s": compile_info.get("first_call_s", math.nan) + sum(c["first_call_s"] for c in earlier),
             "first_calls": 1 + len(earlier),
+            "setup_s": _setup_s([compile_info, *earlier]),
             "cache_hits": compile_info.get("inductor_cache_hits") or 0,
             "graph_breaks": compile_info.get("graph_breaks"), "graphs": compile_info.get("graphs"),
             **{f"{p}_mean_s": phases.get(p, {}).get("mean", math.nan) for p, _, _ in PHASES},
