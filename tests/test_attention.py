@@ -469,14 +469,18 @@ def test_memory_added_by_the_kept_forward_is_counted_from_just_before_it(monkeyp
 
 
 def test_torch_compiles_own_set_up_is_reported_beside_the_first_call():
-    """A record with compile.setup_s (torch.compile importing the compiler) reports its range; the
-    H200 records from before it was recorded report none."""
+    """An H100 record with compile.setup_s (torch.compile importing the compiler, compile_threads 1)
+    reports its range; the H200 records from before it was recorded report none."""
+    from cs336report.results import load
+
     eager = attention_section.frame(h200_records("naive-fp32-d64-s16384"))
     (old,) = h200_records("compiled-fp32-d64-s16384")
     pairs = compile_section.attention_pairs(eager, attention_section.frame([old]))
     assert "setup" not in compile_section.attention_analysis(pairs, "activation_bytes")["first_call"]
-    new = json.loads(json.dumps(old))
-    new["data"]["compile"]["setup_s"] = 6.54
+    new = load(Path(__file__).parent / "fixtures" / "attention_h100" / "compiled-fp32-d128-s1024.json.gz")
+    assert new["data"]["compile"]["compile_threads"] == 1
     pairs = compile_section.attention_pairs(eager, attention_section.frame([new]))
     first = compile_section.attention_analysis(pairs, "activation_bytes")["first_call"]
-    assert first["setup"] == {"min": fmt_seconds(6.54), "max": fmt_seconds(6.54), "n": 1}
+    setup = fmt_seconds(new["data"]["compile"]["setup_s"])
+    assert first["setup"] == {"min": setup, "max": setup, "n": 1}
+    assert first["min"] == fmt_seconds(new["data"]["compile"]["first_call_s"])
