@@ -484,3 +484,19 @@ def test_torch_compiles_own_set_up_is_reported_beside_the_first_call():
     setup = fmt_seconds(new["data"]["compile"]["setup_s"])
     assert first["setup"] == {"min": setup, "max": setup, "n": 1}
     assert first["min"] == fmt_seconds(new["data"]["compile"]["first_call_s"])
+
+
+def test_compiled_cells_without_eager_twins_still_report_their_first_call_and_set_up(tmp_path):
+    import gzip
+
+    src = Path(__file__).parent / "fixtures" / "attention_h100" / "compiled-fp32-d128-s1024.json.gz"
+    path = tmp_path / "compiled_attention" / "compiled-fp32-d128-s1024.json"
+    path.parent.mkdir()
+    path.write_bytes(gzip.decompress(src.read_bytes()))
+    render_report([path], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split('<a id="torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
+    record = json.loads(path.read_text())["data"]["compile"]
+    assert "No compiled cell has an eager twin that ran" in section
+    assert f"took {fmt_seconds(record['first_call_s'])}." in section
+    assert f"imports TorchDynamo and Inductor, took {fmt_seconds(record['setup_s'])} (1 cell)" in section

@@ -111,6 +111,17 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     if not only_compiled.empty:
         out["only_compiled"] = [{"d": int(r["d"]), "seq": int(r["seq"]), "eager": str(r["status_eager"])}
                                 for _, r in only_compiled.iterrows()]
+    # the first calls and the compiled cells' own failures need no eager twin
+    first = first_call_summary(pairs[pairs["status"] == "ok"], lambda r: f"d_head {int(r['d'])}, seq {int(r['seq'])}")
+    if first:
+        out["first_call"] = first
+    ooms = pairs[pairs["status"] == "oom"].sort_values(["seq", "d"])
+    if not ooms.empty:
+        out["compiled_oom"] = {"d": int(ooms.iloc[0]["d"]), "seq": int(ooms.iloc[0]["seq"])}
+    shared = pairs[pairs["status"] == "oom_shared"].sort_values(["seq", "d"])
+    if not shared.empty:
+        out["shared_oom"] = {"cells": [f"d_head {int(r['d'])} at seq {int(r['seq'])}" for _, r in shared.iterrows()],
+                             "others": fmt_bytes(shared["others_bytes"].max())}
     if both.empty:
         return out
     for which in ("fwd", "bwd"):
@@ -127,16 +138,6 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     saved_exp = [e["saved"] for e in attn.exponents(pairs[attn.FRAME_COLUMNS]) if e["saved"] is not None]
     if saved_exp:
         out["saved_exponent"] = {"min": attn.fmt_exponent(min(saved_exp)), "max": attn.fmt_exponent(max(saved_exp))}
-    first = first_call_summary(pairs[pairs["status"] == "ok"], lambda r: f"d_head {int(r['d'])}, seq {int(r['seq'])}")
-    if first:
-        out["first_call"] = first
-    ooms = pairs[pairs["status"] == "oom"].sort_values(["seq", "d"])
-    if not ooms.empty:
-        out["compiled_oom"] = {"d": int(ooms.iloc[0]["d"]), "seq": int(ooms.iloc[0]["seq"])}
-    shared = pairs[pairs["status"] == "oom_shared"].sort_values(["seq", "d"])
-    if not shared.empty:
-        out["shared_oom"] = {"cells": [f"d_head {int(r['d'])} at seq {int(r['seq'])}" for _, r in shared.iterrows()],
-                             "others": fmt_bytes(shared["others_bytes"].max())}
     return out
 
 
