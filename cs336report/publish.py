@@ -161,8 +161,9 @@ def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int, int]:
     if expected is None:
         raise ValueError(f"{Path(out_dir) / 'config.json'}: this version cannot resolve the folder's config into "
                          "cells, so it cannot say which are missing")
-    cov = coverage(map(_cell_key, files), expected)
-    again = [_cell_key(f) for f in files if _cell_key(f)[0] in expected and record_status(load(f)) == "oom_shared"]
+    keys = [(_cell_key(f), f) for f in files]
+    cov = coverage((key for key, _ in keys), expected)
+    again = [key for key, f in keys if key[0] in expected and record_status(load(f)) == "oom_shared"]
     # a cell that runs in one job with others is built (and published) with them
     cells = [(name, cell) for name in cov for cell in cov[name]["missing"]] + again
     targets = sorted({result_target(name, member) for name, cell in cells

@@ -134,18 +134,22 @@ def roofline_table(roofline: list[dict]) -> Table | None:
 FIRST_STEP_ORDINARY = 1.2  # a first measured step below 1.2× the others paid no one-time cost worth naming
 
 
+def first_and_rest(measured: list[float]) -> tuple[float, float]:
+    """The first measured step and the mean of the others (of itself where it is the only one)."""
+    rest = measured[1:] or measured
+    return measured[0], sum(rest) / len(rest)
+
+
 def warmup_table(wf: pd.DataFrame) -> Table:
     rows = []
     for _, r in wf.sort_values("warmup").iterrows():
         if r["status"] != "ok":
             rows.append([Cell(str(r["warmup"]))] + [status_cell(r["status"])] * 4)
             continue
-        m = r["measured_s"]
-        rest = m[1:] or m
+        first, rest = first_and_rest(r["measured_s"])
         rows.append([
             Cell(str(r["warmup"])), Cell(fmt_mean_std(r["mean_s"], r["std_s"], 1e-3)),
-            Cell(sig(m[0] * 1e3)), Cell(sig(sum(rest) / len(rest) * 1e3)),
-            Cell(sig(m[0] / (sum(rest) / len(rest)))),
+            Cell(sig(first * 1e3)), Cell(sig(rest * 1e3)), Cell(sig(first / rest)),
         ])
     return Table(
         title="Warm-up study",
@@ -199,22 +203,20 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame) -> dict:
     if not wok.empty:
         cold = wok.sort_values("warmup").iloc[0]
         warm = wok.sort_values("warmup").iloc[-1]
-        m = cold["measured_s"]
-        rest = sum(m[1:]) / max(1, len(m) - 1)
+        first, rest = first_and_rest(cold["measured_s"])
         out["warmup"] = {
-            "cold_warmup": int(cold["warmup"]), "first": fmt_seconds(m[0]), "rest": fmt_seconds(rest),
-            "first_over_rest": sig(m[0] / rest), "cold_mean": fmt_seconds(cold["mean_s"]),
+            "cold_warmup": int(cold["warmup"]), "first": fmt_seconds(first), "rest": fmt_seconds(rest),
+            "first_over_rest": sig(first / rest), "cold_mean": fmt_seconds(cold["mean_s"]),
             "cold_std": fmt_seconds(cold["std_s"]), "warm_warmup": int(warm["warmup"]),
             "warm_mean": fmt_seconds(warm["mean_s"]), "warm_std": fmt_seconds(warm["std_s"]),
             "mean_ratio": sig(cold["mean_s"] / warm["mean_s"]), "middle": [],
         }
         for _, r in wok.sort_values("warmup").iloc[1:-1].iterrows():  # e.g. 1 and 2 warm-up steps
-            m = r["measured_s"]
-            rest = sum(m[1:]) / max(1, len(m) - 1)
+            first, rest = first_and_rest(r["measured_s"])
             out["warmup"]["middle"].append({
-                "n": int(r["warmup"]), "first_over_rest": sig(m[0] / rest), "mean": fmt_seconds(r["mean_s"]),
+                "n": int(r["warmup"]), "first_over_rest": sig(first / rest), "mean": fmt_seconds(r["mean_s"]),
                 "vs_warm": f"{(r['mean_s'] / warm['mean_s'] - 1) * 100:+.1f} %",
-                "ordinary_first": bool(m[0] / rest < FIRST_STEP_ORDINARY)})
+                "ordinary_first": bool(first / rest < FIRST_STEP_ORDINARY)})
         middle = out["warmup"]["middle"]
         out["warmup"]["middle_ordinary"] = bool(middle) and all(w["ordinary_first"] for w in middle)
         out["warmup"]["ordinary_pct"] = f"{(FIRST_STEP_ORDINARY - 1) * 100:.0f} %"

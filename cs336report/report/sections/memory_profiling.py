@@ -558,10 +558,15 @@ def _gib(x) -> str:
     return fmt_bytes(x) if _ok(x) else "–"
 
 
+def start_bytes(snap: dict) -> int:
+    """Bytes allocated when the recorded steps begin: the timeline's first point, else the baseline."""
+    return snap["timeline"]["y"][0] if snap["timeline"]["y"] else snap["baseline"]["bytes"]
+
+
 def phase_summary(row) -> dict:
     """Where a full step's timeline peaks, and how high each phase gets above the recorded start."""
     snap = row["snap"]
-    start = snap["timeline"]["y"][0] if snap["timeline"]["y"] else snap["baseline"]["bytes"]
+    start = start_bytes(snap)
     peaks = {}
     for p in snap["phases"]:
         peaks[p["phase"]] = max(peaks.get(p["phase"], 0), p["peak_bytes"])
@@ -588,8 +593,7 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
     full = next((at[m] for m in FULL_STEP if m in at and at[m]["snap"]), None)
     if full is not None:
         out["full"] = {"label": MODE_LABELS[full["label"]], **phase_summary(full)}
-        start = full["snap"]["timeline"]["y"][0] if full["snap"]["timeline"]["y"] else full["snap"]["baseline"]["bytes"]
-        out["full"]["start_per_param"] = sig(start / accounting.param_count(_spec(full)), 3)
+        out["full"]["start_per_param"] = sig(start_bytes(full["snap"]) / accounting.param_count(_spec(full)), 3)
     fwd = at.get("forward")
     if fwd is not None and fwd["snap"]:
         out["forward"] = phase_summary(fwd)
