@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .coverage import expected_cells
 from .results import load, now_iso, record_status, result_stem, save
 
 PUBLISHED_SUFFIX = ".json.gz"
@@ -29,6 +30,10 @@ BENCHMARK_COLUMNS = {"s": "wall_s", "max_rss": "max_rss_mib", "cpu_time": "cpu_t
 # A result written by the last job of a chain costs the whole chain: the nsys_parse record stands
 # for the profiled run, its stats export and the parse.
 JOB_CHAINS = {"nsys_parse": ("nsys_profile", "nsys_stats", "nsys_parse")}
+
+# Cell settings that a config resolves per machine (nsys_profile's ``tool: auto`` becomes nsys
+# where the executable is found), so a folder's config read elsewhere cannot say what they were.
+MACHINE_RESOLVED = {"nsys_profile": frozenset({"profiler"})}
 
 
 def _benchmark_row(tsv: Path) -> dict:
@@ -67,7 +72,8 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
 
     With ``merge`` the folder's records are kept and only those of the same experiment and cell
     are replaced, so a grid run in parts (or a few cells run again) is published piece by piece;
-    the folder's config must then be ``config``. The report compares timings within one card, so
+    the folder's config must then be ``config``, and every record given must have run with the
+    settings that config gives its cell. The report compares timings within one card, so
     the published records must all name one GPU (records naming none, from a machine without
     one, go with any), unless ``mixed_cards``. Every check runs before anything is written.
     """
@@ -80,9 +86,12 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
             raise ValueError(f"{out / 'config.json'}: the published config differs from this run's in "
                              f"{', '.join(differs)}; publish without --merge to replace the folder")
         kept = {_cell_key(f): f for f in old_files}
+        expected = expected_cells(config)
     records = []
     for path in result_paths:
         record = load(path)
+        if merge and kept:
+            _check_settings(record, expected, path, out)
         record.pop("_path")
         record["benchmark"] = benchmark_of(path, benchmarks, job_of(record))
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
@@ -120,6 +129,26 @@ def _check_whole_jobs(records: list[tuple[dict, Path]]) -> None:
             if left:
                 raise ValueError(f"{dest.name}: cell {record['cell']} ran in job {job} with {', '.join(left)}; "
                                  f"publish the job's other result file(s) with it")
+
+
+def _check_settings(record: dict, expected: dict | None, path: str | Path, out: Path) -> None:
+    """A record merged into a folder ran with the settings the folder's config gives its cell (a
+    cell of the same name run under other settings would sit in the report as if it were one of
+    the folder's run); cells the config does not resolve, and machine-resolved settings, are not
+    compared."""
+    want = (expected or {}).get(record.get("experiment"), {}).get(record.get("cell"))
+    got = record.get("config")
+    if want is None or got is None:
+        return
+    skip = MACHINE_RESOLVED.get(record["experiment"], frozenset())
+    differs = sorted(k for k in set(want) | set(got) if k not in skip and want.get(k) != got.get(k))
+    if differs:
+        def value(d, k):
+            return repr(d[k]) if k in d else "not set"
+
+        shown = "; ".join(f"{k}: {value(got, k)}, the folder's config gives {value(want, k)}" for k in differs)
+        raise ValueError(f"{path}: cell {record['cell']} ran with other settings than {out / 'config.json'} gives it "
+                         f"({shown}); run it under the folder's config (its settings are in config.json)")
 
 
 def _check_one_card(records: list[dict], out: Path) -> None:

@@ -237,8 +237,9 @@ def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsy
     import yaml
 
     data = yaml.safe_load((Path(__file__).parents[1] / "workflow/config/default.yaml").read_text())
-    data["grids"]["cpu"]["compiled_model"] = {"sizes": ["small"], "contexts": [128], "modes": ["forward", "train_step"]}
-    cfg = Config.from_dict(data, source="test")
+    # the folder's config is the one the H100 job ran under: the GPU grid, with its one size and context
+    data["grids"]["gpu"]["compiled_model"] = {"sizes": ["small"], "contexts": [128], "modes": ["forward", "train_step"]}
+    cfg = Config.from_dict({**data, "device": "auto"}, source="test", cuda_available=True)
     config = {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}
     # the train step as a record of its own (as a run before jobs made it): the folder lacks the forward cell
     alone = {k: v for k, v in load(train).items() if k not in ("job", "_path")}
@@ -250,10 +251,40 @@ def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsy
     targets, n_missing, n, _ = missing_targets(tmp_path / "pub")
     assert compiled(targets) == [f"results/compiled_model/{Path(p).name[:-3]}" for p in (forward, train)]
     assert n_missing == n - 1  # the forward cell is the only compiled one missing; the train step is listed with it
+    # the same job run with other settings is refused, naming the file and the setting, before anything is written
+    before = (tmp_path / "pub/manifest.json").read_bytes()
+    other = []
+    for p in (forward, train):
+        record = {k: v for k, v in load(p).items() if k != "_path"}
+        record["config"]["measured_steps"] = 20
+        other.append(str(save(record, tmp_path / "other/compiled_model" / Path(p).name[:-3])))
+    with pytest.raises(ValueError, match=r"other/compiled_model/naive-fp32-small-ctx128-forward-compiled.json: .*"
+                                         r"measured_steps: 20, the folder's config gives 10"):
+        publish(other, config, tmp_path / "pub", job / "benchmarks", merge=True)
+    assert (tmp_path / "pub/manifest.json").read_bytes() == before
     publish([forward, train], config, tmp_path / "pub", job / "benchmarks", merge=True)
     targets, n_missing, n, _ = missing_targets(tmp_path / "pub")
     assert compiled(targets) == [] and n_missing == n - 2
     assert main(["missing", str(tmp_path / "pub")]) == 0 and "-compiled.json" not in capsys.readouterr().out
+
+
+def test_settings_a_machine_resolves_are_not_compared_when_merging():
+    """The published nsys records ran under Nsight Systems; the folder's config read on a machine
+    without nsys resolves their cells to torch.profiler. They still merge; another setting does not."""
+    from cs336report.coverage import expected_cells
+    from cs336report.publish import _check_settings, published_files
+    from cs336report.results import load
+
+    out = Path(__file__).parents[1] / "report/data"
+    files, config = published_files(out)
+    expected = expected_cells(config)
+    path = next(f for f in files if "/nsys_profile/" in f)
+    record = load(path)
+    assert record["config"]["profiler"] == "nsys"
+    _check_settings(record, expected, path, out)  # profiler differs only by machine
+    record["config"]["warmup_steps"] += 1
+    with pytest.raises(ValueError, match=r"nsys_profile/.*warmup_steps: \d+, the folder's config gives \d+\)"):
+        _check_settings(record, expected, path, out)
 
 
 def test_missing_names_the_config_it_cannot_resolve(run_results, tmp_path, capsys):
