@@ -41,6 +41,11 @@ def forward_flops(spec: ModelSpec, batch: int, context: int) -> int:
     return L * per_layer + 2 * B * T * d * V
 
 
+def attention_score_flops(spec: ModelSpec, batch: int, context: int) -> int:
+    """The forward formula's attention term, L·4·B·T²·d: scores and their weighted sum of values."""
+    return spec.num_layers * 2 * 2 * batch * context * context * spec.d_model
+
+
 def step_flops(spec: ModelSpec, batch: int, context: int, mode: str) -> int:
     """FLOPs of one measured step in ``mode`` (forward, forward_backward, train_step)."""
     if mode not in MODE_MULTIPLIER:

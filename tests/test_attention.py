@@ -81,6 +81,10 @@ def test_compiled_model_cells_reuse_the_benchmarking_cells():
     (name, cell), = optimized.items()
     assert (cell["implementation"], cell["precision"], cell["mode"]) == ("native", "bf16", "train_step")
     assert cell["fused_adamw"] is True and cell["compile"] is False and name.endswith("-fused")
+    # GPU time per kernel is a CUDA measurement: its steps are a setting of CUDA cells only
+    assert "kernel_steps" not in cell
+    (gpu_cell,) = experiments.cells("optimized_step", config("cuda")).values()
+    assert gpu_cell["kernel_steps"] == 3
 
 
 def test_a_bad_attention_setting_names_its_key():
@@ -304,6 +308,14 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
     assert data["compile"]["graphs"] >= 1
     assert set(data["phase_stats_s"]) == {"forward", "backward", "optimizer_step"}
     assert math.isfinite(data["tflops"])
+    # the kernels of a step, from torch.profiler: matrix products and the fused optimizer among them, no more
+    # GPU time than a step takes
+    from cs336report.kernels import classify
+
+    assert data["kernel_steps"] == cell["kernel_steps"] == 3
+    classes = {classify(name) for name in data["kernels"]}
+    assert {"gemm", "optimizer"} <= classes
+    assert 0 < sum(k["ms"] for k in data["kernels"].values()) / 1e3 <= data["stats_s"]["max"]
 
 
 def test_first_steps_served_from_inductors_cache_are_marked_and_left_out_of_the_compile_range():

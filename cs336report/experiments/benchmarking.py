@@ -20,6 +20,7 @@ from .. import accounting
 from ..measure import PhaseTimer, peak_memory, reset_peak_memory, summarize, time_steps
 from ..annotate import region
 from ..compiling import compile_fn, first_call
+from ..kernel_times import kernel_times
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 
@@ -196,6 +197,9 @@ def run(cell: dict, shared: dict | None = None) -> dict:
     times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
     flops = accounting.step_flops(spec, batch, context, mode)
+    kernels = {}
+    if cell.get("kernel_steps"):  # GPU time of every kernel per step, in steps of their own after the timed ones
+        kernels = {"kernel_steps": cell["kernel_steps"], "kernels": kernel_times(step, cell["kernel_steps"])}
     return {
         "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),
@@ -209,6 +213,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         "tflops": flops / stats["mean"] / 1e12,
         "peak_memory": peak_memory(device),
         "compile": compiled,
+        **kernels,
     }
 
 
