@@ -16,7 +16,8 @@ and memory operations (``[CUDA memcpy Device-to-Device]``, ``[CUDA memset]``).
 ``"attention"``
     fused attention kernels (FlashAttention, PyTorch's flash and
     memory-efficient SDPA, cuDNN/xFormers ``fmha``, Triton ``_attn_fwd`` /
-    ``_fwd_kernel`` / ``flash_*`` kernels).  This is an extra class next to the
+    ``_fwd_kernel`` / ``flash_*`` kernels, and the cuDNN SDPA backward's own
+    ``cudnn::fusion`` helpers: dot(dO, O) and the dQ conversion).  This is an extra class next to the
     six requested ones.
 ``"softmax"``
     stand-alone softmax / log-softmax kernels, eager or Triton.
@@ -62,7 +63,7 @@ _OPTIMIZER_RE = re.compile(
 )
 _ATTENTION_RE = re.compile(
     r"flash|fmha|attention|_attn|attn_|\bmha|sdpa|efficient_attention|cutlassF|cutlassB|"
-    r"^_?fwd_kernel|^_?bwd_kernel|^_?bwd_preprocess",
+    r"^_?fwd_kernel|^_?bwd_kernel|^_?bwd_preprocess|cudnn::fusion::(?:compute_dot_do_o|convert_dq)",
     re.I,
 )
 _GEMM_RE = re.compile(

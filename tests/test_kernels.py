@@ -36,6 +36,9 @@ REAL_NAMES = [
     ("fmha_v2_flash_attention_fp16_64_128_S_128_sm80_kernel", "attention"),
     ("flash_fwd_kernel", "attention"),
     ("_attn_fwd", "attention"),
+    # the cuDNN SDPA backward's helpers (H100, torch 2.11 + cuDNN, the optimized step)
+    ("void cudnn::fusion::compute_dot_do_o<true>(void const*, void const*, void*, void*, unsigned int, unsigned int)", "attention"),
+    ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, unsigned int)", "attention"),
     ("_fwd_kernel", "attention"),
     # softmax
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<(int)4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(T4 *, const T2 *, int)", "softmax"),
