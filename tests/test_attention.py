@@ -512,3 +512,44 @@ def test_compiled_cells_without_eager_twins_still_report_their_first_call_and_se
     assert "No compiled cell has an eager twin that ran" in section
     assert f"took {fmt_seconds(record['first_call_s'])}." in section
     assert f"imports TorchDynamo and Inductor, took {fmt_seconds(record['setup_s'])} (1 cell)" in section
+
+
+def test_the_optimized_steps_gpu_time_is_summed_by_kernel_class():
+    """A real H100 record (kernels of 3 profiled steps) and the roofline probe of the same host: the matrix
+    products' rate by the formula's non-attention terms, the dtype conversions autocast adds, and the time
+    no kernel ran."""
+    from cs336report.kernels import classify
+    from cs336report.model import ModelSpec
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "kernels_h100"
+    record = dict(load(folder / "optimized_step.json.gz"), _path="optimized_step.json.gz")
+    roofline = load(folder / "roofline.json.gz")
+    out = compile_section.optimized([record], [], [roofline], "naive")
+    (item,) = out["items"]
+    k = item["kernels"]
+    data, config = record["data"], record["config"]
+    kernels = data["kernels"]
+    peak = roofline["data"]["matmul"]["bf16"]["tflops"]
+    step = data["stats_s"]["mean"]
+
+    gemm_s = sum(v["ms"] for n, v in kernels.items() if classify(n) == "gemm") / 1e3
+    spec = ModelSpec(**config["model"])
+    B, T, L, d = config["batch_size"], config["context"], spec.num_layers, spec.d_model
+    matmul_flops = data["flops_per_step"] - 3 * L * 4 * B * T * T * d
+    assert k["classes"]["gemm"]["ms"] == fmt_seconds(gemm_s)
+    assert k["classes"]["gemm"]["tflops"] == sig(matmul_flops / gemm_s / 1e12)
+    assert k["classes"]["gemm"]["pct_peak"] == fmt_pct(matmul_flops / gemm_s / 1e12 / peak)
+    assert not k["classes"]["gemm"]["over_peak"]  # 99 % of this host's probe
+    # autocast over fp32 weights: each of the 7 matrices a layer and the LM head to bf16, each gradient back
+    # (Inductor's kernels of _to_copy alone, and one eager bf16 copy outside the compiled graph)
+    casts = {n: v for n, v in kernels.items()
+             if classify(n) == "copy/memset" and ("to_copy" in n or "bfloat16_copy_kernel" in n)}
+    assert k["casts"]["weights"] == 7 * L + 1
+    assert int(k["casts"]["launches"]) == sum(v["calls"] for v in casts.values()) >= 2 * k["casts"]["weights"]
+    assert k["idle"] == fmt_seconds(step - sum(v["ms"] for v in kernels.values()) / 1e3)
+    # the table: one row per class present and the idle row, the shares of the mean step
+    table = out["phase_tables"][1]
+    assert table.title.startswith("The optimized step's GPU time by kernel class")
+    assert len(table.rows) == len({classify(n) for n in kernels}) + 1
+    assert table.rows[0][0].text == "matrix products" and table.rows[0][2].text == sig(100 * gemm_s / step)

@@ -9,6 +9,8 @@ import math
 import pandas as pd
 
 from ... import accounting
+from ...kernels import classify, summarise_by_class
+from ...model import ModelSpec
 from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from . import pytorch_attention as attn
@@ -170,6 +172,7 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
             "graph_breaks": compile_info.get("graph_breaks"), "graphs": compile_info.get("graphs"),
             **{f"{p}_mean_s": phases.get(p, {}).get("mean", math.nan) for p, _, _ in PHASES},
             "params": d.get("params"), "d_model": c["model"]["d_model"] * c["model"]["num_layers"],
+            "spec": c["model"], "kernels": d.get("kernels"), "kernel_steps": d.get("kernel_steps"),
             "source": r["_path"], "gpu": (r.get("provenance") or {}).get("gpu"),
         })
     return pd.DataFrame(rows)
@@ -342,6 +345,9 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
         table, phases = phase_table(r, peak)
         phase_tables.append(table)
         item["phases"] = phases
+        if r["kernels"]:
+            table, item["kernels"] = kernel_table(r, peak)
+            phase_tables.append(table)
         item["optimizer_floor"] = optimizer_floor(r, peak, copy_bandwidth(roofline, r["gpu"]))
         items.append(item)
     table = Table(
@@ -385,6 +391,65 @@ def phase_table(r, peak: float) -> tuple[Table, dict]:
         note="mean over the measured steps; each phase is timed between two synchronizations; the backward pass "
              "is counted as twice the forward FLOPs and the optimizer as none")
     return table, phases
+
+
+KERNEL_CLASS_LABELS = {"gemm": "matrix products", "attention": "attention", "softmax": "softmax",
+                       "optimizer": "optimizer", "copy/memset": "copies, dtype conversions, memsets",
+                       "reduction": "reductions (norms, loss)", "elementwise": "element-wise", "other": "other"}
+
+
+def dtype_conversion(name: str) -> bool:
+    """A kernel that only converts dtype: a Triton kernel of ``_to_copy`` (and views) alone, or an
+    eager bf16/fp32 copy kernel."""
+    return classify(name) == "copy/memset" and ("to_copy" in name or "bfloat16_copy_kernel" in name)
+
+
+def _count(x: float) -> str:
+    """A per-step count: whole where it is (the profiled steps each launched the same kernels)."""
+    return str(int(x)) if float(x).is_integer() else sig(x)
+
+
+def kernel_table(r, peak: float) -> tuple[Table, dict]:
+    """The step's GPU time per kernel class (the record's per-kernel times, from torch.profiler), the
+    FLOP rate of the matrix products and of attention by the formula's terms, and the time no kernel ran."""
+    kernels = pd.DataFrame([{"name": n, "ms": k["ms"], "calls": k["calls"]} for n, k in r["kernels"].items()])
+    by_class = summarise_by_class(kernels.assign(total_ns=kernels["ms"] * 1e6, instances=kernels["calls"]))
+    spec = ModelSpec(**r["spec"])
+    multiple = accounting.MODE_MULTIPLIER[r["mode"]]
+    attention_flops = multiple * accounting.attention_score_flops(spec, int(r["batch"]), int(r["context"]))
+    class_flops = {"gemm": r["flops"] - attention_flops, "attention": attention_flops}
+    step_ms = r["mean_s"] * 1e3
+    rows, rates = [], {}
+    for _, c in by_class.iterrows():
+        ms, flops = c["total_ns"] / 1e6, class_flops.get(c["class"], 0)
+        rate = flops / (ms / 1e3) / 1e12 if flops and ms > 0 else math.nan
+        rates[c["class"]] = {"ms": fmt_seconds(ms / 1e3), "share": fmt_pct(ms / step_ms), "launches": _count(c["instances"]),
+                             "tflops": sig(rate) if rate == rate else None,
+                             "pct_peak": fmt_pct(rate / peak) if rate == rate and peak == peak else None,
+                             "over_peak": rate > peak}
+        rows.append([Cell(KERNEL_CLASS_LABELS[c["class"]]), Cell(sig(ms)), Cell(sig(100 * ms / step_ms)),
+                     Cell(_count(c["instances"])), Cell(sig(flops / 1e12) if flops else "0"),
+                     Cell(sig(rate) if rate == rate else "–"),
+                     Cell(sig(100 * rate / peak) if rate == rate and peak == peak else "–")])
+    busy_ms = kernels["ms"].sum()
+    idle_ms = step_ms - busy_ms
+    rows.append([Cell("no kernel running (step minus the kernels' time)"), Cell(sig(idle_ms) if idle_ms > 0 else "–"),
+                 Cell(sig(100 * idle_ms / step_ms) if idle_ms > 0 else "–"), Cell("–"), Cell("0"), Cell("–"), Cell("–")])
+    casts = kernels[kernels["name"].map(dtype_conversion)]
+    linear_weights = 7 * spec.num_layers + 1  # four attention and three feed-forward matrices a layer, and the LM head
+    facts = {"steps": int(r["kernel_steps"]), "classes": rates, "busy": fmt_seconds(busy_ms / 1e3),
+             "idle": fmt_seconds(idle_ms / 1e3) if idle_ms > 0 else None, "idle_share": fmt_pct(idle_ms / step_ms),
+             "outside_gemm": fmt_seconds((step_ms - by_class.set_index("class")["total_ns"].get("gemm", 0) / 1e6) / 1e3),
+             "casts": {"ms": fmt_seconds(casts["ms"].sum() / 1e3), "share": fmt_pct(casts["ms"].sum() / step_ms),
+                       "launches": _count(casts["calls"].sum()), "weights": linear_weights} if not casts.empty else None}
+    table = Table(
+        title=f"The optimized step's GPU time by kernel class: {r['size']}, context {r['context']}, batch {r['batch']}",
+        columns=["kernel class", "GPU time", "share of step", "launches", "FLOPs counted", "FLOP rate", "of bf16 peak"],
+        units=["", "ms", "%", "per step", "TFLOP", "TFLOP/s", "%"], rows=rows, sources=[r["source"]],
+        note=f"each kernel's GPU time per step from torch.profiler over {int(r['kernel_steps'])} further steps after the "
+             "timed ones, summed by class; share of the mean measured step; FLOPs: the formula's terms without "
+             "attention for the matrix products, its attention term for attention")
+    return table, facts
 
 
 # ----------------------------------------------------------------------------- build
