@@ -77,9 +77,11 @@ rule compiled_model_eager:
         RUN_CELL.replace("{rule}", "compiled_model")
 
 
+# Its CUDA cells also time each kernel (kernel_steps), through cs336report.kernel_times.
 rule optimized_step:
     input:
-        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py"),
+        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py",
+                            "kernel_times.py"),
     output:
         "results/optimized_step/{cell}.json",
     params:
