@@ -86,8 +86,13 @@ def _render(args) -> int:
 def _publish(args) -> int:
     from .publish import publish
 
-    print(publish(args.results, json.loads(args.config_json), args.out, args.benchmarks, merge=args.merge,
-                  mixed_cards=args.mixed_cards))
+    try:
+        manifest = publish(args.results, json.loads(args.config_json), args.out, args.benchmarks, merge=args.merge,
+                           mixed_cards=args.mixed_cards)
+    except (OSError, ValueError) as exc:  # a refused record or folder: the message names the file
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(manifest)
     return 0
 
 

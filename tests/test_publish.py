@@ -233,6 +233,12 @@ def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsy
                                          r".*naive-fp32-small-ctx128-train_step-compiled"):
         publish([forward], {}, tmp_path / "pub", job / "benchmarks")
     assert not (tmp_path / "pub").exists()
+    # the command says why in one line, without a traceback, and fails
+    assert main(["publish", forward, "--config-json", "{}", "--out", str(tmp_path / "pub"),
+                 "--benchmarks", str(job / "benchmarks")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: naive-fp32-small-ctx128-forward-compiled.json.gz: cell") and "Traceback" not in err
+    assert not (tmp_path / "pub").exists()
 
     import yaml
 
