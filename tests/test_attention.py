@@ -271,6 +271,23 @@ def test_optimized_step_shows_where_the_time_goes(tmp_path):
               if line.startswith(("| forward |", "| backward |", "| optimizer step |", "| rest of the step"))]
     assert sum(shares) == pytest.approx(100, abs=0.5)
     assert "speed-up over vanilla" in section and "not compiled" in section
+    # the step again without its phase timing: the configured number of steps, one synchronization each
+    assert len(data["whole_steps_s"]) == cfg.grid("optimized_step")["whole_steps"] == 10
+    whole = data["whole_step_stats_s"]["mean"]
+    assert f"the step takes {fmt_seconds(whole)}: {sig(data['flops_per_step'] / whole / 1e12)} TFLOP/s" in section
+
+
+def test_a_step_without_phase_timing_synchronizes_nowhere_inside(monkeypatch):
+    from cs336report import measure
+    from cs336report.experiments.benchmarking import prepare
+
+    cell = next(iter(experiments.cells("optimized_step", config()).values()))
+    *_, step = prepare(cell)
+    calls = []
+    monkeypatch.setattr(measure, "synchronize", lambda device: calls.append(device))
+    assert step(phases=False) == {} and calls == []
+    times = step()
+    assert set(times) == {"forward", "backward", "optimizer_step"} and len(calls) == 6  # before and after each phase
 
 
 @pytest.mark.slow
@@ -312,6 +329,7 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
     # GPU time than a step takes
     from cs336report.kernels import classify
 
+    assert len(data["whole_steps_s"]) == cell["whole_steps"] and min(data["whole_steps_s"]) > 0
     assert data["kernel_steps"] == cell["kernel_steps"] == 3
     classes = {classify(name) for name in data["kernels"]}
     assert {"gemm", "optimizer"} <= classes

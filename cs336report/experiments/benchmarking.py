@@ -157,17 +157,19 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     model, forward, tokens, targets = built["model"], built["forward"], built["tokens"], built["targets"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=cell.get("fused_adamw") or None) if mode == "train_step" else None
 
-    def step() -> dict:
+    def step(phases: bool = True) -> dict:
+        """One step; ``phases``: time each phase between two synchronizations (else none inside the step)."""
         timer = PhaseTimer(device)
+        phase = (lambda name: _phase(timer, name, range_outside)) if phases else (lambda name: nullcontext())
         model.zero_grad(set_to_none=True)
-        with _phase(timer, "forward", range_outside), autocast_context(device, cell["precision"]):
+        with phase("forward"), autocast_context(device, cell["precision"]):
             logits = forward(tokens)  # (batch, seq, vocab)
             loss = cross_entropy(logits, targets) if mode != "forward" else None
         if loss is not None:
-            with _phase(timer, "backward", range_outside):
+            with phase("backward"):
                 loss.backward()
         if optimizer is not None:
-            with _phase(timer, "optimizer_step", range_outside):
+            with phase("optimizer_step"):
                 optimizer.step()
         return timer.times
 
@@ -197,9 +199,12 @@ def run(cell: dict, shared: dict | None = None) -> dict:
     times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
     flops = accounting.step_flops(spec, batch, context, mode)
-    kernels = {}
+    extra = {}
+    if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
+        whole = time_steps(lambda: step(phases=False), 0, cell["whole_steps"], device)["measured_s"]
+        extra.update(whole_steps_s=whole, whole_step_stats_s=summarize(whole))
     if cell.get("kernel_steps"):  # GPU time of every kernel per step, in steps of their own after the timed ones
-        kernels = {"kernel_steps": cell["kernel_steps"], "kernels": kernel_times(step, cell["kernel_steps"])}
+        extra.update(kernel_steps=cell["kernel_steps"], kernels=kernel_times(step, cell["kernel_steps"]))
     return {
         "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),
@@ -213,7 +218,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         "tflops": flops / stats["mean"] / 1e12,
         "peak_memory": peak_memory(device),
         "compile": compiled,
-        **kernels,
+        **extra,
     }
 
 

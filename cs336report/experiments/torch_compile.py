@@ -16,7 +16,8 @@ Three experiments:
 * ``optimized_step`` -- one row per size x context with every speed-up switched on: the
   ``native`` implementation (F.linear, F.scaled_dot_product_attention), bf16 autocast,
   ``torch.compile`` and fused AdamW. Its FLOP rate is compared in the report with the bf16
-  matmul peak the roofline probe measured. On CUDA, ``kernel_steps`` more steps then run under
+  matmul peak the roofline probe measured. ``whole_steps`` more steps are then timed with one
+  synchronization each, at the step's end, for the step without its phase timing. On CUDA, ``kernel_steps`` more steps then run under
   torch.profiler, and the record keeps the GPU time of every kernel per step, which the report
   sums by kernel class to show where the step's time goes below the phases.
 
@@ -108,6 +109,8 @@ def optimized_cells(cfg) -> dict[str, dict]:
                                     compile=grid["compile"], fused_adamw=grid["fused_adamw"])
             if grid.get("batch_size"):
                 cell["batch_size"] = grid["batch_size"]
+            if grid["whole_steps"]:
+                cell["whole_steps"] = grid["whole_steps"]
             if grid["kernel_steps"] and cfg.device == "cuda":
                 cell["kernel_steps"] = grid["kernel_steps"]
             out[model_cell_name(cell)] = cell
