@@ -34,6 +34,12 @@ def param_count(spec: ModelSpec) -> int:
     return V * d + spec.num_layers * per_layer + d + d * V
 
 
+def linear_weight_count(spec: ModelSpec) -> int:
+    """Weight matrices of the reference architecture that enter a matrix product: four in attention
+    and three in the feed-forward block of each layer, and the LM head (the embedding is a lookup)."""
+    return 7 * spec.num_layers + 1
+
+
 def forward_flops(spec: ModelSpec, batch: int, context: int) -> int:
     d, f, V, L = spec.d_model, spec.d_ff, spec.vocab_size, spec.num_layers
     B, T = batch, context

@@ -444,12 +444,12 @@ def kernel_table(r, peak: float) -> tuple[Table, dict]:
     rows.append([Cell("no kernel running (step minus the kernels' time)"), Cell(sig(idle_ms) if idle_ms > 0 else "–"),
                  Cell(sig(100 * idle_ms / step_ms) if idle_ms > 0 else "–"), Cell("–"), Cell("0"), Cell("–"), Cell("–")])
     casts = kernels[kernels["name"].map(dtype_conversion)]
-    linear_weights = 7 * spec.num_layers + 1  # four attention and three feed-forward matrices a layer, and the LM head
     facts = {"steps": int(r["kernel_steps"]), "classes": rates, "busy": fmt_seconds(busy_ms / 1e3),
              "idle": fmt_seconds(idle_ms / 1e3) if idle_ms > 0 else None, "idle_share": fmt_pct(idle_ms / step_ms),
              "outside_gemm": fmt_seconds((step_ms - by_class.set_index("class")["total_ns"].get("gemm", 0) / 1e6) / 1e3),
              "casts": {"ms": fmt_seconds(casts["ms"].sum() / 1e3), "share": fmt_pct(casts["ms"].sum() / step_ms),
-                       "launches": _count(casts["calls"].sum()), "weights": linear_weights} if not casts.empty else None}
+                       "launches": _count(casts["calls"].sum()),
+                       "weights": accounting.linear_weight_count(spec)} if not casts.empty else None}
     table = Table(
         title=f"The optimized step's GPU time by kernel class: {r['size']}, context {r['context']}, batch {r['batch']}",
         columns=["kernel class", "GPU time", "share of step", "launches", "FLOPs counted", "FLOP rate", "of bf16 peak"],
