@@ -79,6 +79,7 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     """
     out = Path(out_dir)
     kept: dict[tuple[str, str], str] = {}
+    expected: dict[str, dict] | None = None  # the folder's cells, whose settings merged records must have
     if merge and (out / "manifest.json").exists():
         old_files, old_config = published_files(out)
         if old_config != config:
@@ -90,7 +91,7 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     records = []
     for path in result_paths:
         record = load(path)
-        if merge and kept:
+        if expected is not None:
             _check_settings(record, expected, path, out)
         record.pop("_path")
         record["benchmark"] = benchmark_of(path, benchmarks, job_of(record))

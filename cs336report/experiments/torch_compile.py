@@ -17,9 +17,10 @@ Three experiments:
   ``native`` implementation (F.linear, F.scaled_dot_product_attention), bf16 autocast,
   ``torch.compile`` and fused AdamW. Its FLOP rate is compared in the report with the bf16
   matmul peak the roofline probe measured. ``whole_steps`` more steps are then timed with one
-  synchronization each, at the step's end, for the step without its phase timing. On CUDA, ``kernel_steps`` more steps then run under
-  torch.profiler, and the record keeps the GPU time of every kernel per step, which the report
-  sums by kernel class to show where the step's time goes below the phases.
+  synchronization each, at the step's end, for the step without its phase timing. On CUDA,
+  ``kernel_steps`` more steps then run under torch.profiler, and the record keeps the GPU time
+  of every kernel per step, which the report sums by kernel class to show where the step's
+  time goes below the phases.
 
     python -m cs336report cells optimized_step
 """

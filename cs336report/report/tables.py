@@ -91,6 +91,11 @@ def sig(x: float, digits: int = 3) -> str:
     return f"{x:,.{decimals}f}"
 
 
+def fmt_count(x: float) -> str:
+    """A count (of calls, launches): whole numbers without decimals, averages with three significant figures."""
+    return str(int(round(x))) if abs(x - round(x)) < 1e-6 else sig(x)
+
+
 def fmt_seconds(seconds: float, digits: int = 3) -> str:
     unit, scale = time_unit(seconds)
     return f"{sig(seconds / scale, digits)} {unit}"

@@ -25,7 +25,7 @@ from ... import accounting
 from ...kernels import CLASSES
 from ...model import ModelSpec
 from ...parsers.kernel_ranges import LAUNCH_API
-from ..tables import Cell, Table, fmt_pct, fmt_seconds, sig, status_cell
+from ..tables import Cell, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
 
 ID = "nsys_profile"
 TITLE = "nsys_profile"
@@ -160,11 +160,6 @@ def _span(values, fmt) -> str:
     return lo if lo == hi else f"{lo} to {hi}"
 
 
-def _count(x) -> str:
-    """A call count: whole numbers without decimals, estimates with three significant figures."""
-    return str(int(round(x))) if abs(x - round(x)) < 1e-6 else sig(x)
-
-
 def _num(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
@@ -277,7 +272,7 @@ def profiling_table(cells: pd.DataFrame) -> Table:
         cv = (f"{sig(100 * r['fwd_timer_cv'], 2)} / {sig(100 * r['plain_fwd_cv'], 2)}"
               if _num(r["fwd_timer_cv"]) and _num(r["plain_fwd_cv"]) else "–")
         approx = "" if r["launches_exact"] else "≈"
-        launches = Cell(approx + _count(r["launches_per_step"]) if _num(r["launches_per_step"]) else "–")
+        launches = Cell(approx + fmt_count(r["launches_per_step"]) if _num(r["launches_per_step"]) else "–")
         per_launch = _ratio(r["launch_ns_per_step"], r["launches_per_step"])
         api = Cell(f"{approx}{_ms(r['launch_ns_per_step'])} ({sig(per_launch / 1e3, 2)})" if per_launch else "–")
         rows.append(head + [
@@ -332,7 +327,7 @@ def timing_analysis(cells: pd.DataFrame) -> dict:
     steps = pd.concat([both["measured_steps"], both["plain_fwd_n"]]).dropna()
     slow: dict = {"n": len(both), "n_slower": int((both["ratio"] > 1).sum()), "ratio": _span(both["ratio"], sig),
                   "ratio_median": sig(both["ratio"].median()), "floor": _span(both["floor"], sig),
-                  "steps": _span(steps, _count) if len(steps) else None,
+                  "steps": _span(steps, fmt_count) if len(steps) else None,
                   "bound": fmt_pct(GPU_BOUND, 2), "gpu": _group(gpu) if len(gpu) else None,
                   "host": _group(host) if len(host) else None}
     cv = both.dropna(subset=["fwd_timer_cv", "plain_fwd_cv"])
@@ -344,7 +339,7 @@ def timing_analysis(cells: pd.DataFrame) -> dict:
     launch = both[both["launches_per_step"].map(_num) & both["launch_ns_per_step"].map(_num)]
     if len(launch):
         each_us = launch["launch_ns_per_step"] / launch["launches_per_step"] / 1e3
-        slow["launches"] = {"n": len(launch), "per_forward": _span(launch["launches_per_step"], _count),
+        slow["launches"] = {"n": len(launch), "per_forward": _span(launch["launches_per_step"], fmt_count),
                             "ms": _span(launch["launch_ns_per_step"] / 1e6, sig),
                             "us_each": _span(each_us, lambda x: sig(x, 2)),
                             "estimated": not launch["launches_exact"].all()}
@@ -392,7 +387,7 @@ def top_kernel_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table,
         top = fwd.iloc[0]
         fb, fb_mode = _fb_kernels(kernels, size, context)
         row = [Cell(str(size)), Cell(str(context)), Cell(top["short_name"]), Cell(top["class"]),
-               Cell(fmt_pct(top["share"])), Cell(_count(top["per_step_instances"]))]
+               Cell(fmt_pct(top["share"])), Cell(fmt_count(top["per_step_instances"]))]
         fact = {"size": str(size), "context": int(context), "name": top["short_name"], "class": top["class"],
                 "calls": top["per_step_instances"], "share": top["share"], "same": None}
         if fb_mode:
@@ -426,7 +421,7 @@ def top_kernel_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table,
         calls = []
         for size, g in f.groupby("size", sort=False):
             cfg = cells.loc[cells["size"].astype(str) == size, "model"].iloc[0] or {}
-            counts = sorted({_count(c) for c in g["calls"]}, key=float)
+            counts = sorted({fmt_count(c) for c in g["calls"]}, key=float)
             calls.append({"size": size, "calls": ", ".join(counts), "layers": cfg.get("num_layers"),
                           "contexts": len(g), "constant": len(counts) == 1})
         out["calls"] = calls
@@ -453,7 +448,7 @@ def non_gemm_table(kernels: pd.DataFrame, ref: tuple) -> tuple[Table, list[dict]
     fwd = _forward_kernels(kernels, *ref)
     rest = fwd[(fwd["class"] != "gemm") & (fwd["share"] >= NON_TRIVIAL)]
     rows = [[Cell(k["short_name"]), Cell(k["class"]), Cell(fmt_pct(k["share"])),
-             Cell(_count(k["per_step_instances"])), Cell(fmt_seconds(k["avg_ns"] / 1e9))] for _, k in rest.iterrows()]
+             Cell(fmt_count(k["per_step_instances"])), Cell(fmt_seconds(k["avg_ns"] / 1e9))] for _, k in rest.iterrows()]
     table = Table(
         title=f"(c) Non-GEMM kernels with at least {fmt_pct(NON_TRIVIAL, 2)} of forward kernel time "
               f"({ref[0]}, context {ref[1]})",
@@ -548,7 +543,7 @@ def gain_table(kernels: pd.DataFrame, ref: tuple) -> tuple[Table | None, list[di
     top = joined.sort_values("gain", ascending=False).head(TOP_GAINS)
     top = top[top["gain"] > 0]
     rows = [[Cell(k["short_name"]), Cell(k["class"]), Cell(fmt_pct(k["fwd_share"])), Cell(fmt_pct(k["share"])),
-             Cell(sig(100 * k["gain"], 2)), Cell(_count(k["per_step_instances"]))] for _, k in top.iterrows()]
+             Cell(sig(100 * k["gain"], 2)), Cell(fmt_count(k["per_step_instances"]))] for _, k in top.iterrows()]
     table = Table(
         title=f"(d) Kernels that gain share in a training step ({ref[0]}, context {ref[1]})",
         columns=["kernel", "class", "share, forward only", "share, training step", "gain", "calls per step"],
@@ -614,7 +609,7 @@ def attention_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table, 
         out = {"n": len(f), "time": _span(f["time_ratio"], sig), "flop": _span(f["flop_ratio"], sig),
                "per_flop": _span(f["per_flop"], sig), "matmul_rate": _span(f["matmul_rate"], sig),
                "soft_rate": _span(f["soft_rate"], lambda x: sig(x, 2)),
-               "soft_kernels": _span(f["soft_kernels"], _count)}
+               "soft_kernels": _span(f["soft_kernels"], fmt_count)}
     return table, out
 
 

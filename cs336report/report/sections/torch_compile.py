@@ -11,7 +11,7 @@ import pandas as pd
 from ... import accounting
 from ...kernels import classify, summarise_by_class
 from ...model import ModelSpec
-from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
+from ..tables import Cell, Table, fmt_bytes, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from . import pytorch_attention as attn
 
@@ -412,11 +412,6 @@ def dtype_conversion(name: str) -> bool:
     return classify(name) == "copy/memset" and ("to_copy" in name or "bfloat16_copy_kernel" in name)
 
 
-def _count(x: float) -> str:
-    """A per-step count: whole where it is (the profiled steps each launched the same kernels)."""
-    return str(int(x)) if float(x).is_integer() else sig(x)
-
-
 def kernel_table(r, peak: float) -> tuple[Table, dict]:
     """The step's GPU time per kernel class (the record's per-kernel times, from torch.profiler), the
     FLOP rate of the matrix products and of attention by the formula's terms, and the time no kernel ran."""
@@ -431,12 +426,12 @@ def kernel_table(r, peak: float) -> tuple[Table, dict]:
     for _, c in by_class.iterrows():
         ms, flops = c["total_ns"] / 1e6, class_flops.get(c["class"], 0)
         rate = flops / (ms / 1e3) / 1e12 if flops and ms > 0 else math.nan
-        rates[c["class"]] = {"ms": fmt_seconds(ms / 1e3), "share": fmt_pct(ms / step_ms), "launches": _count(c["instances"]),
+        rates[c["class"]] = {"ms": fmt_seconds(ms / 1e3), "share": fmt_pct(ms / step_ms), "launches": fmt_count(c["instances"]),
                              "tflops": sig(rate) if rate == rate else None,
                              "pct_peak": fmt_pct(rate / peak) if rate == rate and peak == peak else None,
                              "over_peak": rate > peak}
         rows.append([Cell(KERNEL_CLASS_LABELS[c["class"]]), Cell(sig(ms)), Cell(sig(100 * ms / step_ms)),
-                     Cell(_count(c["instances"])), Cell(sig(flops / 1e12) if flops else "0"),
+                     Cell(fmt_count(c["instances"])), Cell(sig(flops / 1e12) if flops else "0"),
                      Cell(sig(rate) if rate == rate else "–"),
                      Cell(sig(100 * rate / peak) if rate == rate and peak == peak else "–")])
     busy_ms = kernels["ms"].sum()
@@ -448,7 +443,7 @@ def kernel_table(r, peak: float) -> tuple[Table, dict]:
              "idle": fmt_seconds(idle_ms / 1e3) if idle_ms > 0 else None, "idle_share": fmt_pct(idle_ms / step_ms),
              "outside_gemm": fmt_seconds((step_ms - by_class.set_index("class")["total_ns"].get("gemm", 0) / 1e6) / 1e3),
              "casts": {"ms": fmt_seconds(casts["ms"].sum() / 1e3), "share": fmt_pct(casts["ms"].sum() / step_ms),
-                       "launches": _count(casts["calls"].sum()),
+                       "launches": fmt_count(casts["calls"].sum()),
                        "weights": accounting.linear_weight_count(spec)} if not casts.empty else None}
     table = Table(
         title=f"The optimized step's GPU time by kernel class: {r['size']}, context {r['context']}, batch {r['batch']}",
