@@ -143,7 +143,7 @@ def part_b(c: XXL) -> list[Step]:
     bound = (state + acts / 2) / room
     n = math.floor(bound) + 1  # the smallest integer N with M(N) < 95 GB
     steps += [
-        Step("N_FSDP > (16 B · P + A/2) / (95 GB − A/2)", "(state + A/2) / (95 GB − A/2)",
+        Step("bound on N_FSDP", "N_FSDP > (state + A/2) / (95 GB − A/2)",
              f"({_n(state)} + {_n(acts / 2)}) / ({_n(c.tpu_bytes)} − {_n(acts / 2)})", bound),
         Step("smallest N_FSDP", "⌊bound⌋ + 1", f"⌊{bound:.4g}⌋ + 1", n),
         Step("M(N_FSDP) per device", "(state + A/2) / N_FSDP + A/2",
@@ -171,7 +171,7 @@ def part_c(c: XXL) -> list[Step]:
     F = c.d_ff
     steps = [
         Step("N (chips)", "X · Y", f"{c.x} · {c.y}", N),
-        Step("α = C / W_ici", "C / W_ici", f"{c.flops:.4g} / {c.w_ici:.4g}", alpha, "FLOP/B"),
+        Step("α", "C / W_ici", f"{c.flops:.4g} / {c.w_ici:.4g}", alpha, "FLOP/B"),
         Step("T_math", "2·2·B·D·F / (N·C)", f"4 · B · {c.d_model} · {F} / ({N} · {c.flops:.4g})",
              forward_times(c, 1)["math"], "s per token of B"),
         Step("T_FSDP", "2·2·D·F / (Y·W_ici·M_X)", f"4 · {c.d_model} · {F} / ({c.y} · {c.w_ici:.4g} · {c.m_x})",
