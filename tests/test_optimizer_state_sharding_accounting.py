@@ -18,8 +18,12 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 MICRO = {"d_model": 32, "d_ff": 64, "num_layers": 1, "num_heads": 2, "vocab_size": 100, "rope_theta": 10000.0}
 
 
+# on a GPU: tensors of whole 512-byte allocator blocks, so the allocator's count equals the tensors' bytes
+GPU_MODEL = {"d_model": 256, "d_ff": 1024, "num_layers": 2, "num_heads": 4, "vocab_size": 1024, "rope_theta": 10000.0}
+
+
 def _cell(optimizer: str, device: str = "cpu", backend: str = "gloo") -> dict:
-    return {"device": device, "size": "micro", "model": MICRO, "context": 8, "mode": "train_step",
+    return {"device": device, "size": "micro", "model": MICRO if device == "cpu" else GPU_MODEL, "context": 8, "mode": "train_step",
             "precision": "fp32", "implementation": "naive", "batch_size": 2, "warmup_steps": 1,
             "measured_steps": 2, "tf32": False, "seed": 0, "optimizer": optimizer, "world_size": 2,
             "global_batch": 4, "backend": backend}
@@ -54,8 +58,8 @@ def test_sharded_cell_on_two_cpu_ranks():
     assert ranks[0]["tensors"]["saved_activations"] == pytest.approx(expected, rel=0.10)
 
 
-def _context(tmp_path):
-    records = [load(p) for p in sorted(FIXTURES.glob("*-tiny-*.json.gz"))]
+def _context(tmp_path, pattern="*-tiny-*.json.gz"):
+    records = [load(p) for p in sorted(FIXTURES.glob(pattern))]
     return RenderContext(records, {"_device": "cpu", "_grid": "cpu"}, tmp_path)
 
 
@@ -70,17 +74,22 @@ def test_section_reads_the_cpu_records(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["md", "html"])
-def test_section_templates_render(tmp_path, mode):
-    data = section.build(_context(tmp_path))
+@pytest.mark.parametrize("pattern", ["*-tiny-*.json.gz", "sharded-*.json.gz"])
+def test_section_templates_render(tmp_path, mode, pattern):
+    data = section.build(_context(tmp_path, pattern))
+    if pattern.startswith("sharded"):  # one optimizer alone: no comparison, and no template trips on it
+        assert data["analysis"]["sharded"] is None and data["analysis"]["vs_zero"] is None
     env = environments()[mode]
     fmt_lib = "_md.j2" if mode == "md" else "_html.j2"
     info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
     text = env.get_template(f"sections/{section.ID}.j2").render(fmt_lib=fmt_lib, d=data, section=info)
-    assert "Time per iteration" in text and "within the 5 % goal" in text
+    assert "Time per iteration" in text and ("within the 5 % goal" in text) == (data["analysis"]["sharded"] is not None)
     if "macro sub(" not in (TEMPLATES / fmt_lib).read_text():
         pytest.skip("this checkout's layout macros have no answer layer")
     answer = env.get_template(f"answers/{section.ID}.j2").render(fmt_lib=fmt_lib, d=data, section=info)
-    assert data["analysis"]["state_full"] in answer and "ZeRO stage 1" in answer
+    assert "ZeRO stage 1" in answer
+    if data["analysis"]["sharded"]:
+        assert data["analysis"]["state_full"] in answer
 
 
 @pytest.mark.gpu

@@ -116,7 +116,8 @@ def comms_table(df: pd.DataFrame) -> Table:
 
 
 def analysis(df: pd.DataFrame) -> dict:
-    out: dict = {"cuda": bool(df["after_step_peak"].notna().any())}
+    out: dict = {"cuda": bool(df["after_step_peak"].notna().any()), "sharded": None, "zero": None, "vs_zero": None,
+                 "vs_adamw": None, "state_full": None}
     first = df.iloc[0]
     out.update(size=first["size"], context=int(first["context"]), world=int(first["world"]),
                global_batch=int(first["global_batch"]), batch_per_rank=int(first["batch_per_rank"]),
@@ -138,7 +139,9 @@ def analysis(df: pd.DataFrame) -> dict:
             out[opt] = {"state": _b(max(mine)), "saving": _b(min(saving)), "expected": _b(expected),
                         "deviation": fmt_pct(worst), "goal_met": bool(worst <= STATE_GOAL)}
             if out["cuda"]:
+                allocated = by[opt]["state_allocated"].dropna()
                 out[opt].update(
+                    allocated=_b(allocated.max()) if len(allocated) else "–",
                     after_step=_b(by[opt]["after_step_peak"].max()), after_step_full=_b(by["adamw"]["after_step_peak"].max()),
                     before_step=_b(by[opt]["before_step_peak"].max()),
                     before_step_full=_b(by["adamw"]["before_step_peak"].max()),
