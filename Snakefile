@@ -19,6 +19,8 @@ include: "workflow/rules/attention.smk"
 include: "workflow/rules/torch_compile.smk"
 include: "workflow/rules/memory_profiling.smk"
 include: "workflow/rules/mixed_precision.smk"
+include: "workflow/rules/communication_accounting.smk"
+include: "workflow/rules/optimizer_state_sharding_accounting.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -1,0 +1,149 @@
+"""Start N processes of one experiment cell and collect what each returns.
+
+A distributed cell is still one Snakemake job: its experiment calls :func:`launch`, which spawns
+``world_size`` processes (``torch.multiprocessing``, start method "spawn", so CUDA is never
+forked), joins them into one process group on a free loopback port, calls ``fn(rank, world_size,
+device, *args)`` in each, and returns the ranks' return values in rank order. With NCCL each rank
+owns one GPU (``devices[rank]``, indices among the GPUs this job sees); with Gloo every rank runs
+on the CPU, so the same code runs anywhere.
+
+A rank that raises ends the cell: the other ranks are terminated (they may be waiting in a
+collective) and :class:`RankFailed` carries the first failing rank's own error, its traceback and
+whether it ran out of memory, so the runner records the cell as "oom" or "error" like any other.
+A cell that needs more GPUs than the job sees raises :class:`NotEnoughDevices` before any process
+starts.
+
+NVLink multicast stays off in every rank (``NCCL_NVLS_ENABLE=0`` and PyTorch's and NVSHMEM's
+switches): on shared hosts a program that uses it can take the GPUs out of service.
+
+    from cs336report.distributed.launch import launch
+    sums = launch(my_fn, 2, backend="gloo", args=(tensor_bytes,))
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}
+BACKENDS = ("gloo", "nccl")
+
+
+class NotEnoughDevices(RuntimeError):
+    """The cell asks for more GPUs than this job sees."""
+
+    def __init__(self, needed: int, present: int):
+        super().__init__(f"not run: needs {needed} GPUs, {present} present")
+        self.needed, self.present = needed, present
+
+
+class RankFailed(RuntimeError):
+    """A rank raised. The message is that rank's own (so an OOM reads as one), prefixed by the rank."""
+
+    def __init__(self, rank: int, kind: str, message: str, traceback_text: str, oom: bool):
+        super().__init__(f"rank {rank}: {kind}: {message}")
+        self.rank, self.kind, self.traceback_text, self.oom = rank, kind, traceback_text, oom
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gpus_present() -> int:
+    """GPUs this process sees (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _rank_entry(rank: int, fn: Callable, world_size: int, backend: str, port: int,
+                devices: Sequence[int] | None, outdir: str, args: tuple, timeout_s: float) -> None:
+    os.environ.update(MULTICAST_OFF)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    out = Path(outdir)
+    try:
+        if backend == "nccl":
+            device = torch.device("cuda", devices[rank])
+            torch.cuda.set_device(device)
+        else:
+            device = torch.device("cpu")
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        result = fn(rank, world_size, device, *args)
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, then re-raised
+        import traceback
+
+        text = str(exc).strip()
+        oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower()
+        failure = {"kind": type(exc).__name__, "message": text.splitlines()[0] if text else "",
+                   "traceback": traceback.format_exc(), "oom": oom, "time": time.time()}
+        (out / f"failed-{rank}.pkl").write_bytes(pickle.dumps(failure))
+        raise
+    dist.barrier()
+    dist.destroy_process_group()
+    tmp = out / f".rank-{rank}.pkl"
+    tmp.write_bytes(pickle.dumps(result))
+    tmp.rename(out / f"rank-{rank}.pkl")
+
+
+def _first_failure(outdir: Path) -> tuple[int, dict] | None:
+    failures = []
+    for path in outdir.glob("failed-*.pkl"):
+        failures.append((int(path.stem.split("-")[1]), pickle.loads(path.read_bytes())))
+    # the earliest failure is the cause; the others are usually ranks cut off by it
+    return min(failures, key=lambda f: f[1]["time"]) if failures else None
+
+
+def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", args: tuple = (),
+           devices: Sequence[int] | None = None, timeout_s: float = 600.0) -> list[Any]:
+    """Run ``fn(rank, world_size, device, *args)`` in ``world_size`` processes of one group.
+
+    ``fn`` must be importable by name (a module-level function): the processes are spawned.
+    Returns each rank's return value (picklable), in rank order. ``timeout_s`` bounds both the
+    collectives (the process group's timeout) and the whole launch.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, not {world_size}")
+    if backend == "nccl":
+        present = gpus_present()
+        devices = list(devices) if devices is not None else list(range(world_size))
+        if len(devices) < world_size or present < world_size or max(devices) >= present:
+            raise NotEnoughDevices(world_size, present)
+    outdir = Path(tempfile.mkdtemp(prefix="cs336report-launch-"))
+    try:
+        context = mp.start_processes(
+            _rank_entry, nprocs=world_size, join=False, start_method="spawn",
+            args=(fn, world_size, backend, free_port(), devices, str(outdir), args, timeout_s))
+        deadline = time.monotonic() + timeout_s + 60.0
+        try:
+            while not context.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    for process in context.processes:
+                        process.kill()
+                    raise TimeoutError(f"{world_size} ranks still running after {timeout_s + 60:.0f} s")
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            first = _first_failure(outdir)
+            if first is None:
+                raise RankFailed(getattr(exc, "error_index", -1), type(exc).__name__, str(exc).strip(),
+                                 "", False) from None
+            rank, f = first
+            raise RankFailed(rank, f["kind"], f["message"], f["traceback"], f["oom"]) from None
+        return [pickle.loads((outdir / f"rank-{r}.pkl").read_bytes()) for r in range(world_size)]
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)

@@ -1,0 +1,216 @@
+"""optimizer_state_sharding_accounting: memory and time of data-parallel AdamW training with and
+without optimizer-state sharding, PyTorch's ZeroRedundancyOptimizer as the reference row.
+
+One cell is one optimizer (``adamw``: plain AdamW on every rank; ``sharded``: our
+:class:`~cs336report.distributed.sharded_optimizer.ShardedOptimizer`; ``zero``:
+``torch.distributed.optim.ZeroRedundancyOptimizer``) on one model, run by ``world_size`` ranks of one
+node (NCCL, one GPU each; Gloo on the CPU). Every rank builds the same model (same seed, then
+rank 0's weights broadcast), takes its share of the global batch, and trains: forward and backward,
+the gradients averaged (one asynchronous all-reduce per parameter, waited for together: the same
+for every optimizer, so the rows differ only in the optimizer step), then the optimizer step.
+
+Measured per rank and per step: the time of each phase and of the step (synchronized), the peak
+of allocated CUDA memory during forward + backward + all-reduce ("directly before the optimizer
+step") and during the optimizer step ("directly after it"), each with the allocated memory at
+that point; after model initialization its peak. Beside the allocator's numbers the bytes of the
+tensors themselves: parameters, gradients, this rank's optimizer state, and the activations saved
+for backward (counted once per storage with saved_tensors_hooks, parameters left out); and the
+state the first optimizer step allocated. Rank 0's record holds every rank's results.
+
+    python -m cs336report run optimizer_state_sharding_accounting --cell '{...}' --out result.json
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+
+from .. import accounting
+from ..accounting_distributed import data_parallel_bytes
+from ..distributed.launch import launch
+from ..distributed.sharded_optimizer import ShardedOptimizer, state_bytes, tensor_bytes
+from ..measure import PhaseTimer, summarize, synchronize, time_steps
+from ..model import ModelSpec, cross_entropy
+from ..models import build_model
+from .benchmarking import set_tf32, transformer_cell
+
+OPTIMIZERS = ("adamw", "sharded", "zero")
+LR = 1e-4
+
+
+def cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid("optimizer_state_sharding_accounting")
+    if grid is None:
+        return {}
+    world, global_batch = grid["world_size"], grid["global_batch"]
+    if global_batch % world:
+        raise ValueError(f"optimizer_state_sharding_accounting: global_batch {global_batch} is not a multiple "
+                         f"of world_size {world}")
+    out = {}
+    for optimizer in grid["optimizers"]:
+        cell = transformer_cell(cfg, grid["size"], grid["context"], "train_step", "fp32", cfg.run["implementation"],
+                                optimizer=optimizer, world_size=world, global_batch=global_batch,
+                                backend="nccl" if cfg.device == "cuda" else "gloo")
+        cell.update(batch_size=global_batch // world,
+                    warmup_steps=grid.get("warmup_steps", cfg.run["warmup_steps"]),
+                    measured_steps=grid.get("measured_steps", cfg.run["measured_steps"]))
+        out[f"{optimizer}-{grid['size']}-ctx{grid['context']}-b{global_batch}-w{world}"] = cell
+    return out
+
+
+def make_optimizer(name: str, params):
+    """The optimizer of a cell, and the optimizer object that holds this rank's state."""
+    if name == "adamw":
+        opt = torch.optim.AdamW(params, lr=LR)
+        return opt, lambda: opt
+    if name == "sharded":
+        opt = ShardedOptimizer(params, torch.optim.AdamW, lr=LR)
+        return opt, lambda: opt.optimizer
+    if name == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=LR)
+        return opt, lambda: opt.optim
+    raise ValueError(f"cell field 'optimizer' is {name!r}, expected one of {OPTIMIZERS}")
+
+
+def _allocated(device) -> dict | None:
+    """Peak and current allocated bytes since the last reset (None off CUDA)."""
+    if device.type != "cuda":
+        return None
+    return {"peak": torch.cuda.max_memory_allocated(device), "current": torch.cuda.memory_allocated(device)}
+
+
+def _reset_peak(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+class SavedBytes:
+    """Bytes of the tensors autograd saves for backward, each storage once, parameters left out."""
+
+    def __init__(self, params):
+        self.skip = {p.untyped_storage().data_ptr() for p in params}
+        self.seen: dict[int, int] = {}
+
+    def pack(self, t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in self.skip:
+            self.seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    @property
+    def total(self) -> int:
+        return sum(self.seen.values())
+
+
+def _average_gradients(params, world: int) -> None:
+    grads = [p.grad for p in params if p.grad is not None]
+    handles = [dist.all_reduce(g, op=dist.ReduceOp.SUM, async_op=True) for g in grads]
+    for h in handles:
+        h.wait()
+    torch._foreach_mul_(grads, 1.0 / world)
+
+
+def _rank(rank: int, world: int, device, cell: dict) -> dict:
+    set_tf32(cell["tf32"])
+    if device.type == "cpu":  # the ranks share the host's cores: one rank's threads must not crowd another's
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    spec = ModelSpec(**cell["model"])
+    _reset_peak(device)
+    torch.manual_seed(cell["seed"])
+    model, model_info = build_model({**cell, "device": str(device)})
+    params = list(model.parameters())
+    for p in params:  # every rank starts from rank 0's weights
+        dist.broadcast(p.data, src=0)
+    synchronize(str(device))
+    after_init = _allocated(device)
+    generator = torch.Generator(device="cpu").manual_seed(cell["seed"] + 1 + rank)
+    shape = (cell["batch_size"], cell["context"])  # (batch per rank, seq)
+    tokens = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
+    targets = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
+    optimizer, local = make_optimizer(cell["optimizer"], params)
+    memory: list[dict] = []
+    saved = SavedBytes(params)
+    first = {}
+
+    def step() -> dict:
+        timer, mem = PhaseTimer(str(device)), {}
+        optimizer.zero_grad(set_to_none=True)
+        synchronize(str(device))
+        start = _allocated(device)
+        _reset_peak(device)
+        # the first step also counts the tensors autograd saves (the hooks cost nothing measurable)
+        counting = torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t) if not memory else nullcontext()
+        with timer.phase("forward_backward"):
+            with counting:
+                loss = cross_entropy(model(tokens), targets)  # logits (batch, seq, vocab)
+            loss.backward()
+        with timer.phase("all_reduce"):
+            _average_gradients(params, world)
+        mem["before_step"] = _allocated(device)
+        mem["grad_bytes"] = sum(tensor_bytes(p.grad) for p in params if p.grad is not None)
+        _reset_peak(device)
+        with timer.phase("optimizer_step"):
+            optimizer.step()
+        mem["after_step"] = _allocated(device)
+        mem["start"] = start
+        if not memory:  # the first step allocates the optimizer state
+            first["state_allocated"] = (mem["after_step"]["current"] - mem["before_step"]["current"]
+                                        if mem["after_step"] else None)
+        memory.append(mem)
+        return timer.times
+
+    times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], str(device))
+    param_bytes = sum(tensor_bytes(p) for p in params)
+    local_state = local()
+    owned = sum(p.numel() for g in local_state.param_groups for p in g["params"]) if local_state else 0
+    checksum = float(sum(p.detach().double().sum() for p in params))
+    return {
+        "rank": rank, "device": str(device), "model": model_info if rank == 0 else None,
+        "times_s": times, "stats_s": summarize(times["measured_s"]),
+        "phase_stats_s": {k: summarize(v) for k, v in times["phases_s"].items()},
+        "memory_after_init": after_init, "memory_steps": memory,
+        "state_allocated_first_step": first.get("state_allocated"),
+        "tensors": {"parameters": param_bytes, "gradients": memory[-1]["grad_bytes"],
+                    "optimizer_state": state_bytes(local_state), "saved_activations": saved.total},
+        "params": sum(p.numel() for p in params), "owned_params": owned,
+        "issued_bytes": {"all_reduce": memory[-1]["grad_bytes"],
+                         "broadcast": param_bytes if cell["optimizer"] != "adamw" else 0,
+                         "broadcast_owned": 4 * owned if cell["optimizer"] != "adamw" else 0},
+        "param_checksum": checksum,
+    }
+
+
+def _topology() -> str | None:
+    try:
+        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run(cell: dict) -> dict:
+    world, backend = cell["world_size"], cell["backend"]
+    ranks = launch(_rank, world, backend=backend, args=(cell,), timeout_s=cell.get("timeout_s", 900))
+    spec = ModelSpec(**cell["model"])
+    n = ranks[0]["params"]
+    analytic = data_parallel_bytes(n, world)
+    acts = accounting.saved_activation_bytes(spec, cell["batch_size"], cell["context"], cell["implementation"])
+    cuda = backend == "nccl"
+    return {
+        "model": ranks[0]["model"], "params": n, "params_expected": accounting.param_count(spec),
+        "world_size": world, "backend": backend, "global_batch": cell["global_batch"],
+        "batch_per_rank": cell["batch_size"],
+        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        "interconnect": _topology() if cuda else None,
+        "ranks": ranks,
+        "analytic": {**analytic, "saved_activations": acts["total"],
+                     "logits": 4 * cell["batch_size"] * cell["context"] * spec.vocab_size},
+    }
+
+
+EXPERIMENTS = {"optimizer_state_sharding_accounting": (cells, run)}

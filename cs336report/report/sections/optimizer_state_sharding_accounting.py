@@ -1,0 +1,198 @@
+"""optimizer_state_sharding_accounting: memory and time per rank of data-parallel AdamW training
+with and without optimizer-state sharding, ZeroRedundancyOptimizer as the reference row, and how
+the scheme differs from ZeRO stage 1 in memory and bytes sent (from the records' own counts)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig
+
+ID = "optimizer_state_sharding_accounting"
+TITLE = "optimizer_state_sharding_accounting"
+EXPERIMENTS = ("optimizer_state_sharding_accounting",)
+POINTS = 5
+SUBQUESTIONS = ("a", "b", "c")
+LABELS = {"adamw": "AdamW, not sharded", "sharded": "ShardedOptimizer (ours)", "zero": "ZeroRedundancyOptimizer"}
+ORDER = ("adamw", "sharded", "zero")
+STATE_GOAL = 0.05  # measured state saving per rank within 5 % of the analytic one
+TIME_GOAL = 0.10  # our time per iteration within 10 % of ZeroRedundancyOptimizer's
+
+
+def _peak(mem: dict | None, key: str = "peak"):
+    return mem.get(key) if isinstance(mem, dict) else None
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    """One row per rank of every ok record."""
+    rows = []
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        d, c = r["data"], r["config"]
+        for k in d["ranks"]:
+            last = k["memory_steps"][-1]
+            rows.append({
+                "optimizer": c["optimizer"], "rank": k["rank"], "size": c["size"], "context": c["context"],
+                "world": d["world_size"], "backend": d["backend"], "global_batch": d["global_batch"],
+                "batch_per_rank": d["batch_per_rank"], "params": d["params"], "owned": k["owned_params"],
+                "after_init_peak": _peak(k["memory_after_init"]),
+                "before_step_peak": _peak(last["before_step"]), "before_step_current": _peak(last["before_step"], "current"),
+                "after_step_peak": _peak(last["after_step"]), "after_step_current": _peak(last["after_step"], "current"),
+                "state_allocated": k.get("state_allocated_first_step"),
+                **{f"t_{n}": v for n, v in k["tensors"].items()},
+                "mean_s": k["stats_s"]["mean"], "std_s": k["stats_s"]["std"], "median_s": k["stats_s"]["median"],
+                "noisy": k["stats_s"]["noisy"], "measured_s": k["times_s"]["measured_s"],
+                "optimizer_s": k["phase_stats_s"].get("optimizer_step", {}).get("mean"),
+                "all_reduce_s": k["phase_stats_s"].get("all_reduce", {}).get("mean"),
+                "forward_backward_s": k["phase_stats_s"].get("forward_backward", {}).get("mean"),
+                "issued_all_reduce": k["issued_bytes"]["all_reduce"], "issued_broadcast": k["issued_bytes"]["broadcast"],
+                "issued_broadcast_owned": k["issued_bytes"]["broadcast_owned"], "checksum": k["param_checksum"],
+                "analytic": d["analytic"], "source": r["_path"],
+            })
+    return pd.DataFrame(rows)
+
+
+def _b(x) -> str:
+    return fmt_bytes(x) if x is not None and x == x else "–"
+
+
+def memory_table(df: pd.DataFrame) -> Table:
+    rows = []
+    for _, r in df.sort_values(["optimizer", "rank"], key=lambda s: s.map(ORDER.index) if s.name == "optimizer" else s).iterrows():
+        a = r["analytic"]
+        state_expected = a[{"adamw": "unsharded", "sharded": "sharded", "zero": "zero1"}[r["optimizer"]]]["optimizer_state"]
+        rows.append([Cell(LABELS[r["optimizer"]]), Cell(str(r["rank"])), Cell(_b(r["after_init_peak"])),
+                     Cell(_b(r["before_step_peak"])), Cell(_b(r["after_step_peak"])), Cell(_b(r["t_parameters"])),
+                     Cell(_b(r["t_gradients"])), Cell(f"{_b(r['t_optimizer_state'])} ({_b(state_expected)})"),
+                     Cell(f"{_b(r['t_saved_activations'])} ({_b(a['saved_activations'] + a['logits'])})")])
+    return Table(title="Peak memory per rank and what it holds",
+                 columns=["optimizer", "rank", "after model init", "before optimizer step", "after optimizer step",
+                          "parameters", "gradients", "optimizer state (analytic)", "saved activations (analytic)"],
+                 rows=rows, sources=sorted(set(df["source"])),
+                 note="peaks: torch.cuda.max_memory_allocated, reset before each region (model construction; "
+                      "forward, backward and gradient all-reduce; the optimizer step), in the last measured step; "
+                      "parts: bytes of the tensors themselves; analytic: optimizer state 8 B per parameter (÷ world "
+                      "size when sharded, as equal shards), saved activations by the reference architecture's count "
+                      "(cs336report.accounting.saved_activation_bytes) plus the fp32 logits, which the loss keeps "
+                      "for backward")
+
+
+def time_table(df: pd.DataFrame) -> Table:
+    rows = []
+    for opt in [o for o in ORDER if o in set(df["optimizer"])]:
+        for _, r in df[df["optimizer"] == opt].sort_values("rank").iterrows():
+            rows.append([Cell(LABELS[opt]), Cell(str(r["rank"])), Cell(fmt_mean_std(r["mean_s"], r["std_s"], 1e-3)),
+                         Cell(sig(r["median_s"] * 1e3)), Cell(sig(r["forward_backward_s"] * 1e3)),
+                         Cell(sig(r["all_reduce_s"] * 1e3)), Cell(sig(r["optimizer_s"] * 1e3)),
+                         Cell("noisy" if r["noisy"] else "")])
+    return Table(title="Time per iteration", columns=["optimizer", "rank", "mean ± std", "median", "forward + backward",
+                                                      "gradient all-reduce", "optimizer step", ""],
+                 units=["", "", "ms", "ms", "ms", "ms", "ms", ""], rows=rows, sources=sorted(set(df["source"])),
+                 note="each step synchronized, and each phase inside it; the optimizer step includes the "
+                      "broadcast of the updated parameters where the state is sharded")
+
+
+def comms_table(df: pd.DataFrame) -> Table:
+    a = df.iloc[0]["analytic"]
+    issued = {opt: g.iloc[0] for opt, g in df[df["rank"] == 0].groupby("optimizer")}
+    rows = []
+    for key, label in (("unsharded", LABELS["adamw"]), ("sharded", LABELS["sharded"] + " and ZeroRedundancyOptimizer"),
+                       ("zero1", "ZeRO stage 1 (Rajbhandari et al. 2020)")):
+        m = a[key]
+        total = m["parameters"] + m["gradients"] + m["optimizer_state"]
+        rows.append([Cell(label), Cell(_b(m["parameters"])), Cell(_b(m["gradients"])), Cell(_b(m["optimizer_state"])),
+                     Cell(_b(total)), Cell(_b(m["sent"])), Cell(m["collectives"])])
+    note = ("per rank, fp32 with AdamW, P = {:,} parameters on {} ranks; sent: ring collectives, all-reduce 2·(N−1)/N of "
+            "the buffer, reduce-scatter, all-gather and a broadcast of 1/N of it (N−1)/N").format(int(df.iloc[0]["params"]),
+                                                                                              int(df.iloc[0]["world"]))
+    if "sharded" in issued:
+        s = issued["sharded"]
+        note += (f"; issued by our rank 0 each step: all-reduce of {_b(s['issued_all_reduce'])}, broadcasts of "
+                 f"{_b(s['issued_broadcast'])} of which it owns {_b(s['issued_broadcast_owned'])}")
+    return Table(title="Memory and communication per rank: data parallel, sharded state, ZeRO stage 1",
+                 columns=["scheme", "parameters", "gradients", "optimizer state", "total", "sent per step", "collectives"],
+                 rows=rows, sources=sorted(set(df["source"])), note=note)
+
+
+def analysis(df: pd.DataFrame) -> dict:
+    out: dict = {"cuda": bool(df["after_step_peak"].notna().any()), "sharded": None, "zero": None, "vs_zero": None,
+                 "vs_adamw": None, "state_full": None}
+    first = df.iloc[0]
+    out.update(size=first["size"], context=int(first["context"]), world=int(first["world"]),
+               global_batch=int(first["global_batch"]), batch_per_rank=int(first["batch_per_rank"]),
+               backend=first["backend"], params=f"{int(first['params']):,}")
+    by = {opt: g.sort_values("rank") for opt, g in df.groupby("optimizer")}
+    a = first["analytic"]
+    out["parameters"], out["gradients"] = _b(first["t_parameters"]), _b(first["t_gradients"])
+    out["activations"] = _b(first["t_saved_activations"])
+    out["activations_analytic"] = _b(a["saved_activations"] + a["logits"])
+    if "adamw" in by:
+        out["state_full"] = _b(by["adamw"]["t_optimizer_state"].max())
+    for opt in ("sharded", "zero"):
+        if opt in by and "adamw" in by:
+            full = by["adamw"]["t_optimizer_state"].values
+            mine = by[opt]["t_optimizer_state"].values
+            saving = [f - m for f, m in zip(full, mine)]
+            expected = a["unsharded"]["optimizer_state"] - a["sharded"]["optimizer_state"]
+            worst = max(abs(s - expected) / expected for s in saving)
+            out[opt] = {"state": _b(max(mine)), "saving": _b(min(saving)), "expected": _b(expected),
+                        "deviation": fmt_pct(worst), "goal_met": bool(worst <= STATE_GOAL)}
+            if out["cuda"]:
+                allocated = by[opt]["state_allocated"].dropna()
+                out[opt].update(
+                    allocated=_b(allocated.max()) if len(allocated) else "–",
+                    after_step=_b(by[opt]["after_step_peak"].max()), after_step_full=_b(by["adamw"]["after_step_peak"].max()),
+                    before_step=_b(by[opt]["before_step_peak"].max()),
+                    before_step_full=_b(by["adamw"]["before_step_peak"].max()),
+                    after_init=_b(by[opt]["after_init_peak"].max()))
+    times = {opt: g.loc[g["rank"] == 0].iloc[0] for opt, g in by.items()}
+    out["times"] = {opt: {"mean": sig(r["mean_s"] * 1e3), "std": sig(r["std_s"] * 1e3, 2),
+                          "optimizer": sig(r["optimizer_s"] * 1e3)} for opt, r in times.items()}
+    if "sharded" in times and "zero" in times:
+        ratio = times["sharded"]["mean_s"] / times["zero"]["mean_s"]
+        out["vs_zero"] = {"ratio": sig(ratio), "pct": fmt_pct(ratio - 1), "goal_met": bool(ratio - 1 <= TIME_GOAL)}
+    if "sharded" in times and "adamw" in times:
+        change = times["sharded"]["mean_s"] / times["adamw"]["mean_s"] - 1
+        out["vs_adamw"] = {"pct": fmt_pct(abs(change)), "slower": bool(change > 0)}
+    out["same_weights"] = bool(all(g["checksum"].nunique() == 1 for g in by.values()))
+    sent = {k: a[k]["sent"] for k in ("unsharded", "sharded", "zero1")}
+    out["sent"] = {k: _b(v) for k, v in sent.items()}
+    out["sent_ratio"] = sig(sent["sharded"] / sent["zero1"])
+    out["zero1_state"] = _b(a["zero1"]["optimizer_state"])
+    return out
+
+
+def targets(out: dict) -> list[dict]:
+    """The project's goals for this problem, checked on the records."""
+    rows = []
+    if out.get("sharded"):
+        rows.append({"goal": "optimizer-state saving per rank within 5 % of the analytic one",
+                     "value": out["sharded"]["deviation"], "met": out["sharded"]["goal_met"]})
+    if out.get("vs_zero"):
+        rows.append({"goal": "time per iteration within 10 % of ZeroRedundancyOptimizer's",
+                     "value": out["vs_zero"]["pct"], "met": out["vs_zero"]["goal_met"]})
+    return rows
+
+
+def build(ctx) -> dict:
+    df = frame(ctx.records("optimizer_state_sharding_accounting"))
+    if df.empty:
+        return {"ok": False}
+    out = analysis(df)
+    return {"ok": True, "analysis": out, "memory_table": memory_table(df), "time_table": time_table(df),
+            "comms_table": comms_table(df), "targets": targets(out),
+            "failed": [r["cell"] + ": " + (r.get("error") or r["status"])
+                       for r in ctx.records("optimizer_state_sharding_accounting") if r["status"] != "ok"]}
+
+
+def headline(data: dict) -> str:
+    if not data.get("ok"):
+        return "not run"
+    a = data["analysis"]
+    parts = []
+    if a.get("sharded"):
+        parts.append(f"state per rank {a.get('state_full', '–')} → {a['sharded']['state']}")
+    if a.get("vs_zero"):
+        parts.append(f"{a['vs_zero']['ratio']}× ZeroRedundancyOptimizer's step time")
+    return "; ".join(parts) or "ran"

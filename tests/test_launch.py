@@ -1,0 +1,44 @@
+"""The launcher: ranks join one group, results come back in rank order, a failing rank's own
+error (and whether it was an OOM) reaches the caller, and a GPU cell that cannot have its GPUs
+says so before starting anything."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from cs336report.distributed.launch import NotEnoughDevices, RankFailed, launch
+from cs336report.measure import is_out_of_memory
+
+
+def _all_reduce_rank(rank, world_size, device, base):
+    t = torch.tensor([float(base + rank)], device=device)
+    dist.all_reduce(t)
+    return {"rank": rank, "sum": t.item(), "env_world": dist.get_world_size()}
+
+
+def _fail_on_rank_one(rank, world_size, device):
+    if rank == 1:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    dist.barrier()  # rank 0 waits here for a rank that never comes
+    return rank
+
+
+def test_ranks_reduce_together_and_return_in_order():
+    out = launch(_all_reduce_rank, 3, backend="gloo", args=(10,), timeout_s=60)
+    assert [r["rank"] for r in out] == [0, 1, 2]
+    assert all(r["sum"] == 10 + 11 + 12 for r in out)
+    assert all(r["env_world"] == 3 for r in out)
+
+
+def test_failing_rank_reports_its_own_error_as_oom():
+    with pytest.raises(RankFailed) as info:
+        launch(_fail_on_rank_one, 2, backend="gloo", timeout_s=30)
+    assert info.value.rank == 1 and info.value.oom
+    assert "Tried to allocate 2.00 GiB" in str(info.value)
+    assert is_out_of_memory(info.value)
+
+
+def test_nccl_without_enough_gpus_is_refused_before_start():
+    needed = torch.cuda.device_count() + 1
+    with pytest.raises(NotEnoughDevices, match=f"needs {needed} GPUs"):
+        launch(_all_reduce_rank, needed, backend="nccl", args=(0,))
