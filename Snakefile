@@ -19,6 +19,7 @@ include: "workflow/rules/attention.smk"
 include: "workflow/rules/torch_compile.smk"
 include: "workflow/rules/memory_profiling.smk"
 include: "workflow/rules/mixed_precision.smk"
+include: "workflow/rules/handout_tests.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -88,21 +88,44 @@ def _sdpa(backend_name: str) -> Callable:
     return attention
 
 
-def attention_function(impl: str, causal: bool = True) -> tuple[Callable, dict]:
-    """``(attn(q, k, v) -> o, notes)`` for implementation ``impl``; notes describe how it runs."""
+# The FlashAttention-2 implementations and the piece the resolver gives for each. triton and
+# flash_pytorch are the student's with a student checkout; the fixed-tile and eager-backward
+# variants are settings of the built-in functions, so they always run ours (the reference rows).
+FLASH_PIECES = {"triton": "flash_triton", "triton_fixed": "flash_triton", "flash_pytorch": "flash_pytorch",
+                "flash_pytorch_eager": "flash_pytorch"}
+BUILTIN_ONLY = ("triton_fixed", "flash_pytorch_eager")
+
+
+def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Callable, dict]:
+    """A FlashAttention-2 autograd function from the resolver; AdapterNotImplemented if it is not implemented."""
+    from .. import student as resolver
+
+    found = resolver.implementation(FLASH_PIECES[impl], None if impl in BUILTIN_ONLY else student)
+    if not found:
+        raise found.error()
+    function, provenance = found
+    notes: dict = {"provenance": provenance}
+    if provenance != resolver.BUILTIN:  # the handout's interface: apply(q, k, v, is_causal)
+        return (lambda q, k, v: function.apply(q, k, v, causal)), notes
+    if impl in ("triton", "triton_fixed"):
+        autotune = impl == "triton"
+        return (lambda q, k, v: function.apply(q, k, v, causal, None, None, autotune)), {**notes, "autotune": autotune}
+    from ..flash import set_backward_mode
+
+    set_backward_mode("compile" if impl == "flash_pytorch" else "eager")
+    return (lambda q, k, v: function.apply(q, k, v, causal)), notes
+
+
+def attention_function(impl: str, causal: bool = True, student: dict | None = None) -> tuple[Callable, dict]:
+    """``(attn(q, k, v) -> o, notes)`` for implementation ``impl``; notes describe how it runs.
+
+    The FlashAttention-2 implementations come from the resolver (:mod:`cs336report.student`): the
+    student's through their adapters when ``student`` (a cell's ``student`` entry) is given.
+    """
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLEMENTATIONS)}")
-    if impl in ("triton", "triton_fixed"):
-        from ..flash import FlashAttention2Triton
-
-        autotune = impl == "triton"
-        return (lambda q, k, v: FlashAttention2Triton.apply(q, k, v, causal, None, None, autotune)), {
-            "autotune": autotune}
-    if impl in ("flash_pytorch", "flash_pytorch_eager"):
-        from ..flash import FlashAttention2PyTorch, set_backward_mode
-
-        set_backward_mode("compile" if impl == "flash_pytorch" else "eager")
-        return (lambda q, k, v: FlashAttention2PyTorch.apply(q, k, v, causal)), {}
+    if impl in FLASH_PIECES:
+        return _flash_function(impl, causal, student)
     if impl in ("naive", "naive_compiled"):
         if not causal:
             raise ValueError("the naive attention of this benchmark is causal only")
@@ -280,7 +303,7 @@ def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict) -> dict:
     if device.startswith("cuda") and any(p["status"] == "ok" for p in entry["passes"].values()):
         memory = _attempt(lambda: {"bytes": memory_profile(attn, q, k, v, do, device)}, device)
         entry["memory"] = memory.get("bytes") if memory["status"] == "ok" else {"status": memory["status"]}
-    if impl in ("triton", "triton_fixed") and entry["passes"]["forward_backward"]["status"] == "ok":
+    if impl in ("triton", "triton_fixed") and not cell.get("student") and entry["passes"]["forward_backward"]["status"] == "ok":
         from ..flash import last_triton_config
 
         entry["tiles"] = last_triton_config()
@@ -317,6 +340,8 @@ def cells(cfg) -> dict[str, dict]:
                 "tf32": cfg.run["tf32"],
                 "seed": cfg.run["seed"],
             }
+            if impl in FLASH_PIECES and impl not in BUILTIN_ONLY and cfg.student:  # the student's, by their adapters
+                cell["student"] = cfg.student
             if impl == "triton":  # the autotuner's timing of each candidate tile config
                 cell.update(tune_warmup_ms=grid["tune_warmup_ms"], tune_rep_ms=grid["tune_rep_ms"])
             out[cell_name(cell)] = cell
@@ -341,7 +366,7 @@ def run(cell: dict) -> dict:
     if cell["dtype"] not in DTYPES:
         raise ValueError(f"cell field 'dtype' is {cell['dtype']!r}, expected one of {tuple(DTYPES)}")
     _set_tf32(cell["tf32"])
-    attn, notes = attention_function(impl, cell["causal"])
+    attn, notes = attention_function(impl, cell["causal"], cell.get("student"))
     tuning = nullcontext()
     if notes.get("autotune"):
         from ..flash.triton_kernels import tuning_budget
@@ -351,13 +376,14 @@ def run(cell: dict) -> dict:
         if tune_ms:
             notes["tune_ms"] = {"warmup": tune_ms[0], "rep": tune_ms[1]}
         shapes = [run_shape(attn, impl, seq, d, cell) for d in cell["d_heads"] for seq in cell["seqs"]]
-    if impl.startswith("flash_pytorch"):
+    if impl.startswith("flash_pytorch") and notes["provenance"] == "built-in":
         from ..flash import backward_mode
 
         notes["backward_mode"] = backward_mode()
     return {
         "implementation": impl,
         "label": IMPLEMENTATIONS[impl],
+        "provenance": notes["provenance"] if impl in FLASH_PIECES else "built-in",
         "timer": timer_name(device),
         "passes": list(PASSES),
         "notes": notes,
