@@ -171,16 +171,25 @@ def test_a_broken_checkout_stops_the_config_naming_key_and_adapter(tmp_path, edi
 # ------------------------------------------------------------------ experiments ask the resolver
 
 
-def test_flash_benchmarking_runs_the_students_or_records_not_implemented(student_cfg, tmp_path):
-    cells = flash_benchmarking.cells(student_cfg)
+def test_flash_benchmarking_runs_the_students_beside_ours_or_records_not_implemented(student_cfg, tmp_path):
+    cells = flash_benchmarking.cells(student_cfg)  # the CPU grid runs flash_pytorch_eager: the student's row is added
+    assert "student_pytorch-fp32" in cells and "student_triton-fp32" not in cells
     assert cells["flash_pytorch_eager-fp32"].get("student") is None  # ours: the reference row
-    cell = {**cells["flash_pytorch_eager-fp32"], "implementation": "flash_pytorch", "student": student_cfg.student,
-            "seqs": [64], "d_heads": [16], "warmup_ms": 1, "rep_ms": 1}
-    record = run_cell("flash_benchmarking", "flash_pytorch-fp32", cell, tmp_path / "a.json")
+    cell = {**cells["student_pytorch-fp32"], "seqs": [64], "d_heads": [16], "warmup_ms": 1, "rep_ms": 1}
+    assert cell["student"] == student_cfg.student
+    record = run_cell("flash_benchmarking", "student_pytorch-fp32", cell, tmp_path / "a.json")
     assert record["status"] == "ok"
     assert record["data"]["provenance"] == "student_repo:get_flashattention_autograd_function_pytorch"
     assert record["data"]["shapes"][0]["passes"]["forward_backward"]["status"] == "ok"
-    cell = {**cell, "implementation": "triton"}
-    record = run_cell("flash_benchmarking", "triton-fp32", cell, tmp_path / "b.json")
+    ours = run_cell("flash_benchmarking", "flash_pytorch_eager-fp32", {**cell, "implementation": "flash_pytorch_eager",
+                                                                       "student": None}, tmp_path / "b.json")
+    assert ours["status"] == "ok" and ours["data"]["provenance"] == "built-in"
+    cell = {**cell, "implementation": "student_triton"}
+    record = run_cell("flash_benchmarking", "student_triton-fp32", cell, tmp_path / "c.json")
     assert record["status"] == "not_implemented"
     assert "get_flashattention_autograd_function_triton" in record["error"]
+
+
+def test_without_a_checkout_no_student_rows():
+    cfg = Config.from_dict(raw_config(), cuda_available=False)
+    assert not [name for name in flash_benchmarking.cells(cfg) if name.startswith("student_")]

@@ -39,6 +39,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 # Every implementation the experiments know, with the label the report prints.
 IMPLEMENTATIONS = {
+    "student_triton": "Triton FA2 (yours)",
+    "student_pytorch": "PyTorch FA2 (yours)",
     "triton": "Triton FA2",
     "triton_fixed": "Triton FA2 (fixed tiles)",
     "flash_pytorch": "PyTorch FA2",
@@ -88,19 +90,21 @@ def _sdpa(backend_name: str) -> Callable:
     return attention
 
 
-# The FlashAttention-2 implementations and the piece the resolver gives for each. triton and
-# flash_pytorch are the student's with a student checkout; the fixed-tile and eager-backward
-# variants are settings of the built-in functions, so they always run ours (the reference rows).
-FLASH_PIECES = {"triton": "flash_triton", "triton_fixed": "flash_triton", "flash_pytorch": "flash_pytorch",
-                "flash_pytorch_eager": "flash_pytorch"}
-BUILTIN_ONLY = ("triton_fixed", "flash_pytorch_eager")
+# The FlashAttention-2 implementations and the piece the resolver gives for each: the student's
+# (through their tests/adapters.py) for the student_* rows, which cells() adds beside the built-in
+# rows when student.checkout is set; ours for the others, the reference rows.
+FLASH_PIECES = {"student_triton": "flash_triton", "student_pytorch": "flash_pytorch", "triton": "flash_triton",
+                "triton_fixed": "flash_triton", "flash_pytorch": "flash_pytorch", "flash_pytorch_eager": "flash_pytorch"}
+STUDENT_ROWS = {"student_triton": ("triton", "triton_fixed"), "student_pytorch": ("flash_pytorch", "flash_pytorch_eager")}
 
 
 def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Callable, dict]:
     """A FlashAttention-2 autograd function from the resolver; AdapterNotImplemented if it is not implemented."""
     from .. import student as resolver
 
-    found = resolver.implementation(FLASH_PIECES[impl], None if impl in BUILTIN_ONLY else student)
+    if impl in STUDENT_ROWS and not student:
+        raise ValueError(f"implementation {impl!r} runs the student's code: set student.checkout")
+    found = resolver.implementation(FLASH_PIECES[impl], student if impl in STUDENT_ROWS else None)
     if not found:
         raise found.error()
     function, provenance = found
@@ -325,7 +329,10 @@ def cells(cfg) -> dict[str, dict]:
     if not grid:
         return {}
     out = {}
-    for impl in grid["implementations"]:
+    implementations = list(grid["implementations"])
+    if cfg.student:  # the student's function beside each configured family of ours
+        implementations = [i for i, ours in STUDENT_ROWS.items() if set(ours) & set(implementations)] + implementations
+    for impl in implementations:
         for dtype in grid["dtypes"]:
             cell = {
                 "device": cfg.device,
@@ -340,7 +347,7 @@ def cells(cfg) -> dict[str, dict]:
                 "tf32": cfg.run["tf32"],
                 "seed": cfg.run["seed"],
             }
-            if impl in FLASH_PIECES and impl not in BUILTIN_ONLY and cfg.student:  # the student's, by their adapters
+            if impl in STUDENT_ROWS:  # the student's, through their adapters
                 cell["student"] = cfg.student
             if impl == "triton":  # the autotuner's timing of each candidate tile config
                 cell.update(tune_warmup_ms=grid["tune_warmup_ms"], tune_rep_ms=grid["tune_rep_ms"])
