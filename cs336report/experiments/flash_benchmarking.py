@@ -373,7 +373,8 @@ def run(cell: dict) -> dict:
     if cell["dtype"] not in DTYPES:
         raise ValueError(f"cell field 'dtype' is {cell['dtype']!r}, expected one of {tuple(DTYPES)}")
     _set_tf32(cell["tf32"])
-    attn, notes = attention_function(impl, cell["causal"], cell.get("student"))
+    student = {"student": cell["student"]} if cell.get("student") else {}  # the student's rows only
+    attn, notes = attention_function(impl, cell["causal"], **student)
     tuning = nullcontext()
     if notes.get("autotune"):
         from ..flash.triton_kernels import tuning_budget
@@ -383,14 +384,14 @@ def run(cell: dict) -> dict:
         if tune_ms:
             notes["tune_ms"] = {"warmup": tune_ms[0], "rep": tune_ms[1]}
         shapes = [run_shape(attn, impl, seq, d, cell) for d in cell["d_heads"] for seq in cell["seqs"]]
-    if impl.startswith("flash_pytorch") and notes["provenance"] == "built-in":
+    if impl.startswith("flash_pytorch") and notes.get("provenance") == "built-in":
         from ..flash import backward_mode
 
         notes["backward_mode"] = backward_mode()
     return {
         "implementation": impl,
         "label": IMPLEMENTATIONS[impl],
-        "provenance": notes["provenance"] if impl in FLASH_PIECES else "built-in",
+        "provenance": notes.get("provenance", "built-in"),
         "timer": timer_name(device),
         "passes": list(PASSES),
         "notes": notes,
