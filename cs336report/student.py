@@ -217,7 +217,8 @@ def call(impl: Implementation, *args, **kwargs):
     try:
         out = impl.obj(*args, **kwargs)
     except NotImplementedError as exc:
-        raise AdapterNotImplemented(f"{piece.adapter} raises NotImplementedError ({impl.provenance}) {exc}") from None
+        detail = f": {exc}" if str(exc) else ""
+        raise AdapterNotImplemented(f"{piece.adapter} raises NotImplementedError{detail} ({impl.provenance})") from None
     want = torch.nn.Module if piece.kind == "module" else torch.optim.Optimizer
     if not isinstance(out, want):
         raise AdapterNotImplemented(f"{piece.adapter} returned {type(out).__name__}, not {KINDS[piece.kind]} "

@@ -65,9 +65,10 @@ def check_signatures(module) -> None:
 
 
 def probe_flash(cls, device: str) -> dict:
-    """One forward and backward of ``cls.apply(q, k, v, False)``; the largest deviation from fp32 attention."""
-    from .flash.reference import reference_attention
+    """One forward and backward of ``cls.apply(q, k, v, False)``: it runs and gives O of q's shape.
 
+    Its accuracy is left to the handout's tests (the entry this feeds is part of every cell).
+    """
     gen = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(*PROBE_SHAPE, generator=gen).to(device) for _ in range(4))
     for t in (q, k, v):
@@ -76,13 +77,12 @@ def probe_flash(cls, device: str) -> dict:
     if not isinstance(o, torch.Tensor) or tuple(o.shape) != PROBE_SHAPE:
         got = tuple(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__
         raise ValueError(f"returned {got} for q, k, v of shape {PROBE_SHAPE}; expected O of the same shape")
-    error = (o.detach().float() - reference_attention(q.detach(), k.detach(), v.detach())).abs().max().item()
     try:
         o.backward(do)
         backward = True
     except NotImplementedError:
         backward = False  # the handout allows a forward-only function for flash_forward (a)
-    return {"max_abs_error": error, "backward": backward}
+    return {"backward": backward}
 
 
 @contextmanager

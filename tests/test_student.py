@@ -126,7 +126,7 @@ def test_config_checks_the_student_checkout(student_cfg):
                         "ddp_individual_parameters": "implemented", "ddp_bucketed": "not_implemented",
                         "sharded_optimizer": "not_implemented"}
     flash = student_cfg.student["adapters"]["flash_pytorch"]
-    assert flash["backward"] is True and flash["max_abs_error"] < 1e-4
+    assert flash["backward"] is True and flash["probe"] == "ran" and "max_abs_error" not in flash
     assert "returned type" in student_cfg.student["adapters"]["sharded_optimizer"]["reason"]
     assert student_cfg.student["name"] == "student_repo" and len(student_cfg.student["sha256_16"]) == 16
 
