@@ -390,6 +390,7 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
     change.
     """
     model_config = {k: v for k, v in (model_config or {}).items() if v}
+    optional = set(model_config.pop("optional_roles", None) or ())  # roles dropped if the model never calls them
     path = model_config.get("factory")
     if not path:
         for role in ROLES:
@@ -427,7 +428,9 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
             f"return one logits tensor (apply the output projection, do not return hidden states or a tuple)"
         )
     for role in ROLES:
-        if role in model_config and not calls.get(role):
+        if role in model_config and not calls.get(role) and role in optional:
+            del model_config[role]
+        elif role in model_config and not calls.get(role):
             raise ModelError(
                 f"model.{role}: {model_config[role]} was not called during a forward of {path}; name the function "
                 f"the model actually calls (its module attribute, e.g. 'package.module:function'), or remove "

@@ -33,6 +33,9 @@ from .student import (ADAPTERS_FILE, BASICS_DIR, HOOK_ARGS, KEY, PIECES, Adapter
 
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
 KEEP_RAISING = "or make the adapter raise NotImplementedError until it works"
+# The handout model's attention and softmax (cs336-basics), wrapped in profiler ranges when present.
+DEFAULT_ROLES = {"attention": "cs336_basics.model:scaled_dot_product_attention",
+                 "softmax": "cs336_basics.nn_utils:softmax"}
 
 
 def _fail(adapter: str, message: str) -> StudentError:
@@ -202,5 +205,26 @@ def model_for_checkout(model_config: dict | None, student: dict | None) -> dict 
             raise StudentError(f"{KEY}: {student['checkout']} has no {BASICS_DIR}/cs336_basics, where the model "
                                f"comes from; name your model with model.factory (package.module:Class) instead")
         model_config["factory"] = DEFAULT_FACTORY
+        model_config["optional_roles"] = _default_roles(model_config, checkout_paths(student["checkout"]))
     model_config["paths"] = checkout_paths(student["checkout"])
     return model_config
+
+
+def _default_roles(model_config: dict, paths: list[str]) -> list[str]:
+    """Name the handout model's attention and softmax for profiler ranges where the checkout defines them;
+    the model check drops each one the model does not call."""
+    from .models import ModelError, resolve
+    from .student import add_paths
+
+    add_paths(paths)
+    found = []
+    for role, path in DEFAULT_ROLES.items():
+        if model_config.get(role):
+            continue
+        try:
+            resolve(path, f"model.{role}")
+        except ModelError:
+            continue
+        model_config[role] = path
+        found.append(role)
+    return found

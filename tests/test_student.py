@@ -134,6 +134,9 @@ def test_config_checks_the_student_checkout(student_cfg):
 def test_model_comes_from_the_checkout_unless_a_factory_is_named(student_cfg, tmp_path):
     source = student_cfg.model_source
     assert source["factory"] == student.DEFAULT_FACTORY
+    # its attention is in a profiler range; it has no nn_utils.softmax, so none is named
+    assert source["attention"] == "cs336_basics.model:scaled_dot_product_attention" and "softmax" not in source
+    assert "optional_roles" not in source
     assert str(STUDENT_REPO / "cs336-basics") in source["paths"]
     import cs336_basics
 
@@ -142,6 +145,17 @@ def test_model_comes_from_the_checkout_unless_a_factory_is_named(student_cfg, tm
     shutil.rmtree(repo / "cs336-basics")
     with pytest.raises(ConfigError, match=r"key 'student.checkout': .* has no cs336-basics/cs336_basics"):
         Config.from_dict(raw_config(repo), cuda_available=False)
+
+
+def test_a_model_that_does_not_call_the_handouts_attention_runs_without_its_range(tmp_path):
+    repo = copy_repo(tmp_path)
+    model = repo / "cs336-basics" / "cs336_basics" / "model.py"
+    call = "self.output_proj(scaled_dot_product_attention(q, k, v, mask)"
+    assert call in model.read_text()
+    model.write_text(model.read_text().replace(call, "self.output_proj(nn.functional.scaled_dot_product_attention("
+                                                     "q, k, v, mask)"))
+    source = Config.from_dict(raw_config(repo), cuda_available=False).model_source
+    assert source["factory"] == student.DEFAULT_FACTORY and "attention" not in source
 
 
 def test_course_repository_as_handed_out_is_all_not_implemented():
