@@ -207,3 +207,34 @@ def test_flash_benchmarking_runs_the_students_beside_ours_or_records_not_impleme
 def test_without_a_checkout_no_student_rows():
     cfg = Config.from_dict(raw_config(), cuda_available=False)
     assert not [name for name in flash_benchmarking.cells(cfg) if name.startswith("student_")]
+
+
+# ------------------------------------------------------------------ the workflow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def dry_run(*configfiles: str) -> str:
+    from conftest import snakemake
+
+    run = snakemake(REPO, "-n", "--nolock", "report", "--configfile", "workflow/config/default.yaml", *configfiles)
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_the_workflow_runs_the_students_code_with_one_config_line():
+    code, output = dry_run("tests/fixtures/student_config.yaml")
+    assert code == 0, output[-2000:]
+    assert "results/flash_benchmarking/student_pytorch-fp32.json" in output
+    for suite in ("attention", "ddp", "sharded_optimizer"):
+        assert f"results/handout_tests/{suite}.xml" in output
+
+
+def test_a_broken_checkout_stops_snakemake_before_any_job(tmp_path):
+    repo = copy_repo(tmp_path)
+    edit_adapter(repo, "def get_sharded_optimizer(params, optimizer_cls", "def get_sharded_optimizer(optimizer_cls")
+    config = tmp_path / "broken.yaml"
+    config.write_text(f"student:\n  checkout: {repo}\n")
+    code, output = dry_run(str(config))
+    assert code != 0
+    assert "key 'student.checkout'" in output and "adapter get_sharded_optimizer" in output
+    assert "restore the handout's signature" in output and "Job stats" not in output
