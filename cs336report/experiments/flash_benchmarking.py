@@ -93,9 +93,11 @@ def _sdpa(backend_name: str) -> Callable:
 # The FlashAttention-2 implementations and the piece the resolver gives for each: the student's
 # (through their tests/adapters.py) for the student_* rows, which cells() adds beside the built-in
 # rows when student.checkout is set; ours for the others, the reference rows.
-FLASH_PIECES = {"student_triton": "flash_triton", "student_pytorch": "flash_pytorch", "triton": "flash_triton",
-                "triton_fixed": "flash_triton", "flash_pytorch": "flash_pytorch", "flash_pytorch_eager": "flash_pytorch"}
-STUDENT_ROWS = {"student_triton": ("triton", "triton_fixed"), "student_pytorch": ("flash_pytorch", "flash_pytorch_eager")}
+FLASH_PIECES = {"student_triton": "flash_triton", "student_pytorch": "flash_pytorch",
+                "triton": "flash_triton", "triton_fixed": "flash_triton",
+                "flash_pytorch": "flash_pytorch", "flash_pytorch_eager": "flash_pytorch"}
+STUDENT_ROWS = {"student_triton": ("triton", "triton_fixed"),
+                "student_pytorch": ("flash_pytorch", "flash_pytorch_eager")}
 
 
 def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Callable, dict]:
@@ -307,7 +309,7 @@ def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict) -> dict:
     if device.startswith("cuda") and any(p["status"] == "ok" for p in entry["passes"].values()):
         memory = _attempt(lambda: {"bytes": memory_profile(attn, q, k, v, do, device)}, device)
         entry["memory"] = memory.get("bytes") if memory["status"] == "ok" else {"status": memory["status"]}
-    if impl in ("triton", "triton_fixed") and not cell.get("student") and entry["passes"]["forward_backward"]["status"] == "ok":
+    if impl in ("triton", "triton_fixed") and entry["passes"]["forward_backward"]["status"] == "ok":
         from ..flash import last_triton_config
 
         entry["tiles"] = last_triton_config()

@@ -181,7 +181,8 @@ def _run(cell: dict, junitxml: Path) -> dict:
     data["outcomes"] = {o: sum(t["outcome"] == o for t in data["tests"]) for o in
                         ("passed", "failed", "skipped", "error", "not_implemented")}
     if done.returncode > 1 and not data["tests"]:  # usage or collection error: nothing ran
-        raise RuntimeError(f"pytest exited {done.returncode}: {' | '.join((done.stdout or done.stderr).splitlines()[-3:])}")
+        tail = (done.stdout or done.stderr).splitlines()[-3:]
+        raise RuntimeError(f"pytest exited {done.returncode}: {' | '.join(tail)}")
     if data["tests"] and all(t["outcome"] == "not_implemented" for t in data["tests"]):
         exc = AdapterNotImplemented(", ".join(sorted({t["message"] for t in data["tests"]})))
         exc.partial_data = data

@@ -36,7 +36,8 @@ def _saved_lse(o: torch.Tensor, batch: int, n_queries: int) -> torch.Tensor:
     saved = getattr(o.grad_fn, "saved_tensors", None)
     assert saved is not None, "the forward saves nothing for backward (ctx.save_for_backward)"
     found = [t for t in saved if tuple(t.shape) == (batch, n_queries)]
-    assert len(found) == 1, f"expected one saved tensor of shape {(batch, n_queries)} (the logsumexp L), found {len(found)}"
+    assert len(found) == 1, \
+        f"expected one saved tensor of shape {(batch, n_queries)} (the logsumexp L), found {len(found)}"
     return found[0]
 
 
