@@ -96,7 +96,12 @@ def one_process_group():
     if dist.is_available() and dist.is_initialized():
         yield
         return
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    except Exception as exc:  # the machine's fault, not the adapter's
+        raise StudentError(f"{KEY}: a one-process gloo group, to try the distributed adapters, could not start "
+                           f"({type(exc).__name__}: {exc}); set GLOO_SOCKET_IFNAME to a working interface (e.g. lo)") \
+            from None
     try:
         yield
     finally:
@@ -159,6 +164,8 @@ def check_pieces(student: dict, device: str) -> dict:
             continue
         try:
             found = _probe(name, impl, device)
+        except StudentError:
+            raise
         except Exception as exc:
             what = "a forward and backward on CPU tensors of shape (2, 32, 16)" if piece.kind == "autograd_function" \
                 else "one training step of a two-layer MLP in a one-process gloo group"
