@@ -193,8 +193,13 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, grad_to_no
 
 
 def classify(exc: BaseException) -> str:
-    """"oom", "unsupported" (backend cannot run this input, or Triton cannot run here) or "error"."""
+    """"oom", "unsupported" (backend cannot run this input, or Triton cannot run here), "not_implemented"
+    (a student's adapter) or "error"."""
     from ..flash import TritonUnavailableError
+    from ..student import AdapterNotImplemented
+
+    if isinstance(exc, AdapterNotImplemented):
+        return "not_implemented"
 
     seen = []
     while exc is not None and exc not in seen:
