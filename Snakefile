@@ -21,6 +21,7 @@ include: "workflow/rules/memory_profiling.smk"
 include: "workflow/rules/mixed_precision.smk"
 include: "workflow/rules/communication_accounting.smk"
 include: "workflow/rules/optimizer_state_sharding_accounting.smk"
+include: "workflow/rules/handout_tests.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -85,6 +85,34 @@ def _check_model(model: dict | None, source: str, device: str) -> dict | None:
         raise ConfigError(f"{source}: key '{key}': {message}") from None
 
 
+def _check_student(student: dict | None, source: str, device: str) -> dict | None:
+    """Import and try the student's checkout named by ``student.checkout`` (see cs336report.student_check)."""
+    if not (student or {}).get("checkout"):
+        return None
+    from .student import StudentError
+    from .student_check import check_checkout
+
+    try:
+        return check_checkout(student, device)
+    except StudentError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ConfigError(f"{source}: key '{key}': {message}") from None
+
+
+def _student_model(model: dict | None, student: dict | None, source: str) -> dict | None:
+    """The ``model`` key, defaulting to the checkout's cs336_basics model when a checkout is named."""
+    if not student:
+        return model
+    from .student import StudentError
+    from .student_check import model_for_checkout
+
+    try:
+        return model_for_checkout(model, student)
+    except StudentError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ConfigError(f"{source}: key '{key}': {message}") from None
+
+
 @dataclass(frozen=True)
 class Config:
     """A validated config with its device resolved."""
@@ -92,6 +120,7 @@ class Config:
     data: dict
     device: str
     model_source: dict | None = None  # the checked ``model`` key that cells carry; None = built-in model
+    student: dict | None = None  # the checked ``student`` key that cells carry; None = built-in implementations
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None) -> "Config":
@@ -105,7 +134,9 @@ class Config:
             device = "cuda" if cuda_available else "cpu"
         cfg = cls(data=data, device=device)
         cfg._check_sizes(source)
-        return dataclasses.replace(cfg, model_source=_check_model(data.get("model"), source, device))
+        student = _check_student(data.get("student"), source, device)
+        model = _student_model(data.get("model"), student, source)
+        return dataclasses.replace(cfg, model_source=_check_model(model, source, device), student=student)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":

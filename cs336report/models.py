@@ -42,6 +42,7 @@ from torch import nn
 
 from . import accounting, annotate
 from .model import ModelSpec, TransformerLM
+from .student import add_paths
 
 FACTORY_ARGS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff", "rope_theta")
 
@@ -106,6 +107,20 @@ def resolve(path: str, what: str = "model.factory"):
     except AttributeError:
         where = owner.__name__ if inspect.ismodule(owner) else getattr(owner, "__qualname__", repr(owner))
         raise ModelError(f"{what}: {'module ' if inspect.ismodule(owner) else ''}{where!r} has no attribute {name!r}") from None
+
+
+def check_from_paths(path: str, paths: list[str] | None) -> None:
+    """With ``paths`` (a student checkout's folders), the factory's package must come from one of them."""
+    if not paths:
+        return
+    top = _split(path, "model.factory")[0].split(".")[0]
+    module = sys.modules.get(top)
+    where = [Path(p).resolve() for p in getattr(module, "__path__", [])] or \
+        [Path(getattr(module, "__file__", "") or ".").resolve()]
+    if not any(Path(p).resolve() in w.parents or Path(p).resolve() == w for p in paths for w in where):
+        raise ModelError(f"model.factory: {top} is imported from {where[0]}, not from the checkout "
+                         f"({', '.join(paths)}); uninstall that copy from the environment that runs snakemake "
+                         f"(pip uninstall {top.replace('_', '-')}) so the checkout's is used")
 
 
 def check_factory(factory, path: str) -> None:
@@ -216,6 +231,7 @@ def snapshot_options(cell: dict) -> dict:
     source = cell.get("model_source") or {}
     if not source.get("factory"):
         return {}
+    add_paths(source.get("paths"))
     package = _split(source["factory"], "model.factory")[0].split(".")[0]
     options: dict = {"user_code": ["cs336", rf"(^|[/\\]){package}([/\\]|\.py$)"], "categories": []}
     functions = {role: inspect.unwrap(resolve(source[role], f"model.{role}")) for role in ROLES if source.get(role)}
@@ -307,6 +323,7 @@ def _restore(patches: list[tuple]) -> None:
 @contextmanager
 def _instrumented(source: dict | None, calls: dict | None = None):
     source = source or {}
+    add_paths(source.get("paths"))
     packages = _packages(_split(source["factory"], "model.factory")[0]) if source.get("factory") else set()
     patches: list[tuple] = []
     try:
@@ -373,6 +390,7 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
     change.
     """
     model_config = {k: v for k, v in (model_config or {}).items() if v}
+    optional = set(model_config.pop("optional_roles", None) or ())  # roles dropped if the model never calls them
     path = model_config.get("factory")
     if not path:
         for role in ROLES:
@@ -382,7 +400,9 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
                     f"ranges, so name your model's factory too or remove model.{role}"
                 )
         return None
+    add_paths(model_config.get("paths"))
     factory = resolve(path, "model.factory")
+    check_from_paths(path, model_config.get("paths"))
     check_factory(factory, path)
     for role in ROLES:
         if role in model_config:
@@ -408,7 +428,9 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
             f"return one logits tensor (apply the output projection, do not return hidden states or a tuple)"
         )
     for role in ROLES:
-        if role in model_config and not calls.get(role):
+        if role in model_config and not calls.get(role) and role in optional:
+            del model_config[role]
+        elif role in model_config and not calls.get(role):
             raise ModelError(
                 f"model.{role}: {model_config[role]} was not called during a forward of {path}; name the function "
                 f"the model actually calls (its module attribute, e.g. 'package.module:function'), or remove "
@@ -435,6 +457,7 @@ def build_model(cell: dict) -> tuple[nn.Module, dict]:
         info = {"kind": "builtin", "implementation": impl, **source_info(TransformerLM),
                 "attention_ranges": attention_ranges("builtin", impl)}
         return model, {**info, **param_counts(model, spec)}
+    add_paths(source.get("paths"))
     factory = resolve(factory_path)
     check_factory(factory, factory_path)
     kwargs = {"vocab_size": spec.vocab_size, "context_length": cell["context"], "d_model": spec.d_model,

@@ -53,7 +53,8 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
             run = experiments.runner(experiment)
             data = run(cell) if shared is None else run(cell, shared=shared)
     except Exception as exc:  # every failure becomes a result
-        status = "oom" if is_out_of_memory(exc) else "error"
+        # "oom", "error", or the status an exception names (a student's piece: "not_implemented")
+        status = "oom" if is_out_of_memory(exc) else getattr(exc, "result_status", None) or "error"
         data = getattr(exc, "partial_data", None) or {}  # what the cell measured before it failed
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         traceback.print_exc(file=sys.stderr)

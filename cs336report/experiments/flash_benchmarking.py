@@ -39,6 +39,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 # Every implementation the experiments know, with the label the report prints.
 IMPLEMENTATIONS = {
+    "student_triton": "Triton FA2 (yours)",
+    "student_pytorch": "PyTorch FA2 (yours)",
     "triton": "Triton FA2",
     "triton_fixed": "Triton FA2 (fixed tiles)",
     "flash_pytorch": "PyTorch FA2",
@@ -88,21 +90,48 @@ def _sdpa(backend_name: str) -> Callable:
     return attention
 
 
-def attention_function(impl: str, causal: bool = True) -> tuple[Callable, dict]:
-    """``(attn(q, k, v) -> o, notes)`` for implementation ``impl``; notes describe how it runs."""
+# The FlashAttention-2 implementations and the piece the resolver gives for each: the student's
+# (through their tests/adapters.py) for the student_* rows, which cells() adds beside the built-in
+# rows when student.checkout is set; ours for the others, the reference rows.
+FLASH_PIECES = {"student_triton": "flash_triton", "student_pytorch": "flash_pytorch",
+                "triton": "flash_triton", "triton_fixed": "flash_triton",
+                "flash_pytorch": "flash_pytorch", "flash_pytorch_eager": "flash_pytorch"}
+STUDENT_ROWS = {"student_triton": ("triton", "triton_fixed"),
+                "student_pytorch": ("flash_pytorch", "flash_pytorch_eager")}
+
+
+def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Callable, dict]:
+    """A FlashAttention-2 autograd function from the resolver; AdapterNotImplemented if it is not implemented."""
+    from .. import student as resolver
+
+    if impl in STUDENT_ROWS and not student:
+        raise ValueError(f"implementation {impl!r} runs the student's code: set student.checkout")
+    found = resolver.implementation(FLASH_PIECES[impl], student if impl in STUDENT_ROWS else None)
+    if not found:
+        raise found.error()
+    function, provenance = found
+    notes: dict = {"provenance": provenance}
+    if provenance != resolver.BUILTIN:  # the handout's interface: apply(q, k, v, is_causal)
+        return (lambda q, k, v: function.apply(q, k, v, causal)), notes
+    if impl in ("triton", "triton_fixed"):
+        autotune = impl == "triton"
+        return (lambda q, k, v: function.apply(q, k, v, causal, None, None, autotune)), {**notes, "autotune": autotune}
+    from ..flash import set_backward_mode
+
+    set_backward_mode("compile" if impl == "flash_pytorch" else "eager")
+    return (lambda q, k, v: function.apply(q, k, v, causal)), notes
+
+
+def attention_function(impl: str, causal: bool = True, student: dict | None = None) -> tuple[Callable, dict]:
+    """``(attn(q, k, v) -> o, notes)`` for implementation ``impl``; notes describe how it runs.
+
+    The FlashAttention-2 implementations come from the resolver (:mod:`cs336report.student`): the
+    student's through their adapters when ``student`` (a cell's ``student`` entry) is given.
+    """
     if impl not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLEMENTATIONS)}")
-    if impl in ("triton", "triton_fixed"):
-        from ..flash import FlashAttention2Triton
-
-        autotune = impl == "triton"
-        return (lambda q, k, v: FlashAttention2Triton.apply(q, k, v, causal, None, None, autotune)), {
-            "autotune": autotune}
-    if impl in ("flash_pytorch", "flash_pytorch_eager"):
-        from ..flash import FlashAttention2PyTorch, set_backward_mode
-
-        set_backward_mode("compile" if impl == "flash_pytorch" else "eager")
-        return (lambda q, k, v: FlashAttention2PyTorch.apply(q, k, v, causal)), {}
+    if impl in FLASH_PIECES:
+        return _flash_function(impl, causal, student)
     if impl in ("naive", "naive_compiled"):
         if not causal:
             raise ValueError("the naive attention of this benchmark is causal only")
@@ -164,8 +193,13 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, grad_to_no
 
 
 def classify(exc: BaseException) -> str:
-    """"oom", "unsupported" (backend cannot run this input, or Triton cannot run here) or "error"."""
+    """"oom", "unsupported" (backend cannot run this input, or Triton cannot run here), "not_implemented"
+    (a student's adapter) or "error"."""
     from ..flash import TritonUnavailableError
+    from ..student import AdapterNotImplemented
+
+    if isinstance(exc, AdapterNotImplemented):
+        return "not_implemented"
 
     seen = []
     while exc is not None and exc not in seen:
@@ -302,7 +336,10 @@ def cells(cfg) -> dict[str, dict]:
     if not grid:
         return {}
     out = {}
-    for impl in grid["implementations"]:
+    implementations = list(grid["implementations"])
+    if cfg.student:  # the student's function beside each configured family of ours
+        implementations = [i for i, ours in STUDENT_ROWS.items() if set(ours) & set(implementations)] + implementations
+    for impl in implementations:
         for dtype in grid["dtypes"]:
             cell = {
                 "device": cfg.device,
@@ -317,6 +354,8 @@ def cells(cfg) -> dict[str, dict]:
                 "tf32": cfg.run["tf32"],
                 "seed": cfg.run["seed"],
             }
+            if impl in STUDENT_ROWS:  # the student's, through their adapters
+                cell["student"] = cfg.student
             if impl == "triton":  # the autotuner's timing of each candidate tile config
                 cell.update(tune_warmup_ms=grid["tune_warmup_ms"], tune_rep_ms=grid["tune_rep_ms"])
             out[cell_name(cell)] = cell
@@ -341,7 +380,8 @@ def run(cell: dict) -> dict:
     if cell["dtype"] not in DTYPES:
         raise ValueError(f"cell field 'dtype' is {cell['dtype']!r}, expected one of {tuple(DTYPES)}")
     _set_tf32(cell["tf32"])
-    attn, notes = attention_function(impl, cell["causal"])
+    student = {"student": cell["student"]} if cell.get("student") else {}  # the student's rows only
+    attn, notes = attention_function(impl, cell["causal"], **student)
     tuning = nullcontext()
     if notes.get("autotune"):
         from ..flash.triton_kernels import tuning_budget
@@ -351,13 +391,14 @@ def run(cell: dict) -> dict:
         if tune_ms:
             notes["tune_ms"] = {"warmup": tune_ms[0], "rep": tune_ms[1]}
         shapes = [run_shape(attn, impl, seq, d, cell) for d in cell["d_heads"] for seq in cell["seqs"]]
-    if impl.startswith("flash_pytorch"):
+    if impl.startswith("flash_pytorch") and notes.get("provenance") == "built-in":
         from ..flash import backward_mode
 
         notes["backward_mode"] = backward_mode()
     return {
         "implementation": impl,
         "label": IMPLEMENTATIONS[impl],
+        "provenance": notes.get("provenance", "built-in"),
         "timer": timer_name(device),
         "passes": list(PASSES),
         "notes": notes,

@@ -28,7 +28,11 @@ def leaderboard_cells(cfg) -> dict[str, dict]:
     grid = cfg.grid("flash_leaderboard")
     if not grid:
         return {}
-    return {"leaderboard": {"device": cfg.device, "seed": cfg.run["seed"], "tf32": cfg.run["tf32"], **grid}}
+    cell = {"device": cfg.device, "seed": cfg.run["seed"], "tf32": cfg.run["tf32"], **grid}
+    if cfg.student and {"triton", "triton_fixed"} & set(grid["implementations"]):
+        # the student's Triton function is the entry; ours follow as reference rows
+        cell.update(implementations=["student_triton", *grid["implementations"]], student=cfg.student)
+    return {"leaderboard": cell}
 
 
 def check_against_reference(o, grads, q, k, v, heads: int, tolerance: float) -> dict:
@@ -56,7 +60,8 @@ def check_against_reference(o, grads, q, k, v, heads: int, tolerance: float) -> 
 def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
     device = cell["device"]
     q, k, v = qkv  # three (heads, seq, d) views of one leaf, as the harness unpacks them
-    attn, notes = fb.attention_function(impl, causal=bool(cell["causal"]))
+    student = {"student": cell["student"]} if impl in fb.STUDENT_ROWS and cell.get("student") else {}
+    attn, notes = fb.attention_function(impl, causal=bool(cell["causal"]), **student)
 
     def call(q, k, v, is_causal):
         return attn(q, k, v)

@@ -6,6 +6,8 @@ FLASH_CODE = code(
     "flash/pytorch.py",
     "flash/reference.py",
     "flash/triton_kernels.py",
+    "adapters.py",
+    "student.py",
     "model.py",
     "measure.py",
     "runner.py",

@@ -18,6 +18,10 @@ EXPERIMENTS = ("flash_benchmarking", "flash_leaderboard")
 
 PASS_LABELS = {"forward": "forward", "backward": "backward", "forward_backward": "forward + backward"}
 DESCRIPTIONS = {
+    "student_triton": "your Triton FlashAttention-2, from get_flashattention_autograd_function_triton "
+                      "in tests/adapters.py",
+    "student_pytorch": "your PyTorch FlashAttention-2, from get_flashattention_autograd_function_pytorch "
+                       "in tests/adapters.py",
     "triton": "FlashAttention-2 forward kernel and two-pass backward kernels (dK/dV, then dQ) in Triton, "
               "tile sizes, warps and stages chosen per shape by triton.autotune",
     "triton_fixed": "the same Triton kernels with fixed 64 × 64 tiles, 4 warps, 2 stages",

@@ -1,0 +1,226 @@
+"""Whose implementation an experiment runs: ours (built-in) or a student's, through the handout's adapters.
+
+The handout's ``tests/adapters.py`` is the one interface to a student's FlashAttention-2,
+DDP wrappers and sharded optimizer. One config key names the student's assignment checkout::
+
+    student:
+      checkout: path/to/assignment2-systems     # its tests/adapters.py and cs336-basics/
+
+Experiments ask :func:`implementation` for a piece (a name of :data:`PIECES`) and never import
+ours directly::
+
+    impl = student.implementation("flash_triton", cell.get("student"))
+    if not impl:                     # a NotImplementedAdapter: the adapter's name and why
+        ...                          # the cell is "not implemented" (raise impl.error())
+    Flash, provenance = impl         # the autograd.Function class; "built-in" or "<checkout>:<adapter>"
+
+With no checkout, the built-in pieces come through our own adapters (:mod:`cs336report.adapters`).
+An adapter that raises ``NotImplementedError`` or returns the wrong kind of object resolves to a
+:class:`NotImplementedAdapter`: our implementation never stands in for the student's.
+
+:func:`check_checkout` runs when the config loads (see :mod:`cs336report.config`): it imports the
+adapters, checks each adapter's signature, and runs every implemented piece once on the CPU
+(a tiny forward and backward; the distributed pieces in a one-process gloo group), raising
+:class:`StudentError` whose message names the key, the adapter and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import torch
+
+BUILTIN = "built-in"
+KEY = "student.checkout"
+ADAPTERS_FILE = Path("tests") / "adapters.py"
+BASICS_DIR = "cs336-basics"
+DEFAULT_FACTORY = "cs336_basics.model:BasicsTransformerLM"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One implementation the handout asks for: its adapter, the hooks beside it, the kind it returns."""
+
+    adapter: str
+    problem: str
+    kind: str  # "autograd_function" | "module" | "optimizer"
+    args: tuple = ()  # positional parameters the handout's tests pass
+    hooks: tuple = ()
+
+
+PIECES = {
+    "flash_pytorch": Piece("get_flashattention_autograd_function_pytorch", "flash_forward", "autograd_function"),
+    "flash_triton": Piece("get_flashattention_autograd_function_triton", "flash_forward", "autograd_function"),
+    "ddp_individual_parameters": Piece("get_ddp_individual_parameters", "ddp_overlap_individual_parameters", "module",
+                                       ("module",), ("ddp_individual_parameters_on_after_backward",)),
+    "ddp_bucketed": Piece("get_ddp_bucketed", "ddp_overlap_bucketed", "module", ("module", "bucket_size_mb"),
+                          ("ddp_bucketed_on_after_backward", "ddp_bucketed_on_train_batch_start")),
+    "sharded_optimizer": Piece("get_sharded_optimizer", "optimizer_state_sharding", "optimizer",
+                               ("params", "optimizer_cls")),
+}
+HOOK_ARGS = ("ddp_model", "optimizer")
+KINDS = {"autograd_function": "a torch.autograd.Function subclass (the class, not an instance)",
+         "module": "a torch.nn.Module wrapping the given module", "optimizer": "a torch.optim.Optimizer"}
+
+
+class StudentError(ValueError):
+    """A student checkout that cannot be used; the message starts with the config key."""
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """A resolved piece: ``obj`` (the autograd.Function class, or the adapter that wraps a module or
+    builds an optimizer), its ``provenance`` ("built-in" or "<checkout>:<adapter>") and ``hooks``
+    (the handout's on_after_backward / on_train_batch_start adapters, by name)."""
+
+    piece: str
+    obj: object
+    provenance: str
+    hooks: dict = field(default_factory=dict)
+
+    def __iter__(self):
+        return iter((self.obj, self.provenance))
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class AdapterNotImplemented(RuntimeError):
+    """Raised by an experiment for a piece that is not implemented; the runner records the cell so."""
+
+    result_status = "not_implemented"  # the status of the cell that raised it (see runner.run_cell)
+
+
+@dataclass(frozen=True)
+class NotImplementedAdapter:
+    """A piece the student has not implemented: the adapter's name, why, and whose adapters."""
+
+    piece: str
+    adapter: str
+    reason: str
+    provenance: str
+
+    def __bool__(self) -> bool:
+        return False
+
+    def error(self) -> AdapterNotImplemented:
+        return AdapterNotImplemented(f"{self.adapter} is not implemented ({self.provenance}): {self.reason}")
+
+    def as_dict(self) -> dict:
+        return {"piece": self.piece, "adapter": self.adapter, "reason": self.reason, "provenance": self.provenance}
+
+
+# --------------------------------------------------------------------------- loading a checkout
+
+
+def checkout_paths(checkout: str | Path) -> list[str]:
+    """Folders a checkout's code imports from: its root (cs336_systems) and cs336-basics/ (cs336_basics)."""
+    root = Path(checkout).resolve()
+    return [str(p) for p in (root, root / BASICS_DIR) if p.is_dir()]
+
+
+def add_paths(paths) -> None:
+    """Put ``paths`` first on sys.path (once each), so the checkout's packages are the ones imported."""
+    for path in reversed(list(paths or ())):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def source_hash(checkout: str | Path) -> str:
+    """A hash over the checkout's Python files (hidden folders and virtual environments left out)."""
+    root = Path(checkout).resolve()
+    digest = hashlib.sha256()
+    for file in sorted(root.rglob("*.py")):
+        rel = file.relative_to(root)
+        if any(part.startswith(".") or part in ("__pycache__", "site-packages", "node_modules") for part in rel.parts):
+            continue
+        digest.update(rel.as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@cache
+def load_adapters(checkout: str):
+    """The checkout's ``tests/adapters.py`` as a module of its own name (not ``tests.adapters``)."""
+    path = Path(checkout).resolve() / ADAPTERS_FILE
+    add_paths(checkout_paths(checkout))
+    name = f"cs336report_student_adapters_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _adapters_module(student: dict | None):
+    if not student:
+        from . import adapters
+
+        return adapters, BUILTIN
+    return load_adapters(student["checkout"]), student["name"]
+
+
+# --------------------------------------------------------------------------- resolving
+
+
+def _wrong_kind(piece: Piece, obj) -> str | None:
+    if piece.kind == "autograd_function":
+        if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
+            return None
+        return f"returned {obj!r}, not {KINDS[piece.kind]}"
+    if not callable(obj):
+        return f"is a {type(obj).__name__}, not a function"
+    return None
+
+
+def implementation(name: str, student: dict | None = None) -> Implementation | NotImplementedAdapter:
+    """The implementation of piece ``name``: the student's through their adapters if ``student``
+    (a cell's ``student`` entry, from :func:`check_checkout`), else ours."""
+    piece = PIECES[name]
+    module, who = _adapters_module(student)
+    provenance = BUILTIN if who == BUILTIN else f"{who}:{piece.adapter}"
+
+    def missing(reason: str) -> NotImplementedAdapter:
+        return NotImplementedAdapter(name, piece.adapter, reason, provenance)
+
+    adapter = getattr(module, piece.adapter, None)
+    if adapter is None:
+        return missing(f"{ADAPTERS_FILE} defines no {piece.adapter}")
+    hooks = {}
+    for hook in piece.hooks:
+        if getattr(module, hook, None) is None:
+            return missing(f"{ADAPTERS_FILE} defines no {hook}")
+        hooks[hook] = getattr(module, hook)
+    if piece.kind != "autograd_function":
+        return Implementation(name, adapter, provenance, hooks)  # called with the module/params by the experiment
+    try:
+        obj = adapter()
+    except NotImplementedError as exc:
+        return missing(f"raises NotImplementedError{f' ({exc})' if str(exc) else ''}")
+    wrong = _wrong_kind(piece, obj)
+    return missing(wrong) if wrong else Implementation(name, obj, provenance, hooks)
+
+
+def call(impl: Implementation, *args, **kwargs):
+    """Call a wrapping adapter (DDP, sharded optimizer); NotImplementedError or a wrong kind of result
+    becomes :class:`AdapterNotImplemented` naming the adapter."""
+    piece = PIECES[impl.piece]
+    try:
+        out = impl.obj(*args, **kwargs)
+    except NotImplementedError as exc:
+        detail = f": {exc}" if str(exc) else ""
+        raise AdapterNotImplemented(f"{piece.adapter} raises NotImplementedError{detail} ({impl.provenance})") from None
+    want = torch.nn.Module if piece.kind == "module" else torch.optim.Optimizer
+    if not isinstance(out, want):
+        raise AdapterNotImplemented(f"{piece.adapter} returned {type(out).__name__}, not {KINDS[piece.kind]} "
+                                    f"({impl.provenance})")
+    return out

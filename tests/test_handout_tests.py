@@ -1,0 +1,149 @@
+"""handout_tests: the handout's cases run with pytest, each outcome read back from the JUnit XML.
+
+The suites run for real in a child pytest (a few seconds each on the fixtures' checkouts); the
+built-in attention suite, which runs our Triton kernels under the interpreter, is marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cs336report.config import DEFAULT_CONFIG, Config
+from cs336report.experiments import handout_tests
+from cs336report.runner import run_cell
+from cs336report.student_check import check_checkout
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIELDS = {"id", "name", "problem", "subquestion", "outcome", "seconds", "message", "max_abs_error"}
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="5">
+<testcase classname="tests.test_attention" name="test_flash_forward_pass_pytorch" file="tests/test_attention.py" time="0.5">
+  <properties><property name="max_abs_error" value="2.5e-07"/></properties></testcase>
+<testcase classname="tests.test_attention" name="test_flash_forward_pass_triton[True]" file="tests/test_attention.py" time="0.1">
+  <failure message="NotImplementedError">raise NotImplementedError</failure></testcase>
+<testcase classname="tests.test_attention" name="test_flash_backward_triton[False]" file="tests/test_attention.py" time="0.0">
+  <skipped message="A GPU must be available to run Triton kernels"/></testcase>
+<testcase classname="tests.test_attention" name="test_flash_backward_pytorch" file="tests/test_attention.py" time="0.2">
+  <failure message="AssertionError: Tensor-likes are not close!">Mismatched elements: 3 / 10</failure></testcase>
+<testcase classname="tests.test_sharded_optimizer" name="test_sharded_optimizer[tied]" time="1.0">
+  <failure message="TypeError: zero_grad() missing 1 required positional argument">...</failure></testcase>
+</testsuite></testsuites>"""
+
+
+def test_parse_junit_reads_each_test(tmp_path):
+    path = tmp_path / "suite.xml"
+    path.write_text(JUNIT)
+    verdicts = {"sharded_optimizer": {"status": "not_implemented", "reason": "returned type, not an optimizer"}}
+    tests = handout_tests.parse_junit(path, "attention", verdicts)
+    assert all(set(t) == FIELDS for t in tests)
+    by_name = {t["name"]: t for t in tests}
+    first = by_name["test_flash_forward_pass_pytorch"]
+    assert (first["id"], first["problem"], first["subquestion"], first["outcome"]) == (
+        "tests/test_attention.py::test_flash_forward_pass_pytorch", "flash_forward", "a", "passed")
+    assert first["max_abs_error"] == 2.5e-07 and first["seconds"] == 0.5
+    causal = by_name["test_flash_forward_pass_triton[True]"]
+    assert (causal["subquestion"], causal["outcome"]) == ("c", "not_implemented")
+    assert causal["message"] == "get_flashattention_autograd_function_triton raises NotImplementedError"
+    assert by_name["test_flash_backward_triton[False]"]["outcome"] == "skipped"
+    wrong = by_name["test_flash_backward_pytorch"]
+    assert (wrong["problem"], wrong["outcome"], wrong["max_abs_error"]) == ("flash_backward", "failed", None)
+    assert wrong["message"].startswith("AssertionError")
+    sharded = by_name["test_sharded_optimizer[tied]"]
+    assert sharded["id"] == "tests/test_sharded_optimizer.py::test_sharded_optimizer[tied]"
+    assert (sharded["problem"], sharded["outcome"]) == ("optimizer_state_sharding", "not_implemented")
+    assert "returned type" in sharded["message"]
+
+
+@pytest.mark.parametrize("name, suite, expected", [
+    ("test_flash_forward_pass_triton[False]", "attention", ("flash_forward", "b")),
+    ("test_DistributedDataParallelIndividualParameters[ToyModel]", "ddp", ("ddp_overlap_individual_parameters", "")),
+    ("test_DistributedDataParallelCPU[0.0016-ToyModel]", "ddp", ("ddp_overlap_bucketed", "")),
+    ("test_ddp_bucketed[1.0-mlp]", "ddp", ("ddp_overlap_bucketed", "")),
+    ("test_sharded_optimizer[ToyModel]", "sharded_optimizer", ("optimizer_state_sharding", "")),
+])
+def test_tests_map_to_the_problems_they_grade(name, suite, expected):
+    assert handout_tests.classify(name, suite)[:2] == expected
+
+
+def _cells(checkout: Path | None, tmp_path: Path) -> dict:
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    cfg = Config.from_dict(raw, cuda_available=False)
+    cells = handout_tests.cells(cfg)
+    assert set(cells) == {"attention", "ddp", "sharded_optimizer"}
+    student = check_checkout({"checkout": str(checkout)}) if checkout else None
+    return {name: {**cell, "student": student, "junitxml": str(tmp_path / f"{name}.xml")} for name, cell in cells.items()}
+
+
+def _run(cells: dict, suite: str, tmp_path: Path) -> dict:
+    record = run_cell("handout_tests", suite, cells[suite], tmp_path / f"{suite}.json")
+    assert Path(cells[suite]["junitxml"]).is_file()
+    assert json.loads((tmp_path / f"{suite}.json").read_text()) == record
+    return record
+
+
+def test_the_students_own_suite_runs_on_their_adapters(tmp_path):
+    cells = _cells(FIXTURES / "student_repo", tmp_path)
+    record = _run(cells, "attention", tmp_path)
+    assert record["status"] == "ok" and record["data"]["implementation"] == "student_repo"
+    outcomes = {t["name"]: t["outcome"] for t in record["data"]["tests"]}
+    assert outcomes["test_flash_forward_pass_pytorch"] == outcomes["test_flash_backward_pytorch"] == "passed"
+    for causal in ("False", "True"):  # Triton raises NotImplementedError (run under the interpreter on a CPU)
+        assert outcomes[f"test_flash_forward_pass_triton[{causal}]"] == "not_implemented"
+    passed = [t for t in record["data"]["tests"] if t["outcome"] == "passed"]
+    assert all(0 <= t["max_abs_error"] < 1e-4 for t in passed)
+
+
+def test_a_wrong_result_fails_with_its_error(tmp_path):
+    repo = tmp_path / "student_repo"
+    shutil.copytree(FIXTURES / "student_repo", repo, ignore=shutil.ignore_patterns("__pycache__"))
+    flash = repo / "cs336_systems" / "flash.py"
+    flash.write_text(flash.read_text().replace("scale = 1 / math.sqrt(d)", "scale = 1.5 / math.sqrt(d)"))
+    cells = _cells(repo, tmp_path)
+    tests = {t["name"]: t for t in _run(cells, "attention", tmp_path)["data"]["tests"]}
+    forward = tests["test_flash_forward_pass_pytorch"]
+    assert forward["outcome"] == "failed" and forward["max_abs_error"] > 1e-2
+    assert "not close" in forward["message"]
+
+
+def test_the_course_repository_as_handed_out_is_not_implemented(tmp_path):
+    cells = _cells(FIXTURES / "course_repo", tmp_path)
+    record = _run(cells, "sharded_optimizer", tmp_path)
+    assert record["status"] == "not_implemented" and "get_sharded_optimizer" in record["error"]
+    assert {t["outcome"] for t in record["data"]["tests"]} == {"not_implemented"}
+    assert record["data"]["implementation"] == "course_repo"
+
+
+def test_ddp_suite_on_the_student_checkout(tmp_path):
+    cells = _cells(FIXTURES / "student_repo", tmp_path)
+    tests = _run(cells, "ddp", tmp_path)["data"]["tests"]
+    outcome = {t["problem"]: set() for t in tests}
+    for t in tests:
+        outcome[t["problem"]].add(t["outcome"])
+    assert outcome == {"ddp_overlap_individual_parameters": {"passed"}, "ddp_overlap_bucketed": {"not_implemented"}}
+
+
+def test_a_checkout_without_the_suite_is_an_error_with_an_empty_junit(tmp_path):
+    repo = tmp_path / "student_repo"
+    shutil.copytree(FIXTURES / "student_repo", repo, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "tests" / "test_sharded_optimizer.py").unlink()
+    cells = _cells(repo, tmp_path)
+    record = _run(cells, "sharded_optimizer", tmp_path)
+    assert record["status"] == "error" and "tests/test_sharded_optimizer.py" in record["error"]
+
+
+@pytest.mark.slow
+def test_our_suite_passes_on_the_builtin_attention(tmp_path):
+    cells = _cells(None, tmp_path)
+    record = _run(cells, "attention", tmp_path)
+    assert record["status"] == "ok" and record["data"]["implementation"] == "built-in"
+    assert record["data"]["environment"] == {"TRITON_INTERPRET": "1", "CS336_FLASH_BACKWARD": "eager"}
+    tests = record["data"]["tests"]
+    assert len(tests) == 6 and {t["outcome"] for t in tests} == {"passed"}
+    assert {(t["problem"], t["subquestion"]) for t in tests} == {
+        ("flash_forward", "a"), ("flash_forward", "b"), ("flash_forward", "c"), ("flash_backward", "")}
+    assert all(t["max_abs_error"] < 1e-4 for t in tests)
