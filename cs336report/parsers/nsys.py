@@ -147,7 +147,34 @@ _KNOWN_REPORT_IDS = tuple(
     sorted(set(CANONICAL_REPORTS) | set(_REPORT_ALIASES) | set(_OTHER_REPORTS), key=len, reverse=True)
 )
 
-_NVTX_REPORTS = ("nvtx_sum", "nvtx_kern_sum")
+_NVTX_REPORTS = ("nvtx_sum", "nvtx_kern_sum", "nvtx_gpu_proj_sum")
+
+# Reports whose columns are known: the labels (lower case, unit removed) that identify
+# the header of each, for headers without a "Total Time" column.
+REPORT_SIGNATURES = {
+    "nvtx_gpu_proj_sum": frozenset({"range", "total proj time", "range instances"}),
+    "nvtx_gpu_proj_trace": frozenset({"name", "projected start", "projected duration"}),
+    "cuda_gpu_trace": frozenset({"start", "duration", "name"}),
+    "cuda_api_trace": frozenset({"start", "duration", "name", "result"}),
+    "nvtx_pushpop_trace": frozenset({"start", "end", "duration", "name"}),
+    "cuda_kern_exec_sum": frozenset({"count", "qcount", "taavg", "kavg"}),
+}
+# Per-report label aliases: the report's own name of a canonical statistic.
+_REPORT_LABELS = {
+    "nvtx_gpu_proj_sum": {
+        "total proj time": "total time", "proj avg": "avg", "proj med": "med", "proj min": "min",
+        "proj max": "max", "proj stddev": "stddev", "range instances": "instances", "range": "name",
+    },
+}
+
+
+def report_from_columns(labels: Iterable[str]) -> str | None:
+    """The report whose known columns the header ``labels`` carries, or None."""
+    bases = {re.sub(r"\s+", " ", _split_unit(label)[0].lower()) for label in labels}
+    for report, signature in REPORT_SIGNATURES.items():
+        if signature <= bases:
+            return report
+    return None
 
 
 def canonical_report(name: str) -> str:
@@ -287,6 +314,7 @@ class _Column:
 def _column_spec(label: str, report: str, time_unit: float, size_unit: float) -> _Column:
     base, unit = _split_unit(label)
     b = re.sub(r"\s+", " ", base.lower())
+    b = _REPORT_LABELS.get(report, {}).get(b, b)
     u = unit.lower() if unit else None
     if u == "%":
         return _Column(label, "time_pct" if b == "time" else _snake(base) + "_pct", "num")
@@ -448,6 +476,11 @@ def _heading(stripped: str, lineno: int) -> _Heading | None:
                 return _Heading(canonical_report(rid), title, True, lineno)
             if rid:
                 title = f"{title} ({rid})"
+            # nsys's own titles name a summary or statistics; any other " ** " line is
+            # the application's output and must neither end a table nor title one
+            plain = _PLAIN_TITLE_RE.match(title)
+            if plain is None or _report_from_title(title) not in _KNOWN_REPORT_IDS:
+                return None
             return _Heading(_report_from_title(title), title, False, lineno)
     if stripped.endswith("...") or stripped.startswith("Generating"):
         return None
@@ -567,12 +600,14 @@ class _Scanner:
             if "," in stripped or '"' in stripped:
                 fields = _csv_fields(stripped)
                 if fields is not None and len(fields) >= 2 and all(_is_label(f) for f in fields):
-                    if _has_anchor(fields) or (
+                    if _has_anchor(fields) or report_from_columns(fields) or (
                         self.pending is not None and self.pending.report not in CANONICAL_REPORTS
                     ):
                         i = self._csv_table(i, fields)
                         continue
-                if self.pending is not None and self.pending.title is not None and fields and len(fields) >= 2:
+                # a header nsys garbled, not the application's output: every field reads as a label
+                if (self.pending is not None and self.pending.title is not None and fields and len(fields) >= 2
+                        and all(_is_label(f) for f in fields)):
                     raise self._error(
                         i, f'a header row with "Total Time" column for report {self.pending.report}', stripped
                     )
@@ -622,6 +657,13 @@ class _Scanner:
             prev = reader.line_num
             while len(record) > len(labels) and record[-1].strip() == "":
                 record = record[:-1]
+            if len(record) < len(labels) and reader.line_num == len(block):
+                raise self._error(
+                    lineno - 1,
+                    f"{len(labels)} comma-separated fields like the header on line {index + 1}: the last row "
+                    f"has {len(record)}, it is cut short (an export interrupted or truncated)",
+                    self.lines[lineno - 1].strip(),
+                )
             if len(record) != len(labels):
                 raise self._error(
                     lineno - 1,
@@ -645,7 +687,7 @@ class _Scanner:
             raise self._error(
                 dash_index, 'a header row with "Total Time" column above the dashed separator', dash.strip()
             )
-        if not _has_anchor(labels) and self.pending is None:
+        if not _has_anchor(labels) and not report_from_columns(labels) and self.pending is None:
             return dash_index + 1
         report, title = self._take_report()
         table = _Table(report, title, "text", header_index + 1, labels)
@@ -785,6 +827,9 @@ def _token_cells(raw: str, columns: list[_Column]) -> list[str] | None:
 
 
 def _infer_report(labels: list[str], rows: list[list[str]]) -> str:
+    known = report_from_columns(labels)
+    if known is not None:
+        return known
     bases = {re.sub(r"\s+", " ", _split_unit(label)[0].lower()) for label in labels}
     if "kernel name" in bases and ("nvtx range" in bases or "range" in bases):
         return "nvtx_kern_sum"
@@ -868,7 +913,7 @@ def _build_frame(table: _Table, report: str, source: str) -> pd.DataFrame:
     if report == "nvtx_kern_sum":
         out["name"] = data.get("name", [""] * len(table.rows))
         out["range"] = [_normalise_range(v) for v in data.get("range", [""] * len(table.rows))]
-    elif report == "nvtx_sum":
+    elif report in ("nvtx_sum", "nvtx_gpu_proj_sum"):
         names = [_normalise_range(v) for v in data.get("name", data.get("range", [""] * len(table.rows)))]
         out["name"] = names
         out["range"] = list(names)
