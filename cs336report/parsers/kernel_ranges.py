@@ -65,6 +65,19 @@ _TOP = ("", "warmup", "step")
 _VALUE_COLUMNS = ("total_ns", "instances")
 _SHAPE_COLUMNS = ("med_ns", "min_ns", "max_ns", "std_ns")
 _GENERIC = {"func_wrapper_t", "gpu_kernel_impl_nocast", "gpu_kernel_impl", "ReduceOp"}
+# Range names of the handout's annotated attention, and of its warm-up, in our names.
+RANGE_ALIASES = {
+    "scaled dot product attention": "scaled_dot_product_attention",
+    "computing attention scores": "attention_scores",
+    "computing softmax": "softmax",
+    "final matmul": "attention_value",
+    "optimizer step": "optimizer_step",
+    "optimizer": "optimizer_step",
+    "warm-up": "warmup",
+    "warm up": "warmup",
+}
+# Ranges that open once in every step, warm-up or measured, in the order they are trusted.
+_PER_STEP = ("forward", "optimizer_step", "backward")
 # CUDA runtime and driver calls that launch one kernel each.
 LAUNCH_API = re.compile(r"^cu(da)?Launch(Cooperative)?Kernel")
 
@@ -138,6 +151,55 @@ def _table(values: pd.DataFrame, shapes: pd.DataFrame, steps: int) -> pd.DataFra
     return table
 
 
+def canonical_range(name: str) -> str:
+    """Our name of an annotated range: the handout's names (``computing softmax``) map to ours."""
+    key = re.sub(r"\s+", " ", str(name).strip().lower())
+    return RANGE_ALIASES.get(key, RANGE_ALIASES.get(key.replace("_", " "), str(name)))
+
+
+def _canonical_ranges(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    out = dict(frames)
+    for key in ("nvtx_sum", "nvtx_kern_sum"):
+        frame = frames.get(key)
+        if frame is not None and "range" in frame:
+            renamed = frame.copy()
+            renamed["range"] = [canonical_range(r) for r in frame["range"]]
+            out[key] = renamed
+    return out
+
+
+def _warmup_steps(ranges: dict[str, dict], n: int) -> tuple[int, dict, list[str]]:
+    """Warm-up steps in the export, counted from the ranges that open once per step.
+
+    A profile may wrap every warm-up step in its own ``warmup`` range or all of them in one:
+    the number of ``warmup`` ranges says neither. The phase ranges open once in every step,
+    warm-up or measured, so their instances less the measured steps are the warm-up steps.
+    """
+    ranges_w = ranges.get("warmup", {}).get("instances", 0)
+    per_step = [r for r in _PER_STEP if ranges.get(r, {}).get("instances")]
+    notes: list[str] = []
+    if not per_step:
+        if ranges_w:
+            notes.append(f"no phase range repeats once per step: the {ranges_w} 'warmup' range(s) are taken to be "
+                         "one per warm-up step")
+        return ranges_w, {"warmup_ranges": ranges_w, "steps": ranges_w, "counted_from": "warmup"}, notes
+    by = per_step[0]
+    w = max(ranges[by]["instances"] - n, 0)
+    if ranges_w and w != ranges_w:
+        notes.append(f"the export's {ranges_w} 'warmup' range(s) hold {w} warm-up step(s), counted from the "
+                     f"'{by}' ranges, which open once per step")
+    return w, {"warmup_ranges": ranges_w, "steps": w, "counted_from": by}, notes
+
+
+def _per_step_check(instances: dict[str, dict]) -> dict:
+    """One verdict on the per-step figures: they hold only if every range opened as often as expected."""
+    wrong = [f"{r} {v['observed']}/{v['expected']}" for r, v in instances.items() if not v["ok"]]
+    if not wrong:
+        return {"ok": True, "message": "every range opened as often as the steps imply"}
+    return {"ok": False, "message": "per-step figures are unreliable: range instances observed/expected "
+                                    + ", ".join(wrong)}
+
+
 def _range_rows(ranges: pd.DataFrame | None) -> dict[str, dict]:
     if ranges is None or ranges.empty:
         return {}
@@ -206,6 +268,9 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
         return _empty("the export has no cuda_gpu_kern_sum report", source, activity)
     if kern.empty:
         return _empty(kern.attrs.get("reason") or "the export holds no kernels", source, activity)
+    found = sorted({str(r) for f in (frames.get("nvtx_sum"), frames.get("nvtx_kern_sum"))
+                    if f is not None and "range" in f for r in f["range"] if str(r)})
+    frames = _canonical_ranges(frames)
     nvtx = frames.get("nvtx_sum")
     nk = frames.get("nvtx_kern_sum")
     ranges = _range_rows(nvtx)
@@ -215,7 +280,8 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
     if not n:
         n = 1
         warnings.append("no 'step' NVTX ranges and no cell: totals are for the whole export, not per step")
-    w = ranges.get("warmup", {}).get("instances", 0)
+    w, warmup_check, notes = _warmup_steps(ranges, n)
+    warnings.extend(notes)
     scale = n / (n + w)
     if w:
         warnings.append(
@@ -228,7 +294,7 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
 
     all_kernels = _by_kernel(kern)
     tables: dict[str, pd.DataFrame] = {}
-    checks: dict = {}
+    checks: dict = {"warmup_steps": warmup_check}
     layers = (cell.get("model") or {}).get("num_layers")
     if nk is None or nk.empty or "step" not in set(nk["range"]):
         warnings.append("no per-range kernel summary (nvtx_kern_sum) with 'step' ranges: only the kernel total "
@@ -296,6 +362,15 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
             "ok": ranges.get(r, {}).get("instances", 0) == e}
         for r, e in expected.items()
     }
+    checks["per_step"] = _per_step_check(checks["range_instances"])
+    if not checks["per_step"]["ok"]:
+        warnings.append(checks["per_step"]["message"])
+    unknown = set(ranges) - set(RANGES) - {"warmup"}
+    matmuls = {"attention_scores", "attention_value"} <= set(ranges) or "scaled_dot_product_attention" in ranges
+    if unknown and not ("softmax" in ranges and matmuls):
+        warnings.append("no attention ranges (softmax with attention_scores and attention_value, or with "
+                        "scaled_dot_product_attention, or the handout's names for them) among the ranges found: "
+                        + ", ".join(found))
 
     phases: dict[str, dict] = {}
     for r in RANGES:
@@ -342,7 +417,7 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
     return {
         "source": source, "activity": activity, "empty_reason": None,
         "measured_steps": int(n), "warmup_in_export": int(w), "exact": not w,
-        "ranges": ranges, "phases": phases,
+        "ranges": ranges, "range_names": found, "phases": phases,
         "kernels": [rec for r in RANGES if r in tables for rec in _records(tables[r], r)],
         "classes": classes, "checks": checks, "warnings": warnings, "api": api, "launches": launches,
     }
