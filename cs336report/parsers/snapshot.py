@@ -117,6 +117,10 @@ CATEGORIES = (
 ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset()
 
 _GZIP_MAGIC = b"\x1f\x8b"
+# Decompressed size allowed by default: this many times the compressed file, and never less
+# than MIN_MAX_BYTES. Real snapshots compress about 10 to 15 times; a gzip bomb, a thousand.
+MAX_RATIO = 100
+MIN_MAX_BYTES = 8 << 20
 
 
 class SnapshotError(ValueError):
@@ -144,6 +148,43 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise SnapshotError(f"{self._source}: refused persistent id {pid!r} in pickle")
 
 
+class _Capped:
+    """A binary stream that refuses to give more than ``limit`` bytes in all, before reading them."""
+
+    def __init__(self, stream, limit: int, source: str):
+        self._stream, self._limit, self._source, self.count = stream, limit, source, 0
+
+    def _take(self, n: int) -> None:
+        if self.count + max(n, 0) > self._limit:
+            raise SnapshotError(
+                f"{self._source}: decompresses to more than {self._limit} bytes, the cap for this file "
+                "(set max_bytes, CLI --max-snapshot-bytes, to allow a larger snapshot); refused before "
+                "decompressing further")
+
+    def read(self, n: int = -1) -> bytes:
+        self._take(n if n is not None and n >= 0 else self._limit + 1 - self.count)
+        data = self._stream.read(n)
+        self.count += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        self._take(len(buffer))
+        got = self._stream.readinto(buffer)
+        self.count += got or 0
+        return got
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self._stream.readline(min(size, 1 << 20) if size and size > 0 else 1 << 20)
+        self.count += len(line)
+        self._take(0)
+        return line
+
+
+def max_decompressed_bytes(compressed_bytes: int, max_bytes: int | None = None) -> int:
+    """The decompressed size allowed for a file of ``compressed_bytes``: ``max_bytes`` when given."""
+    return int(max_bytes) if max_bytes is not None else max(MIN_MAX_BYTES, MAX_RATIO * compressed_bytes)
+
+
 def _restricted_load(stream, source: str, compressed: bool) -> Any:
     """Unpickle from ``stream`` (read as it goes, never copied whole into memory)."""
     try:
@@ -157,12 +198,16 @@ def _restricted_load(stream, source: str, compressed: bool) -> Any:
         raise SnapshotError(f"{source}: not a readable pickle: {type(exc).__name__}: {exc}") from exc
 
 
-def load_snapshot(path: str | os.PathLike) -> dict:
+def load_snapshot(path: str | os.PathLike, max_bytes: int | None = None) -> dict:
     """Load a snapshot pickle (optionally gzip-compressed) without running code.
 
     The file is unpickled as it is read (through a gzip decoder when it starts with the
     gzip magic bytes), so neither the file's bytes nor the decompressed pickle are held in
     memory beside the loaded snapshot.
+
+    A gzip file may decompress to at most ``max_bytes`` (default: :data:`MAX_RATIO` times its
+    own size, at least :data:`MIN_MAX_BYTES`); past that it is refused as soon as the
+    unpickler asks for more, without decompressing the rest.
 
     Raises :class:`SnapshotError` naming the file for an empty, truncated or
     non-pickle file, for a pickle that references any global, and for a pickle
@@ -187,7 +232,8 @@ def load_snapshot(path: str | os.PathLike) -> dict:
                     raise SnapshotError(f"{source}: truncated or corrupt gzip stream: {exc}") from exc
                 if empty:
                     raise SnapshotError(f"{source}: gzip stream is empty")
-                obj = _restricted_load(gz, source, compressed=True)
+                limit = max_decompressed_bytes(os.fstat(fh.fileno()).st_size, max_bytes)
+                obj = _restricted_load(_Capped(gz, limit, source), source, compressed=True)
         else:
             obj = _restricted_load(fh, source, compressed=False)
     validate_snapshot(obj, source)
@@ -272,6 +318,8 @@ class FrameResolver:
         self._paths: dict[str, str | None] = {}
         self._funcs: dict[str, list[tuple[int, int, str | None, str]]] = {}
         self._frames: dict[tuple[str, int, str], FrameView] = {}
+        # local files whose line, for a frame, lies outside every function of the frame's name
+        self.stale: dict[str, int] = {}
 
     def is_user(self, filename: str) -> bool:
         if not filename.endswith(".py"):
@@ -341,13 +389,17 @@ class FrameResolver:
         if view.user:
             path = self.local_path(filename)
             if path is not None:
-                view.text = linecache.getline(path, line).strip()
                 best = None
                 for start, end, cls, qual in self._functions(path):
                     if start <= line <= end and (best is None or start >= best[0]):
                         best = (start, cls, qual)
                 if best is not None and best[2].rsplit(".", 1)[-1] == name:
                     view.cls, view.qualname = best[1], best[2]
+                    view.text = linecache.getline(path, line).strip()
+                elif (name.startswith("<") and name != "<module>") or (name == "<module>" and best is None):
+                    view.text = linecache.getline(path, line).strip()  # a lambda or comprehension: no name to check
+                else:  # another revision of the file than the one that ran: its line says nothing
+                    self.stale[filename] = self.stale.get(filename, 0) + 1
         view.hint = _frame_hint(view)
         self._frames[key] = view
         return view
@@ -742,6 +794,7 @@ def parse_snapshot(
     ramp_threshold: float = 0.05,
     step_marker: str | None = "step",
     max_sizes: int = 500,
+    max_bytes: int | None = None,
 ) -> dict:
     """Parse a snapshot file (or an already loaded dict) into a JSON-serialisable dict.
 
@@ -751,14 +804,15 @@ def parse_snapshot(
     (and 1 MiB) to end a ramp or drop.  ``step_marker``: name of the annotated range
     (e.g. a ``record_function``) around each step; when the snapshot holds such ranges,
     they define the steps.  ``max_sizes``: how many distinct allocation sizes
-    ``by_size`` keeps (largest total first).
+    ``by_size`` keeps (largest total first). ``max_bytes``: the most a gzip-compressed file may
+    decompress to (see :func:`load_snapshot`).
     """
     if isinstance(snapshot, dict):
         source = None
         snap = validate_snapshot(snapshot, "<snapshot dict>")
     else:
         source = os.fspath(snapshot)
-        snap = load_snapshot(source)
+        snap = load_snapshot(source, max_bytes=max_bytes)
     label = source or "<snapshot dict>"
     dev = _pick_device(snap, device)
     trace = snap["device_traces"][dev] if snap["device_traces"] else []
@@ -886,6 +940,11 @@ def parse_snapshot(
         delta_cum[i] = cur
         reserved_cum[i] = cur_reserved
 
+    for path, count in sorted(resolver.stale.items()):
+        warnings.append(
+            f"{path}: {count} frame(s) name a line that lies outside every function of the frame's name (the "
+            "file is another revision than the one that ran?); those frames are categorized by name only")
+
     # Final state of this device.
     dev_segments = [s for s in snap["segments"] if s.get("device", dev) == dev]
     final_live: dict[int, tuple[int, Mapping]] = {}
@@ -963,13 +1022,19 @@ def parse_snapshot(
     phases_out: list[dict] = []
     step = 0
     run_start = 0
+    waiting = False  # a forward run follows a backward or optimizer run: its first allocation starts a step
     for i in range(n):
         if marked_steps:
             step = step_of[i]
+        elif i > 0 and phase_of[i] == 0 and phase_of[i - 1] != 0:
+            waiting = True
+        elif phase_of[i] != 0:
+            waiting = False
+        if waiting and i in alloc_cat:
+            step += 1
+            waiting = False
         if i > 0 and (phase_of[i] != phase_of[i - 1] or step != step_of[i - 1]):
             phases_out.append(_phase_span(trace, phase_of[i - 1], run_start, i - 1, step_of[run_start], delta_cum, baseline, has_time))
-            if not marked_steps and phase_of[i] == 0:
-                step += 1
             run_start = i
         step_of[i] = step
     if n:
