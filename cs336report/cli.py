@@ -113,7 +113,7 @@ def _nsys_stats(args) -> int:
 
 
 def _parse_nsys(args) -> int:
-    from .parsers.kernel_ranges import parse_stats
+    from .nsys_step import parse_stats
     from .parsers.nsys import NsysParseError
 
     try:

@@ -1,6 +1,6 @@
 """A report of records parsed from exports made elsewhere: no job time to account for."""
 
-from cs336report.parsers.kernel_ranges import parse_stats
+from cs336report.nsys_step import parse_stats
 from cs336report.report.render import render_report
 from cs336report.results import load, save
 from test_kernel_ranges import REAL, small_cell

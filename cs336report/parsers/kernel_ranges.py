@@ -37,25 +37,21 @@ measured steps (with warm-up in the export: the median duration times the ranges
     frames = nsys.parse_exports("results/nsys_stats/<cell>/stats")
     data = summarise(frames, cell=record["config"])
 
-:func:`parse_stats` is the workflow's parse step (rule ``nsys_parse``, command ``parse-nsys``):
-exports in, the result record of the cell out, with the Python timer's measurements (the
-profiled run's measured and warm-up steps) and the wall times of the profiled run and of the
-export; it works on exports brought from another machine too
-(``python -m cs336report parse-nsys PREFIX --out FILE``).
+The phase analysis reads no file and writes none: the workflow's parse step, which reads the
+exports and writes the cell's record, is :func:`cs336report.nsys_step.parse_stats`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from pathlib import Path
 
 import pandas as pd
 
 from ..kernels import classify, summarise_by_class
+from .nsys_ranges import RANGE_ALIASES, canonical_range, canonical_ranges, per_step_check, range_rows, warmup_steps
 
-__all__ = ["PHASES", "RANGES", "parse_stats", "summarise", "short_name"]
+__all__ = ["PHASES", "RANGES", "RANGE_ALIASES", "canonical_range", "summarise", "short_name"]
 
 PHASES = ("forward", "backward", "optimizer_step")
 ATTENTION = ("attention_scores", "softmax", "attention_value", "scaled_dot_product_attention")
@@ -65,19 +61,6 @@ _TOP = ("", "warmup", "step")
 _VALUE_COLUMNS = ("total_ns", "instances")
 _SHAPE_COLUMNS = ("med_ns", "min_ns", "max_ns", "std_ns")
 _GENERIC = {"func_wrapper_t", "gpu_kernel_impl_nocast", "gpu_kernel_impl", "ReduceOp"}
-# Range names of the handout's annotated attention, and of its warm-up, in our names.
-RANGE_ALIASES = {
-    "scaled dot product attention": "scaled_dot_product_attention",
-    "computing attention scores": "attention_scores",
-    "computing softmax": "softmax",
-    "final matmul": "attention_value",
-    "optimizer step": "optimizer_step",
-    "optimizer": "optimizer_step",
-    "warm-up": "warmup",
-    "warm up": "warmup",
-}
-# Ranges that open once in every step, warm-up or measured, in the order they are trusted.
-_PER_STEP = ("forward", "optimizer_step", "backward")
 # CUDA runtime and driver calls that launch one kernel each.
 LAUNCH_API = re.compile(r"^cu(da)?Launch(Cooperative)?Kernel")
 
@@ -151,69 +134,6 @@ def _table(values: pd.DataFrame, shapes: pd.DataFrame, steps: int) -> pd.DataFra
     return table
 
 
-def canonical_range(name: str) -> str:
-    """Our name of an annotated range: the handout's names (``computing softmax``) map to ours."""
-    key = re.sub(r"\s+", " ", str(name).strip().lower())
-    return RANGE_ALIASES.get(key, RANGE_ALIASES.get(key.replace("_", " "), str(name)))
-
-
-def _canonical_ranges(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    out = dict(frames)
-    for key in ("nvtx_sum", "nvtx_kern_sum"):
-        frame = frames.get(key)
-        if frame is not None and "range" in frame:
-            renamed = frame.copy()
-            renamed["range"] = [canonical_range(r) for r in frame["range"]]
-            out[key] = renamed
-    return out
-
-
-def _warmup_steps(ranges: dict[str, dict], n: int) -> tuple[int, dict, list[str]]:
-    """Warm-up steps in the export, counted from the ranges that open once per step.
-
-    A profile may wrap every warm-up step in its own ``warmup`` range or all of them in one:
-    the number of ``warmup`` ranges says neither. The phase ranges open once in every step,
-    warm-up or measured, so their instances less the measured steps are the warm-up steps.
-    """
-    ranges_w = ranges.get("warmup", {}).get("instances", 0)
-    per_step = [r for r in _PER_STEP if ranges.get(r, {}).get("instances")]
-    notes: list[str] = []
-    if not per_step:
-        if ranges_w:
-            notes.append(f"no phase range repeats once per step: the {ranges_w} 'warmup' range(s) are taken to be "
-                         "one per warm-up step")
-        return ranges_w, {"warmup_ranges": ranges_w, "steps": ranges_w, "counted_from": "warmup"}, notes
-    by = per_step[0]
-    w = max(ranges[by]["instances"] - n, 0)
-    if ranges_w and w != ranges_w:
-        notes.append(f"the export's {ranges_w} 'warmup' range(s) hold {w} warm-up step(s), counted from the "
-                     f"'{by}' ranges, which open once per step")
-    return w, {"warmup_ranges": ranges_w, "steps": w, "counted_from": by}, notes
-
-
-def _per_step_check(instances: dict[str, dict]) -> dict:
-    """One verdict on the per-step figures: they hold only if every range opened as often as expected."""
-    wrong = [f"{r} {v['observed']}/{v['expected']}" for r, v in instances.items() if not v["ok"]]
-    if not wrong:
-        return {"ok": True, "message": "every range opened as often as the steps imply"}
-    return {"ok": False, "message": "per-step figures are unreliable: range instances observed/expected "
-                                    + ", ".join(wrong)}
-
-
-def _range_rows(ranges: pd.DataFrame | None) -> dict[str, dict]:
-    if ranges is None or ranges.empty:
-        return {}
-    out = {}
-    for name, g in ranges.groupby("range", sort=False):
-        instances = g["instances"].sum()
-        out[str(name)] = {
-            "instances": int(instances), "total_ns": _num(g["total_ns"].sum()),
-            "avg_ns": _num(g["total_ns"].sum() / instances) if instances else None,
-            "med_ns": _num(g["med_ns"].iloc[0]) if len(g) == 1 else None,
-            "min_ns": _num(g["min_ns"].min()), "max_ns": _num(g["max_ns"].max()),
-        }
-    return out
-
 
 def _records(table: pd.DataFrame, phase: str) -> list[dict]:
     out = []
@@ -270,17 +190,17 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
         return _empty(kern.attrs.get("reason") or "the export holds no kernels", source, activity)
     found = sorted({str(r) for f in (frames.get("nvtx_sum"), frames.get("nvtx_kern_sum"))
                     if f is not None and "range" in f for r in f["range"] if str(r)})
-    frames = _canonical_ranges(frames)
+    frames = canonical_ranges(frames)
     nvtx = frames.get("nvtx_sum")
     nk = frames.get("nvtx_kern_sum")
-    ranges = _range_rows(nvtx)
+    ranges = range_rows(nvtx)
     warnings: list[str] = []
 
     n = ranges.get("step", {}).get("instances") or cell.get("measured_steps")
     if not n:
         n = 1
         warnings.append("no 'step' NVTX ranges and no cell: totals are for the whole export, not per step")
-    w, warmup_check, notes = _warmup_steps(ranges, n)
+    w, warmup_check, notes = warmup_steps(ranges, n)
     warnings.extend(notes)
     scale = n / (n + w)
     if w:
@@ -362,7 +282,7 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
             "ok": ranges.get(r, {}).get("instances", 0) == e}
         for r, e in expected.items()
     }
-    checks["per_step"] = _per_step_check(checks["range_instances"])
+    checks["per_step"] = per_step_check(checks["range_instances"])
     if not checks["per_step"]["ok"]:
         warnings.append(checks["per_step"]["message"])
     unknown = set(ranges) - set(RANGES) - {"warmup"}
@@ -421,63 +341,3 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
         "kernels": [rec for r in RANGES if r in tables for rec in _records(tables[r], r)],
         "classes": classes, "checks": checks, "warnings": warnings, "api": api, "launches": launches,
     }
-
-
-def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None = None,
-                name: str | None = None) -> dict:
-    """Parse the ``PREFIX_<report>.csv`` exports into the result record of one profiled cell.
-
-    ``run_path`` is the profiled run's ``run.json`` (status, cell, Python timer, provenance);
-    without it (exports from elsewhere) the record has an empty config. A malformed export
-    raises :class:`cs336report.parsers.nsys.NsysParseError` naming the file and line.
-    """
-    from ..profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX
-    from ..results import SCHEMA, load, now_iso, save
-    from . import nsys
-
-    prefix = Path(prefix)
-    run = load(run_path) if run_path else None
-    run_dir = Path(run_path).parent if run_path else None
-    export_path = prefix.parent / EXPORT_FILE
-    export = json.loads(export_path.read_text()) if export_path.exists() else {}
-    launch = json.loads((run_dir / LAUNCH_FILE).read_text()) if run_dir and (run_dir / LAUNCH_FILE).exists() else {}
-    cell = dict(run["config"]) if run else {}
-    cell.pop("profile_dir", None)
-    status, error, data = (run["status"], run.get("error"), {}) if run else ("ok", None, {})
-    source = export.get("source") or "nsys"
-    activity = export.get("activity") or "cuda"
-    if status == "ok" and export.get("reason"):
-        status, error = "error", export["reason"]
-    if status == "ok":
-        try:
-            frames = nsys.parse_file(prefix) if prefix.is_file() else nsys.parse_exports(prefix)
-        except FileNotFoundError as exc:
-            if run is None:
-                raise
-            status, error = "error", str(exc)
-        else:
-            data = summarise(frames, cell=cell, source=source, activity=activity)
-            data["exports"] = sorted({str(f.attrs.get("source")) for f in frames.values()})
-    if run and run["status"] == "ok":
-        d = run["data"]
-        times = d.get("times_s") or {}
-        data["python_timer"] = {"stats_s": d.get("stats_s"), "phase_stats_s": d.get("phase_stats_s"),
-                                "measured_s": times.get("measured_s"), "warmup_s": times.get("warmup_s")}
-        data["params"] = d.get("params")
-        data["model"] = d.get("model")
-    data["tool"] = {"source": source, "activity": activity,
-                    "nsys_version": export.get("nsys_version") or launch.get("nsys_version"),
-                    "torch_version": export.get("torch_version"),
-                    "profile_command": launch.get("command"), "profile_wall_s": launch.get("wall_s"),
-                    "export_wall_s": export.get("wall_s"), "run_wall_s": run.get("wall_s") if run else None}
-    provenance = run["provenance"] if run else {"device": cell.get("device"), "note": "exports parsed without "
-                                                "the profiled run's record: where they were measured is unknown"}
-    record = {
-        "schema": SCHEMA, "experiment": run["experiment"] if run else "nsys_profile",
-        "cell": name or (run["cell"] if run else prefix.parent.name if prefix.name == STATS_PREFIX else prefix.stem),
-        "status": status, "error": error, "config": cell, "data": data, "provenance": provenance,
-        "started_at": run.get("started_at") if run else now_iso(), "finished_at": now_iso(),
-        "wall_s": run.get("wall_s", 0.0) if run else 0.0,
-    }
-    save(record, out)
-    return record
