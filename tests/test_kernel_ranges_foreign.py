@@ -56,3 +56,17 @@ def test_unknown_attention_names_are_listed():
     data = kernel_ranges.summarise(frames, cell={"mode": "forward", "model": {"num_layers": 2}})
     note = [w for w in data["warnings"] if "no attention ranges" in w]
     assert note and "my softmax" in note[0] and "my attention scores" in note[0]
+
+
+def test_sanity_table_says_when_the_per_step_check_failed():
+    from cs336report.report.sections.nsys_profile import cell_frame, checks_table
+
+    frames = nsys.parse_exports(FIXTURES / "handout_ranges" / "stats")
+    nvtx = frames["nvtx_sum"].copy()
+    nvtx.loc[nvtx["range"] == "computing softmax", "instances"] = 5.0
+    frames["nvtx_sum"] = nvtx
+    cell = {"mode": "forward", "size": "small", "context": 128, "model": {"num_layers": 2}}
+    record = {"cell": "c", "status": "ok", "config": cell, "_path": "c.json",
+              "data": kernel_ranges.summarise(frames, cell=cell)}
+    table, _ = checks_table(cell_frame([record], []))
+    assert any("softmax 5/6" in c.text for c in table.rows[0])
