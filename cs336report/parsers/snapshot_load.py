@@ -67,7 +67,12 @@ class _Capped:
                 "decompressing further")
 
     def read(self, n: int = -1) -> bytes:
-        self._take(n if n is not None and n >= 0 else self._limit + 1 - self.count)
+        if n is None or n < 0:  # the rest: at most one byte past the cap, to tell whether it is past
+            data = self._stream.read(max(self._limit + 1 - self.count, 0))
+            self.count += len(data)
+            self._take(0)
+            return data
+        self._take(n)
         data = self._stream.read(n)
         self.count += len(data)
         return data
