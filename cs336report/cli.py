@@ -113,7 +113,7 @@ def _nsys_stats(args) -> int:
 
 
 def _parse_nsys(args) -> int:
-    from .parsers.kernel_ranges import parse_stats
+    from .nsys_step import parse_stats
     from .parsers.nsys import NsysParseError
 
     try:
@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cell", help="the cell config as JSON, when there is no capture result")
     p.add_argument("--top", type=int, default=20, help="largest allocations to keep")
     p.add_argument("--max-points", type=int, default=3000, help="points of the plotted timeline")
+    p.add_argument("--max-snapshot-bytes", type=int, default=None, help="most bytes a gzip snapshot may decompress "
+                   "to (default: 100 times the file, at least 8 MiB); a larger one is refused early")
     p.set_defaults(func=_parse_snapshot)
 
     args = parser.parse_args(argv)

@@ -126,5 +126,6 @@ def main_args(args) -> int:
     """The CLI entry: ``cs336report parse-snapshot``."""
     cell = json.loads(args.cell) if args.cell else None
     parse_step(args.snapshot, args.out, result=args.result, name=args.name, cell=cell,
-               top_n=args.top, max_points=args.max_points)
+               top_n=args.top, max_points=args.max_points,
+               **({"max_bytes": args.max_snapshot_bytes} if args.max_snapshot_bytes is not None else {}))
     return 0

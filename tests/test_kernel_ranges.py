@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cs336report.nsys_step import parse_stats
 from cs336report.parsers import kernel_ranges, nsys, torchprof
 from cs336report.results import load, save
 from test_torchprof import KERNELS, STEPS, cuda_trace
@@ -206,7 +207,7 @@ def _copy_exports(tmp_path, mode):
 
 def test_parse_stats_writes_a_result_record(tmp_path):
     run = _run_record(tmp_path)
-    record = kernel_ranges.parse_stats(_copy_exports(tmp_path, "forward"), tmp_path / "out.json", run_path=run)
+    record = parse_stats(_copy_exports(tmp_path, "forward"), tmp_path / "out.json", run_path=run)
     loaded = load(tmp_path / "out.json")
     assert loaded["status"] == "ok" and loaded["experiment"] == "nsys_profile" and loaded["cell"] == "small-forward"
     assert loaded["config"]["size"] == "small" and loaded["provenance"]["gpu"] == "NVIDIA H200"
@@ -220,7 +221,7 @@ def test_parse_stats_writes_a_result_record(tmp_path):
 def test_parse_stats_keeps_the_status_of_a_failed_run(tmp_path):
     run = _run_record(tmp_path, status="oom", error="OutOfMemoryError: CUDA out of memory")
     (tmp_path / "stats").mkdir()
-    record = kernel_ranges.parse_stats(tmp_path / "stats" / "stats", tmp_path / "out.json", run_path=run)
+    record = parse_stats(tmp_path / "stats" / "stats", tmp_path / "out.json", run_path=run)
     assert record["status"] == "oom" and "out of memory" in record["error"]
 
 
@@ -228,7 +229,7 @@ def test_parse_stats_without_exports_of_a_finished_run_is_an_error_record(tmp_pa
     run = _run_record(tmp_path)
     (tmp_path / "stats").mkdir()
     (tmp_path / "stats" / "export.json").write_text(json.dumps({"reason": "nsys stats exited with code 1"}))
-    record = kernel_ranges.parse_stats(tmp_path / "stats" / "stats", tmp_path / "out.json", run_path=run)
+    record = parse_stats(tmp_path / "stats" / "stats", tmp_path / "out.json", run_path=run)
     assert record["status"] == "error" and "exited with code 1" in record["error"]
 
 
@@ -238,7 +239,7 @@ def test_parse_stats_of_a_malformed_export_names_file_and_line(tmp_path):
     lines = bad.read_text().splitlines()
     bad.write_text("\n".join(lines[:3] + ["12.5,not-a-number,3,1,1,1,1,0,kernel_x"] + lines[3:]) + "\n")
     with pytest.raises(nsys.NsysParseError) as err:
-        kernel_ranges.parse_stats(prefix, tmp_path / "out.json", run_path=_run_record(tmp_path))
+        parse_stats(prefix, tmp_path / "out.json", run_path=_run_record(tmp_path))
     assert err.value.line == 4 and "stats_cuda_gpu_kern_sum.csv" in str(err.value)
     assert not (tmp_path / "out.json").exists()
 

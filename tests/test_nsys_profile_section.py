@@ -13,7 +13,8 @@ import pytest
 from cs336report import accounting
 from cs336report.model import ModelSpec
 from cs336report.parsers import nsys
-from cs336report.parsers.kernel_ranges import parse_stats, short_name
+from cs336report.nsys_step import parse_stats
+from cs336report.parsers.kernel_ranges import short_name
 from cs336report.report.render import RenderContext, render_report
 from cs336report.report.sections import nsys_profile as section
 from cs336report.report.tables import fmt_pct, sig

@@ -37,25 +37,21 @@ measured steps (with warm-up in the export: the median duration times the ranges
     frames = nsys.parse_exports("results/nsys_stats/<cell>/stats")
     data = summarise(frames, cell=record["config"])
 
-:func:`parse_stats` is the workflow's parse step (rule ``nsys_parse``, command ``parse-nsys``):
-exports in, the result record of the cell out, with the Python timer's measurements (the
-profiled run's measured and warm-up steps) and the wall times of the profiled run and of the
-export; it works on exports brought from another machine too
-(``python -m cs336report parse-nsys PREFIX --out FILE``).
+The phase analysis reads no file and writes none: the workflow's parse step, which reads the
+exports and writes the cell's record, is :func:`cs336report.nsys_step.parse_stats`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from pathlib import Path
 
 import pandas as pd
 
 from ..kernels import classify, summarise_by_class
+from .nsys_ranges import RANGE_ALIASES, canonical_range, canonical_ranges, per_step_check, range_rows, warmup_steps
 
-__all__ = ["PHASES", "RANGES", "parse_stats", "summarise", "short_name"]
+__all__ = ["PHASES", "RANGES", "RANGE_ALIASES", "canonical_range", "summarise", "short_name"]
 
 PHASES = ("forward", "backward", "optimizer_step")
 ATTENTION = ("attention_scores", "softmax", "attention_value", "scaled_dot_product_attention")
@@ -138,20 +134,6 @@ def _table(values: pd.DataFrame, shapes: pd.DataFrame, steps: int) -> pd.DataFra
     return table
 
 
-def _range_rows(ranges: pd.DataFrame | None) -> dict[str, dict]:
-    if ranges is None or ranges.empty:
-        return {}
-    out = {}
-    for name, g in ranges.groupby("range", sort=False):
-        instances = g["instances"].sum()
-        out[str(name)] = {
-            "instances": int(instances), "total_ns": _num(g["total_ns"].sum()),
-            "avg_ns": _num(g["total_ns"].sum() / instances) if instances else None,
-            "med_ns": _num(g["med_ns"].iloc[0]) if len(g) == 1 else None,
-            "min_ns": _num(g["min_ns"].min()), "max_ns": _num(g["max_ns"].max()),
-        }
-    return out
-
 
 def _records(table: pd.DataFrame, phase: str) -> list[dict]:
     out = []
@@ -206,16 +188,20 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
         return _empty("the export has no cuda_gpu_kern_sum report", source, activity)
     if kern.empty:
         return _empty(kern.attrs.get("reason") or "the export holds no kernels", source, activity)
+    found = sorted({str(r) for f in (frames.get("nvtx_sum"), frames.get("nvtx_kern_sum"))
+                    if f is not None and "range" in f for r in f["range"] if str(r)})
+    frames = canonical_ranges(frames)
     nvtx = frames.get("nvtx_sum")
     nk = frames.get("nvtx_kern_sum")
-    ranges = _range_rows(nvtx)
+    ranges = range_rows(nvtx)
     warnings: list[str] = []
 
     n = ranges.get("step", {}).get("instances") or cell.get("measured_steps")
     if not n:
         n = 1
         warnings.append("no 'step' NVTX ranges and no cell: totals are for the whole export, not per step")
-    w = ranges.get("warmup", {}).get("instances", 0)
+    w, warmup_check, notes = warmup_steps(ranges, n)
+    warnings.extend(notes)
     scale = n / (n + w)
     if w:
         warnings.append(
@@ -228,7 +214,7 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
 
     all_kernels = _by_kernel(kern)
     tables: dict[str, pd.DataFrame] = {}
-    checks: dict = {}
+    checks: dict = {"warmup_steps": warmup_check}
     layers = (cell.get("model") or {}).get("num_layers")
     if nk is None or nk.empty or "step" not in set(nk["range"]):
         warnings.append("no per-range kernel summary (nvtx_kern_sum) with 'step' ranges: only the kernel total "
@@ -296,6 +282,15 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
             "ok": ranges.get(r, {}).get("instances", 0) == e}
         for r, e in expected.items()
     }
+    checks["per_step"] = per_step_check(checks["range_instances"])
+    if not checks["per_step"]["ok"]:
+        warnings.append(checks["per_step"]["message"])
+    unknown = set(ranges) - set(RANGES) - {"warmup"}
+    matmuls = {"attention_scores", "attention_value"} <= set(ranges) or "scaled_dot_product_attention" in ranges
+    if unknown and not ("softmax" in ranges and matmuls):
+        warnings.append("no attention ranges (softmax with attention_scores and attention_value, or with "
+                        "scaled_dot_product_attention, or the handout's names for them) among the ranges found: "
+                        + ", ".join(found))
 
     phases: dict[str, dict] = {}
     for r in RANGES:
@@ -342,67 +337,7 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
     return {
         "source": source, "activity": activity, "empty_reason": None,
         "measured_steps": int(n), "warmup_in_export": int(w), "exact": not w,
-        "ranges": ranges, "phases": phases,
+        "ranges": ranges, "range_names": found, "phases": phases,
         "kernels": [rec for r in RANGES if r in tables for rec in _records(tables[r], r)],
         "classes": classes, "checks": checks, "warnings": warnings, "api": api, "launches": launches,
     }
-
-
-def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None = None,
-                name: str | None = None) -> dict:
-    """Parse the ``PREFIX_<report>.csv`` exports into the result record of one profiled cell.
-
-    ``run_path`` is the profiled run's ``run.json`` (status, cell, Python timer, provenance);
-    without it (exports from elsewhere) the record has an empty config. A malformed export
-    raises :class:`cs336report.parsers.nsys.NsysParseError` naming the file and line.
-    """
-    from ..profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX
-    from ..results import SCHEMA, load, now_iso, save
-    from . import nsys
-
-    prefix = Path(prefix)
-    run = load(run_path) if run_path else None
-    run_dir = Path(run_path).parent if run_path else None
-    export_path = prefix.parent / EXPORT_FILE
-    export = json.loads(export_path.read_text()) if export_path.exists() else {}
-    launch = json.loads((run_dir / LAUNCH_FILE).read_text()) if run_dir and (run_dir / LAUNCH_FILE).exists() else {}
-    cell = dict(run["config"]) if run else {}
-    cell.pop("profile_dir", None)
-    status, error, data = (run["status"], run.get("error"), {}) if run else ("ok", None, {})
-    source = export.get("source") or "nsys"
-    activity = export.get("activity") or "cuda"
-    if status == "ok" and export.get("reason"):
-        status, error = "error", export["reason"]
-    if status == "ok":
-        try:
-            frames = nsys.parse_file(prefix) if prefix.is_file() else nsys.parse_exports(prefix)
-        except FileNotFoundError as exc:
-            if run is None:
-                raise
-            status, error = "error", str(exc)
-        else:
-            data = summarise(frames, cell=cell, source=source, activity=activity)
-            data["exports"] = sorted({str(f.attrs.get("source")) for f in frames.values()})
-    if run and run["status"] == "ok":
-        d = run["data"]
-        times = d.get("times_s") or {}
-        data["python_timer"] = {"stats_s": d.get("stats_s"), "phase_stats_s": d.get("phase_stats_s"),
-                                "measured_s": times.get("measured_s"), "warmup_s": times.get("warmup_s")}
-        data["params"] = d.get("params")
-        data["model"] = d.get("model")
-    data["tool"] = {"source": source, "activity": activity,
-                    "nsys_version": export.get("nsys_version") or launch.get("nsys_version"),
-                    "torch_version": export.get("torch_version"),
-                    "profile_command": launch.get("command"), "profile_wall_s": launch.get("wall_s"),
-                    "export_wall_s": export.get("wall_s"), "run_wall_s": run.get("wall_s") if run else None}
-    provenance = run["provenance"] if run else {"device": cell.get("device"), "note": "exports parsed without "
-                                                "the profiled run's record: where they were measured is unknown"}
-    record = {
-        "schema": SCHEMA, "experiment": run["experiment"] if run else "nsys_profile",
-        "cell": name or (run["cell"] if run else prefix.parent.name if prefix.name == STATS_PREFIX else prefix.stem),
-        "status": status, "error": error, "config": cell, "data": data, "provenance": provenance,
-        "started_at": run.get("started_at") if run else now_iso(), "finished_at": now_iso(),
-        "wall_s": run.get("wall_s", 0.0) if run else 0.0,
-    }
-    save(record, out)
-    return record

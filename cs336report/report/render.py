@@ -320,7 +320,7 @@ def _cost(records: list[dict], gpu_run: bool = False) -> dict:
                   columns=["section", "rule", "jobs", "in a warm worker", "job time", "timed steps",
                            "timed share", "first compiled calls", "largest GPU peak"],
                   units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
-    out = {"table": table, "total": fmt_seconds(total), "total_s": total,
+    out = {"table": table, "total": fmt_seconds(total), "total_s": total, "floor": None,  # no job time: no floor
            "section_table": _section_cost_table(per_rule, total, table.sources)}
     if total > 0:
         out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",

@@ -29,7 +29,9 @@ rule memory_profiling_parse:
     input:
         result=rules.memory_profiling.output.result,
         snapshot=rules.memory_profiling.output.snapshot,
-        code=code("snapshot_step.py", "parsers/snapshot.py", "models.py"),
+        code=code("snapshot_step.py", "parsers/snapshot.py", "parsers/snapshot_load.py", "parsers/snapshot_frames.py",
+                  "parsers/snapshot_replay.py", "parsers/snapshot_categories.py", "parsers/snapshot_series.py",
+                  "models.py"),
     output:
         "results/memory_profiling_parse/{cell}.json",
     log:

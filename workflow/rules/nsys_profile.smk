@@ -50,7 +50,8 @@ rule nsys_parse:
     input:
         stats=rules.nsys_stats.output,
         profile=rules.nsys_profile.output,
-        code=code("parsers/nsys.py", "parsers/kernel_ranges.py", "kernels.py"),
+        code=code("nsys_step.py", "parsers/nsys.py", "parsers/nsys_tables.py", "parsers/nsys_reports.py",
+                  "parsers/nsys_columns.py", "parsers/nsys_ranges.py", "parsers/kernel_ranges.py", "kernels.py"),
     output:
         "results/nsys_parse/{cell}.json",
     log:

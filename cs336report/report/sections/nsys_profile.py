@@ -635,7 +635,7 @@ def checks_table(cells: pd.DataFrame) -> tuple[Table, dict]:
             Cell(fmt_pct(outside["share"], 2) if outside else "–"),
             Cell("all as expected" if inst and not wrong else ("; ".join(wrong) if wrong else "–")),
             Cell(fmt_pct(whole) if whole is not None else "–"),
-            Cell("exact" if r["exact"] else "scaled from warm-up + measured"),
+            Cell(("exact" if r["exact"] else "scaled from warm-up + measured") + ("" if (ch.get("per_step") or {}).get("ok", True) else f"; {ch['per_step']['message']}")),
         ])
     table = Table(
         title="Sanity checks",

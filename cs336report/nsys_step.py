@@ -1,0 +1,78 @@
+"""The parse step of nsys_profile: one cell's ``nsys stats`` exports in, its result record out.
+
+Rule ``nsys_parse``, command ``parse-nsys``: the exports are read by
+:mod:`cs336report.parsers.nsys` and analysed per phase by
+:func:`cs336report.parsers.kernel_ranges.summarise`; the record adds the Python timer's
+measurements (the profiled run's measured and warm-up steps) and the wall times of the
+profiled run and of the export. It works on exports brought from another machine too
+(``python -m cs336report parse-nsys PREFIX --out FILE``), whose record then has an empty
+config and no wall time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .parsers import nsys
+from .parsers.kernel_ranges import summarise
+from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX
+from .results import SCHEMA, load, now_iso, save
+
+__all__ = ["parse_stats"]
+
+
+def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None = None,
+                name: str | None = None) -> dict:
+    """Parse the ``PREFIX_<report>.csv`` exports into the result record of one profiled cell.
+
+    ``run_path`` is the profiled run's ``run.json`` (status, cell, Python timer, provenance);
+    without it (exports from elsewhere) the record has an empty config. A malformed export
+    raises :class:`cs336report.parsers.nsys.NsysParseError` naming the file and line.
+    """
+    prefix = Path(prefix)
+    run = load(run_path) if run_path else None
+    run_dir = Path(run_path).parent if run_path else None
+    export_path = prefix.parent / EXPORT_FILE
+    export = json.loads(export_path.read_text()) if export_path.exists() else {}
+    launch = json.loads((run_dir / LAUNCH_FILE).read_text()) if run_dir and (run_dir / LAUNCH_FILE).exists() else {}
+    cell = dict(run["config"]) if run else {}
+    cell.pop("profile_dir", None)
+    status, error, data = (run["status"], run.get("error"), {}) if run else ("ok", None, {})
+    source = export.get("source") or "nsys"
+    activity = export.get("activity") or "cuda"
+    if status == "ok" and export.get("reason"):
+        status, error = "error", export["reason"]
+    if status == "ok":
+        try:
+            frames = nsys.parse_file(prefix) if prefix.is_file() else nsys.parse_exports(prefix)
+        except FileNotFoundError as exc:
+            if run is None:
+                raise
+            status, error = "error", str(exc)
+        else:
+            data = summarise(frames, cell=cell, source=source, activity=activity)
+            data["exports"] = sorted({str(f.attrs.get("source")) for f in frames.values()})
+    if run and run["status"] == "ok":
+        d = run["data"]
+        times = d.get("times_s") or {}
+        data["python_timer"] = {"stats_s": d.get("stats_s"), "phase_stats_s": d.get("phase_stats_s"),
+                                "measured_s": times.get("measured_s"), "warmup_s": times.get("warmup_s")}
+        data["params"] = d.get("params")
+        data["model"] = d.get("model")
+    data["tool"] = {"source": source, "activity": activity,
+                    "nsys_version": export.get("nsys_version") or launch.get("nsys_version"),
+                    "torch_version": export.get("torch_version"),
+                    "profile_command": launch.get("command"), "profile_wall_s": launch.get("wall_s"),
+                    "export_wall_s": export.get("wall_s"), "run_wall_s": run.get("wall_s") if run else None}
+    provenance = run["provenance"] if run else {"device": cell.get("device"), "note": "exports parsed without "
+                                                "the profiled run's record: where they were measured is unknown"}
+    record = {
+        "schema": SCHEMA, "experiment": run["experiment"] if run else "nsys_profile",
+        "cell": name or (run["cell"] if run else prefix.parent.name if prefix.name == STATS_PREFIX else prefix.stem),
+        "status": status, "error": error, "config": cell, "data": data, "provenance": provenance,
+        "started_at": run.get("started_at") if run else now_iso(), "finished_at": now_iso(),
+        "wall_s": run.get("wall_s", 0.0) if run else 0.0,
+    }
+    save(record, out)
+    return record
