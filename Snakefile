@@ -19,6 +19,11 @@ include: "workflow/rules/attention.smk"
 include: "workflow/rules/torch_compile.smk"
 include: "workflow/rules/memory_profiling.smk"
 include: "workflow/rules/mixed_precision.smk"
+include: "workflow/rules/distributed_communication_single_node.smk"
+include: "workflow/rules/naive_ddp_benchmarking.smk"
+include: "workflow/rules/minimal_ddp_flat_benchmarking.smk"
+include: "workflow/rules/ddp_overlap_individual_parameters_benchmarking.smk"
+include: "workflow/rules/ddp_bucketed_benchmarking.smk"
 include: "workflow/rules/report.smk"
 
 

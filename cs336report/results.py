@@ -3,7 +3,7 @@
 A record is a plain dict:
 
     {"schema": "cs336report.result/1", "experiment": "benchmarking", "cell": "small-ctx128-...",
-     "status": "ok" | "oom" | "error" | "skipped", "error": None | "message",
+     "status": "ok" | "oom" | "error" | "skipped" | "not_run", "error": None | "message",
      "config": {...the resolved cell...}, "data": {...measurements...},
      "provenance": {...machine, versions, commit...}, "started_at": ISO-8601, "wall_s": float}
 
@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 
 SCHEMA = "cs336report.result/1"
-STATUSES = ("ok", "oom", "error", "skipped")
+STATUSES = ("ok", "oom", "error", "skipped", "not_run")
 REQUIRED_KEYS = ("schema", "experiment", "cell", "status", "config", "data", "provenance")
 GZIP_SUFFIX = ".gz"
 RESULT_SUFFIXES = (".json.gz", ".json")
