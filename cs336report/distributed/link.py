@@ -49,7 +49,7 @@ def describe(backend: str, world_size: int) -> dict:
 def link_between(topo: str, a: int, b: int) -> str | None:
     """The entry of ``nvidia-smi topo -m``'s matrix between GPU ``a`` and GPU ``b`` (``NV18``, ``SYS``...)."""
     header = None
-    for line in topo.splitlines():
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", topo).splitlines():  # the header is underlined on a terminal
         cells = line.split()
         if header is None and cells and cells[0].startswith("GPU"):
             header = cells
