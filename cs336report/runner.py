@@ -58,6 +58,8 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         status = "not_run" if isinstance(exc, NotEnoughDevices) else "oom" if is_out_of_memory(exc) else "error"
         data = getattr(exc, "partial_data", None) or {}  # what the cell measured before it failed
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if status == "not_run":
+            error = str(exc)  # "not run: needs N GPUs, M present"
         traceback.print_exc(file=sys.stderr)
         if shared is not None:
             shared.clear()  # what the job built may be half-made; the next cell builds its own

@@ -39,3 +39,33 @@ def test_overhead_branches():
     # communication keeps up: only the last bucket shows; it does not: the queue outlasts backward
     assert bm.overhead(10, 1e9, 1e11, 1e-3, 1.0) == pytest.approx(1e-3 + 1e-3)
     assert bm.overhead(10, 1e9, 1e9, 1e-3, 0.5) == pytest.approx(10 * (1e-3 + 0.1) - 0.5 * 0.9)
+
+
+def test_section_fits_the_sweep(tmp_path):
+    import copy
+    from pathlib import Path
+
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_bucketed_benchmarking as section
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.ID
+    records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
+    ctx = RenderContext(records, {"_device": "cuda"}, tmp_path)
+    out = section.build(ctx)
+    assert out["fit"] is None  # one bucket size: nothing to fit
+    assert out["best"]["size"] == "100 MiB" and out["torch"]["cap"] == "25.0 MiB"
+    # a second bucket count, made from the first by the model with known constants: the fit finds them
+    bucketed = [r for r in records if r["config"]["variant"] == "bucketed"][0]
+    d = bucketed["data"]
+    s, t_b = d["grad_bytes"], d["stats_s"]["backward"]["median"]
+    o, w = 1e-4, 2e11
+    d["stats_s"]["sync"]["median"] = float(bm.overhead(d["allreduce_calls"], s, w, o, t_b))
+    other = copy.deepcopy(bucketed)
+    other["config"]["bucket_size_mb"], other["data"]["allreduce_calls"] = 10, 760
+    other["data"]["stats_s"]["sync"]["median"] = float(bm.overhead(760, s, w, o, t_b))
+    out = section.build(RenderContext(records + [other], {"_device": "cuda"}, tmp_path))
+    number = lambda text: float(text.split()[0].replace(",", ""))  # noqa: E731
+    assert number(out["fit"]["o"]) == pytest.approx(100, rel=0.02)
+    assert number(out["fit"]["w"]) == pytest.approx(200, rel=0.02)
+    assert number(out["fit"]["best_size"]) == pytest.approx(bm.best(s, w, o, t_b)["bucket_bytes"] / 2**20, rel=0.05)

@@ -35,3 +35,22 @@ def test_kernels_of_last_step_from_trace():
     ]
     out = kernels_of_last_step(events)
     assert out["kernels"] == [[7, 0.0, 30.0, False], [17, 20.0, 40.0, True]]
+
+
+def test_section_on_h200_records(tmp_path):
+    from pathlib import Path
+
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as section
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.ID
+    records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
+    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    by_label = {o["label"]: o for o in out["overlap"]}
+    naive, overlapped = by_label["naive (all-reduce per gradient after backward)"], by_label["overlapped, per parameter"]
+    assert naive["hidden"] == "0 ms"  # naive all-reduces start after backward: nothing hidden
+    kernels = [r for r in records if r["config"]["variant"] == "individual"][0]["data"]["profile"]["kernels"]
+    assert overlapped["fraction"] == f"{100 * hidden_fraction(kernels)['hidden_fraction']:.1f} %"
+    assert out["individual"]["calls"] == out["naive"]["calls"] == 435  # XL's parameter tensors
+    assert (tmp_path / f"{section.ID}.png").exists()

@@ -52,12 +52,13 @@ def build(ctx) -> dict:
         out["best"] = {"size": f"{sig(best['bucket_mb'])} MiB", "step": ms(best["step_median"]),
                        "sync": ms(best["sync_median"]), "worst_size": f"{sig(worst['bucket_mb'])} MiB",
                        "worst_step": ms(worst["step_median"]), "worst_sync": ms(worst["sync_median"]),
-                       "step_s": float(best["step_median"])}
+                       "step_s": float(best["step_median"]), "several": len(ok) > 1}
         ref = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "torch_ddp")].sort_values("step_median")
         if len(ref):
             r = ref.iloc[0]
+            diff = best["step_median"] / r["step_median"] - 1
             out["torch"] = {"cap": f"{sig(r['bucket_mb'])} MiB", "step": ms(r["step_median"]),
-                            "vs": f"{sig(100 * (best['step_median'] / r['step_median'] - 1), 2)} %"}
+                            "vs": f"{sig(100 * abs(diff), 2)} % {'slower' if diff > 0 else 'faster'}"}
         individual = step_numbers(df, "individual")
         if individual:
             out["individual"] = individual
