@@ -66,6 +66,6 @@ def test_section_fits_the_sweep(tmp_path):
     other["data"]["stats_s"]["sync"]["median"] = float(bm.overhead(760, s, w, o, t_b))
     out = section.build(RenderContext(records + [other], {"_device": "cuda"}, tmp_path))
     number = lambda text: float(text.split()[0].replace(",", ""))  # noqa: E731
-    assert number(out["fit"]["o"]) == pytest.approx(100, rel=0.02)
+    assert out["fit"]["o"].endswith(" µs") and number(out["fit"]["o"]) == pytest.approx(100, rel=0.02)
     assert number(out["fit"]["w"]) == pytest.approx(200, rel=0.02)
     assert number(out["fit"]["best_size"]) == pytest.approx(bm.best(s, w, o, t_b)["bucket_bytes"] / 2**20, rel=0.05)

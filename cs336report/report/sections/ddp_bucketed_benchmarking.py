@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...distributed import bucket_model
 from ..ddp import ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
-from ..tables import sig
+from ..tables import fmt_seconds, sig
 
 ID = "ddp_bucketed_benchmarking"
 TITLE = "ddp_bucketed_benchmarking"
@@ -28,7 +28,7 @@ def model_fit(df) -> dict | None:
     pick = bucket_model.best(s, fit["w_bytes_s"], fit["o_s"], t_b)
     measured = pts[pts["variant"] == "bucketed"].sort_values("step_median")
     best = measured.iloc[0] if len(measured) else None
-    return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": f"{sig(fit['o_s'] * 1e6)} µs",
+    return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": fmt_seconds(fit["o_s"]),
             "w": f"{sig(fit['w_bytes_s'] / 1e9)} GB/s", "rmse": ms(fit["rmse_s"]),
             "points": [{"n_b": int(n), "measured": ms(m), "predicted": ms(p)}
                        for n, m, p in zip(pts["calls"], pts["sync_median"], fit["predicted_s"])],
