@@ -137,7 +137,8 @@ def _missing(args) -> int:
         print(target)
     extra = len(targets) - n_missing - n_shared
     print(f"{args.folder}: {n_missing} of {expected} configured cells have no record"
-          + (f", {n_shared} ran out of memory while other processes held part of the card (to run again)"
+          + (f", {n_shared} to run again (out of memory while other processes held part of the card, or not run "
+             "for want of GPUs)"
              if n_shared else "")
           + (f"; {extra} more result file{'s' if extra != 1 else ''} listed, written by the same job"
              if extra else ""), file=sys.stderr)

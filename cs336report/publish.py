@@ -176,9 +176,9 @@ def published_files(out_dir: str | Path) -> tuple[list[str], dict]:
 def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int, int]:
     """The result files (``results/<experiment>/<cell>.json``) of the configured cells a published
     folder has no record for, or only the record of an out-of-memory error on a shared card (not
-    the cell's own limit), with the other cells of their jobs, which one job writes together; how
+    the cell's own limit) or of a cell that needed more GPUs than its host had (not run), with the other cells of their jobs, which one job writes together; how
     many configured cells have no record, how many its config asks for in all, and how many
-    records ran out of memory on a shared card.
+    records ran out of memory on a shared card or did not run.
 
     Build them with Snakemake under the config the folder was published with, then add them with
     ``publish --merge``.
@@ -193,7 +193,8 @@ def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int, int]:
                          "cells, so it cannot say which are missing")
     keys = [(_cell_key(f), f) for f in files]
     cov = coverage((key for key, _ in keys), expected)
-    again = [key for key, f in keys if key[0] in expected and record_status(load(f)) == "oom_shared"]
+    # an OOM on a shared card, or a cell that needed more GPUs than its host had: run it again elsewhere
+    again = [key for key, f in keys if key[0] in expected and record_status(load(f)) in ("oom_shared", "not_run")]
     # a cell that runs in one job with others is built (and published) with them
     cells = [(name, cell) for name in cov for cell in cov[name]["missing"]] + again
     targets = sorted({result_target(name, member) for name, cell in cells

@@ -3,7 +3,8 @@
 A record is a plain dict:
 
     {"schema": "cs336report.result/1", "experiment": "benchmarking", "cell": "small-ctx128-...",
-     "status": "ok" | "oom" | "error" | "skipped" | "not_implemented", "error": None | "message",
+     "status": "ok" | "oom" | "error" | "skipped" | "not_implemented" | "not_run",
+     "error": None | "message",
      "config": {...the resolved cell...}, "data": {...measurements...},
      "provenance": {...machine, versions, commit...}, "started_at": ISO-8601, "wall_s": float}
 
@@ -31,7 +32,7 @@ import zlib
 from pathlib import Path
 
 SCHEMA = "cs336report.result/1"
-STATUSES = ("ok", "oom", "error", "skipped", "not_implemented")
+STATUSES = ("ok", "oom", "error", "skipped", "not_implemented", "not_run")
 REQUIRED_KEYS = ("schema", "experiment", "cell", "status", "config", "data", "provenance")
 GZIP_SUFFIX = ".gz"
 RESULT_SUFFIXES = (".json.gz", ".json")

@@ -1,7 +1,8 @@
 """Run one experiment cell and write its result record, whatever happens.
 
-A cell that runs out of memory is a result with status "oom"; any other exception is a
-result with status "error" and the message (the traceback goes to the log). Either way the
+A cell that runs out of memory is a result with status "oom"; a distributed cell that needs
+more GPUs than the host has is one with status "not_run" ("not run: needs N GPUs"); any other
+exception is a result with status "error" and the message (the traceback goes to the log). Either way the
 workflow goes on, and the report shows the cell as such. A cell that runs a user's model
 runs with its named attention and softmax functions wrapped in profiler ranges
 (:func:`cs336report.models.instrumented`).
@@ -53,10 +54,13 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
             run = experiments.runner(experiment)
             data = run(cell) if shared is None else run(cell, shared=shared)
     except Exception as exc:  # every failure becomes a result
-        # "oom", "error", or the status an exception names (a student's piece: "not_implemented")
+        # "oom", "error", or the status an exception names (a student's piece: "not_implemented";
+        # a cell that needs more GPUs than present: "not_run")
         status = "oom" if is_out_of_memory(exc) else getattr(exc, "result_status", None) or "error"
         data = getattr(exc, "partial_data", None) or {}  # what the cell measured before it failed
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if status == "not_run":
+            error = str(exc)  # "not run: needs N GPUs, M present"
         traceback.print_exc(file=sys.stderr)
         if shared is not None:
             shared.clear()  # what the job built may be half-made; the next cell builds its own

@@ -5,7 +5,7 @@ A distributed cell is still one Snakemake job: its experiment calls :func:`launc
 forked), joins them into one process group on a free loopback port, calls ``fn(rank, world_size,
 device, *args)`` in each, and returns the ranks' return values in rank order. With NCCL each rank
 owns one GPU (``devices[rank]``, indices among the GPUs this job sees); with Gloo every rank runs
-on the CPU, so the same code runs anywhere.
+on the CPU with its share of the cores' threads, so the same code runs anywhere.
 
 A rank that raises ends the cell: the other ranks are terminated (they may be waiting in a
 collective) and :class:`RankFailed` carries the first failing rank's own error, its traceback and
@@ -42,7 +42,9 @@ BACKENDS = ("gloo", "nccl")
 
 
 class NotEnoughDevices(RuntimeError):
-    """The cell asks for more GPUs than this job sees."""
+    """The cell asks for more GPUs than this job sees: the runner records it as "not_run"."""
+
+    result_status = "not_run"
 
     def __init__(self, needed: int, present: int):
         super().__init__(f"not run: needs {needed} GPUs, {present} present")
@@ -81,6 +83,8 @@ def _rank_entry(rank: int, fn: Callable, world_size: int, backend: str, port: in
             torch.cuda.set_device(device)
         else:
             device = torch.device("cpu")
+            # the ranks share the host's cores: each takes its share of threads, not all of them
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
         dist.init_process_group(backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         result = fn(rank, world_size, device, *args)

@@ -48,3 +48,15 @@ def resolved_config():
     """The config the report renders (and publish records); `worker` changes no result, so it is left out."""
     data = {key: value for key, value in CFG.data.items() if key != "worker"}
     return json.dumps({**data, "_device": CFG.device, "_grid": CFG.grid_name}, sort_keys=True)
+
+
+def distributed_gpus(experiment):
+    """resources function: the GPUs a distributed cell's processes hold (NCCL: one a rank, at most
+    those present, as a cell needing more is recorded as not run without starting), else none."""
+    from cs336report.distributed.launch import gpus_present
+
+    def gpus(wildcards):
+        cell = CELLS[experiment][wildcards.cell]
+        return min(cell["world_size"], gpus_present()) if cell["backend"] == "nccl" else 0
+
+    return gpus

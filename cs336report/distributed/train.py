@@ -1,0 +1,187 @@
+"""Data-parallel training steps of the Transformer, timed: the loop behind the DDP benchmarks
+(naive_ddp_benchmarking, minimal_ddp_flat_benchmarking, ddp_overlap_individual_parameters_benchmarking,
+ddp_bucketed_benchmarking).
+
+One cell is one DDP variant (``naive``, ``flat``, ``individual``, ``bucketed`` with a bucket size,
+or ``torch_ddp``: PyTorch's own DistributedDataParallel with ``bucket_cap_mb``) on one model. Each
+of ``world_size`` ranks builds the model (same seed; the wrapper broadcasts rank 0's anyway) and
+takes its slice of one fixed global batch; AdamW, fp32. A step is timed in phases, each ending
+with a synchronize:
+
+- forward and backward end with a synchronize of the compute stream only, so an all-reduce that
+  the overlapped variants started during backward keeps running on NCCL's stream;
+- ``sync``: ``finish_gradient_synchronization()`` and a synchronize of the whole device: for naive
+  and flat the whole all-reduce, for the overlapped ones the wait for what backward's end left
+  unfinished (PyTorch DDP waits inside backward, so its ``sync`` is empty);
+- the optimizer step.
+
+Each rank times itself; rank 0 gathers every rank's samples (``all_gather_object``), kept raw.
+With ``profile_steps`` on CUDA, that many more steps run under torch.profiler without the inner
+synchronizations, and rank 0 keeps every kernel of the last one with its stream, start and
+duration (the timeline of the overlap evidence).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import timeit
+
+import torch
+import torch.distributed as dist
+
+from ..experiments.benchmarking import set_tf32, transformer_cell
+from ..measure import summarize
+from ..model import ModelSpec, cross_entropy
+from ..models import build_model
+from .ddp import VARIANTS, trainable
+from .launch import launch
+
+DDP_VARIANTS = (*VARIANTS, "torch_ddp")
+
+
+def ddp_cell(cfg, grid: dict, variant: str, bucket_size_mb: float | None = None, profile_steps: int = 0) -> dict:
+    """A cell of one DDP variant under a problem's grid (the keys of the schema's ``ddp_training``)."""
+    if variant not in DDP_VARIANTS:
+        raise ValueError(f"variant must be one of {DDP_VARIANTS}, not {variant!r}")
+    backend = grid.get("backend", "auto")
+    if backend == "auto":
+        backend = "nccl" if cfg.device == "cuda" else "gloo"
+    cell = transformer_cell(cfg, grid["size"], grid["context"], "train_step", "fp32", cfg.run["implementation"])
+    cell.update(device="cuda" if backend == "nccl" else "cpu", backend=backend, world_size=grid["world_size"],
+                variant=variant, bucket_size_mb=bucket_size_mb, batch_size=grid["batch_size"],
+                warmup_steps=grid["warmup_steps"], measured_steps=grid["measured_steps"],
+                profile_steps=profile_steps, timeout_s=grid["timeout_s"])
+    return cell
+
+
+def ddp_cell_name(cell: dict) -> str:
+    bucket = f"-{cell['bucket_size_mb']:g}mb" if cell.get("bucket_size_mb") is not None else ""
+    return f"{cell['variant']}{bucket}-{cell['size']}-ctx{cell['context']}-w{cell['world_size']}"
+
+
+def _wrap(model, cell: dict, device: torch.device):
+    """The wrapped model and the call that finishes its gradient synchronization."""
+    variant = cell["variant"]
+    if variant == "torch_ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                          bucket_cap_mb=cell["bucket_size_mb"])
+        return wrapped, lambda: None, None
+    cls = VARIANTS[variant]
+    wrapped = cls(model, cell["bucket_size_mb"]) if variant == "bucketed" else cls(model)
+    calls = {"naive": len(trainable(model)), "flat": 1, "individual": len(trainable(model))}.get(variant)
+    return wrapped, wrapped.finish_gradient_synchronization, calls if calls else len(wrapped.buckets)
+
+
+def _profile_last_step(step, steps: int) -> dict:
+    """Kernels of the last of ``steps`` profiled steps: stream, start (µs from the step's first
+    kernel), duration (µs), and whether it is an NCCL kernel."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            with record_function("ddp_step"):
+                step(phases=False)
+            torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            events = json.load(fh)["traceEvents"]
+    finally:
+        os.unlink(path)
+    return kernels_of_last_step(events)
+
+
+def kernels_of_last_step(events: list[dict], range_name: str = "ddp_step") -> dict:
+    """From a Chrome trace's events: the GPU kernels inside the last ``range_name`` range (its
+    GPU-side range where the trace has one, else from its CPU-side start on)."""
+    ranges = [e for e in events if e.get("name") == range_name and e.get("ph") == "X"]
+    gpu = [e for e in ranges if e.get("cat") == "gpu_user_annotation"]
+    last = max(gpu or ranges, key=lambda e: e["ts"]) if ranges else None
+    start, end = (last["ts"], last["ts"] + last["dur"] if gpu else float("inf")) if last else (0, float("inf"))
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and start <= e["ts"] <= end),
+                     key=lambda e: e["ts"])
+    if not kernels:
+        return {"kernels": [], "columns": ["stream", "start_us", "dur_us", "nccl"]}
+    t0 = kernels[0]["ts"]
+    rows = [[int(e.get("args", {}).get("stream", -1)), float(e["ts"] - t0), float(e["dur"]),
+             "nccl" in e["name"].lower()] for e in kernels]
+    return {"kernels": rows, "columns": ["stream", "start_us", "dur_us", "nccl"]}
+
+
+def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list | dict:
+    dev = str(device)
+    cuda = device.type == "cuda"
+    set_tf32(cell["tf32"])
+    torch.manual_seed(cell["seed"])
+    model, model_info = build_model({**cell, "device": dev})
+    wrapped, finish, calls = _wrap(model, cell, device)
+    spec = ModelSpec(**cell["model"])
+    batch, context = cell["batch_size"], cell["context"]
+    g = torch.Generator().manual_seed(cell["seed"])
+    tokens = torch.randint(0, spec.vocab_size, (batch, context), generator=g)  # (global batch, seq)
+    targets = torch.randint(0, spec.vocab_size, (batch, context), generator=g)
+    mine = slice(rank * batch // world_size, (rank + 1) * batch // world_size)
+    x, y = tokens[mine].to(device), targets[mine].to(device)  # (batch / world_size, seq)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def compute_done():
+        if cuda:
+            torch.cuda.current_stream().synchronize()
+
+    def all_done():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def step(phases: bool = True) -> dict:
+        mark = compute_done if phases else (lambda: None)
+        optimizer.zero_grad(set_to_none=True)
+        all_done()
+        t = [timeit.default_timer()]
+        loss = cross_entropy(wrapped(x), y)
+        mark(), t.append(timeit.default_timer())
+        loss.backward()
+        mark(), t.append(timeit.default_timer())
+        finish()
+        (all_done if phases else (lambda: None))(), t.append(timeit.default_timer())
+        optimizer.step()
+        all_done(), t.append(timeit.default_timer())
+        names = ("forward", "backward", "sync", "optimizer")
+        return {"step": t[-1] - t[0], **{n: b - a for n, a, b in zip(names, t, t[1:])}}
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    warmup = [step() for _ in range(cell["warmup_steps"])]
+    measured = [step() for _ in range(cell["measured_steps"])]
+    mine_out = {"rank": rank, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+                "warmup": warmup, "measured": measured,
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if cuda else None}
+    profile = _profile_last_step(step, cell["profile_steps"]) if cuda and cell["profile_steps"] else None
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, mine_out)
+    if rank != 0:
+        return {}
+    grad_bytes = sum(p.numel() * p.element_size() for p in trainable(model))
+    return {"ranks": gathered, "profile": profile, "model": model_info, "grad_bytes": grad_bytes,
+            "params": sum(p.numel() for p in model.parameters()), "allreduce_calls": calls}
+
+
+def slowest(ranks: list[dict], phase: str, key: str = "measured") -> list[float]:
+    """Per step, the slowest rank's time of ``phase``: the step is done when every rank is."""
+    return [max(steps) for steps in zip(*[[s[phase] for s in r[key]] for r in ranks])]
+
+
+def run_ddp(cell: dict) -> dict:
+    """Measure one DDP cell; returns the ``data`` of its record."""
+    from .link import describe
+
+    out = launch(_rank, cell["world_size"], backend=cell["backend"], args=(cell,), timeout_s=cell["timeout_s"])[0]
+    ranks = out["ranks"]
+    stats = {phase: summarize(slowest(ranks, phase)) for phase in ("step", "forward", "backward", "sync", "optimizer")}
+    note = "CUDA only: kernel timelines need GPU kernels" if cell["profile_steps"] and out["profile"] is None else None
+    return {**out, "link": describe(cell["backend"], cell["world_size"]), "stats_s": stats, "profile_note": note}

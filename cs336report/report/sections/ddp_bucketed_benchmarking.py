@@ -1,0 +1,71 @@
+"""ddp_bucketed_benchmarking: (a) time per step of bucketed DDP at each bucket size, beside
+PyTorch's DistributedDataParallel; (b) the overhead model (cs336report.distributed.bucket_model)
+fitted to the sweep, its best bucket size beside the measured best."""
+
+from __future__ import annotations
+
+from ...distributed import bucket_model
+from ..ddp import ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
+from ..tables import fmt_seconds, sig
+
+ID = "ddp_bucketed_benchmarking"
+TITLE = "ddp_bucketed_benchmarking"
+EXPERIMENTS = (ID, "ddp_overlap_individual_parameters_benchmarking")
+POINTS = 3
+SUBQUESTIONS = ("a", "b")
+MIB = 2**20
+
+
+def model_fit(df) -> dict | None:
+    """Fit o and w of the overhead model to the bucketed cells' gradient sync after backward; None
+    with fewer than two distinct bucket counts."""
+    pts = df[(df["status"] == "ok") & (df["variant"] == "bucketed") & (df["sync_median"] > 0)]
+    if pts["calls"].nunique() < 2:
+        return None
+    s = float(pts["grad_bytes"].iloc[0])
+    t_b = float(pts["backward_median"].median())
+    fit = bucket_model.fit(pts["calls"], pts["sync_median"], s, t_b)
+    pick = bucket_model.best(s, fit["w_bytes_s"], fit["o_s"], t_b)
+    measured = pts[pts["variant"] == "bucketed"].sort_values("step_median")
+    best = measured.iloc[0] if len(measured) else None
+    return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": fmt_seconds(fit["o_s"]),
+            "w": f"{sig(fit['w_bytes_s'] / 1e9)} GB/s", "rmse": ms(fit["rmse_s"]),
+            "points": [{"n_b": int(n), "measured": ms(m), "predicted": ms(p)}
+                       for n, m, p in zip(pts["calls"], pts["sync_median"], fit["predicted_s"])],
+            "best_n": sig(pick["n_buckets"]), "best_size": f"{sig(pick['bucket_bytes'] / MIB)} MiB",
+            "best_overhead": ms(pick["overhead_s"]),
+            "measured_best": {"size": f"{sig(best['bucket_mb'])} MiB", "step": ms(best["step_median"]),
+                              "sync": ms(best["sync_median"])} if best is not None else None}
+
+
+def build(ctx) -> dict:
+    df = steps_frame(ddp_records(ctx, EXPERIMENTS))
+    out: dict = {"table": None, "setting": None, "rows": [], "fit": None}
+    if df.empty:
+        return out
+    sweep = df[df["experiment"] == ID].sort_values(["variant", "bucket_mb"])
+    out.update(table=steps_table(sweep, "Bucketed DDP by bucket size, and PyTorch's DDP"), setting=setting(sweep))
+    out["rows"] = [n for _, r in sweep.iterrows() if (n := step_numbers(sweep, r["variant"], r["bucket_mb"]))]
+    ok = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "bucketed")]
+    if len(ok):
+        best, worst = ok.sort_values("step_median").iloc[0], ok.sort_values("step_median").iloc[-1]
+        out["best"] = {"size": f"{sig(best['bucket_mb'])} MiB", "step": ms(best["step_median"]),
+                       "sync": ms(best["sync_median"]), "worst_size": f"{sig(worst['bucket_mb'])} MiB",
+                       "worst_step": ms(worst["step_median"]), "worst_sync": ms(worst["sync_median"]),
+                       "step_s": float(best["step_median"]), "several": len(ok) > 1}
+        ref = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "torch_ddp")].sort_values("step_median")
+        if len(ref):
+            r = ref.iloc[0]
+            diff = best["step_median"] / r["step_median"] - 1
+            out["torch"] = {"cap": f"{sig(r['bucket_mb'])} MiB", "step": ms(r["step_median"]),
+                            "vs": f"{sig(100 * abs(diff), 2)} % {'slower' if diff > 0 else 'faster'}"}
+        individual = step_numbers(df, "individual")
+        if individual:
+            out["individual"] = individual
+    out["fit"] = model_fit(df)
+    return out
+
+
+def headline(d: dict) -> str:
+    b = d.get("best")
+    return f"best bucket {b['size']}: {b['step']} a step" if b else "no bucketed step ran"

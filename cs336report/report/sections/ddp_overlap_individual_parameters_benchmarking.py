@@ -1,0 +1,48 @@
+"""ddp_overlap_individual_parameters_benchmarking: (a) time per step with each gradient's
+all-reduce started during backward, against naive and flat DDP; (b) the overlap, drawn from
+profiles of one step (kernels per stream) with the fraction of communication hidden behind compute."""
+
+from __future__ import annotations
+
+from ..ddp import (ddp_records, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame, steps_table,
+                   timeline_plot, variant_label)
+
+ID = "ddp_overlap_individual_parameters_benchmarking"
+TITLE = "ddp_overlap_individual_parameters_benchmarking"
+EXPERIMENTS = (ID, "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking")
+POINTS = 1
+SUBQUESTIONS = ("a", "b")
+
+
+def build(ctx) -> dict:
+    records = ddp_records(ctx, EXPERIMENTS)
+    df = steps_frame(records)
+    out: dict = {"table": None, "setting": None, "figures": [], "overlap": [], "profile_note": None}
+    if df.empty:
+        return out
+    # naive may have run twice (its own problem, and profiled here): the table keeps this problem's row
+    shown = df.sort_values("experiment", key=lambda s: s != ID).drop_duplicates(["variant", "bucket_mb"])
+    shown = shown.sort_values("variant", key=lambda s: s.map({"naive": 0, "flat": 1, "individual": 2}))
+    out.update(table=steps_table(shown, "Overlapped per-parameter DDP against naive and flat: time per step"),
+               setting=setting(df), **{v: step_numbers(shown, v) for v in ("individual", "naive", "flat")})
+    profiled = [(variant_label(r), r["profile"]) for _, r in df[df["experiment"] == ID].iterrows()
+                if r["profile"] and r["profile"].get("kernels")]
+    for label, profile in profiled:
+        h = overlap_of(profile)
+        out["overlap"].append({"label": label, "comm": ms(h["comm_us"] / 1e6), "hidden": ms(h["hidden_us"] / 1e6),
+                               "exposed": ms(h["exposed_us"] / 1e6), "step": ms(h["step_us"] / 1e6),
+                               "fraction": fmt_pct(h["hidden_fraction"]) if h["hidden_fraction"] is not None else "–"})
+    if profiled:
+        out["figures"].append(ctx.figure(
+            ID, timeline_plot(profiled),
+            "One profiled training step per variant: every kernel on its CUDA stream (blue: compute, red: NCCL); "
+            "where red runs beside blue, communication is hidden behind compute.",
+            alt="Kernel timelines of one DDP step per variant, compute and NCCL streams."))
+    elif any(r["config"].get("profile_steps") for r in records):
+        out["profile_note"] = "the profiles are CUDA only: this run's cells ran on the CPU"
+    return out
+
+
+def headline(d: dict) -> str:
+    i = d.get("individual")
+    return f"{i['step']} a step overlapped" if i else "no overlapped step ran"

@@ -1,0 +1,76 @@
+"""distributed_communication_single_node: all-reduce latency and bandwidth, Gloo on CPUs and NCCL
+on GPUs, by tensor size and number of processes (records: the experiment of the same name)."""
+
+from __future__ import annotations
+
+from ..ddp import allreduce_frame, allreduce_plot, allreduce_table
+from ..tables import sig
+
+ID = "distributed_communication_single_node"
+TITLE = "distributed_communication_single_node"
+EXPERIMENTS = (ID,)
+POINTS = 5
+SUBQUESTIONS = ()
+
+
+def _row(r) -> dict:
+    return {"backend": r["backend"], "n": int(r["world_size"]), "size": sig(r["size_mb"]),
+            "latency": f"{sig(r['median_s'] * 1e3)} ms", "busbw": f"{sig(r['busbw_gb_s'])} GB/s",
+            "algbw": f"{sig(r['algbw_gb_s'])} GB/s", "peak": f"{sig(r['peak_gb_s'])} GB/s" if r["peak_gb_s"] else None,
+            "of_peak": f"{sig(100 * r['busbw_gb_s'] / r['peak_gb_s'])} %" if r["peak_gb_s"] else None,
+            "interconnect": r["interconnect"], "nccl": r["nccl"], "devices": ", ".join(dict.fromkeys(r["devices"]))}
+
+
+def analysis(df) -> dict:
+    ok = df[df["status"] == "ok"]
+    out: dict = {"backends": {}, "not_run": [], "failed": []}
+    for _, r in df[df["status"] != "ok"].iterrows():
+        (out["not_run"] if r["status"] == "not_run" else out["failed"]).append(
+            {"backend": r["backend"], "n": int(r["world_size"]), "why": r["error"]})
+    for backend, g in ok.groupby("backend"):
+        big = g[g["size_mb"] == g["size_mb"].max()].sort_values("world_size")
+        small = g[g["size_mb"] == g["size_mb"].min()].sort_values("world_size")
+        out["backends"][backend] = {
+            "largest": [_row(r) for _, r in big.iterrows()], "smallest": _row(small.iloc[0]),
+            "all_correct": bool(g["correct"].all()),
+            # bus bandwidth at the largest size grows or shrinks with the number of processes
+            "busbw_trend": ("grows" if big["busbw_gb_s"].iloc[-1] > big["busbw_gb_s"].iloc[0] * 1.1 else
+                            "falls" if big["busbw_gb_s"].iloc[-1] < big["busbw_gb_s"].iloc[0] / 1.1 else "holds")
+            if len(big) > 1 else None,
+        }
+    both = ok.pivot_table(index=["world_size", "size_mb"], columns="backend", values="median_s")
+    if {"gloo", "nccl"} <= set(both.columns):
+        both = both.dropna()
+        if len(both):
+            (n, size), row = max(both.iterrows(), key=lambda kv: kv[0][1])
+            out["gloo_over_nccl"] = {"n": int(n), "size": sig(size), "ratio": sig(row["gloo"] / row["nccl"])}
+    return out
+
+
+def build(ctx) -> dict:
+    df = allreduce_frame(ctx.records(ID))
+    out: dict = {"table": None, "figures": [], "analysis": None}
+    if df.empty:
+        return out
+    out["table"] = allreduce_table(df)
+    if (df["status"] == "ok").any():
+        out["figures"].append(ctx.figure(
+            ID, allreduce_plot(df),
+            "All-reduce latency (left) and bus bandwidth (right) against tensor size; solid: NCCL on GPUs, "
+            "dashed: Gloo on CPUs; dotted: the NVLink bandwidth per direction.",
+            alt="Two log-log plots of all-reduce latency and bus bandwidth against tensor size."))
+    out["analysis"] = analysis(df)
+    return out
+
+
+def headline(d: dict) -> str:
+    a = d.get("analysis") or {}
+    nccl = (a.get("backends") or {}).get("nccl")
+    if nccl:
+        r = nccl["largest"][0]
+        return f"NCCL, {r['n']} GPUs, {r['size']} MB: {r['latency']}, bus bandwidth {r['busbw']}"
+    gloo = (a.get("backends") or {}).get("gloo")
+    if gloo:
+        r = gloo["largest"][0]
+        return f"Gloo, {r['n']} processes, {r['size']} MB: {r['latency']}"
+    return "no all-reduce ran"

@@ -1,0 +1,32 @@
+"""minimal_ddp_flat_benchmarking: one all-reduce over all gradients flattened into one tensor,
+against naive DDP's one per gradient, in the same setting."""
+
+from __future__ import annotations
+
+from ..ddp import ddp_records, setting, step_numbers, steps_frame, steps_table
+from ..tables import sig
+
+ID = "minimal_ddp_flat_benchmarking"
+TITLE = "minimal_ddp_flat_benchmarking"
+EXPERIMENTS = (ID, "naive_ddp_benchmarking")
+POINTS = 2
+SUBQUESTIONS = ()
+
+
+def build(ctx) -> dict:
+    df = steps_frame(ddp_records(ctx, EXPERIMENTS))
+    if df.empty:
+        return {"table": None, "setting": None, "flat": None, "naive": None}
+    flat, naive = step_numbers(df, "flat"), step_numbers(df, "naive")
+    out = {"table": steps_table(df, "Flat against naive DDP: time per training step"), "setting": setting(df),
+           "flat": flat, "naive": naive}
+    if flat and naive:
+        out["diff"] = {"step": f"{sig((naive['step_s'] - flat['step_s']) * 1e3)} ms",
+                       "sync": f"{sig((naive['sync_s'] - flat['sync_s']) * 1e3)} ms",
+                       "faster": flat["step_s"] < naive["step_s"], "sync_faster": flat["sync_s"] < naive["sync_s"]}
+    return out
+
+
+def headline(d: dict) -> str:
+    f = d.get("flat")
+    return f"{f['step']} a step, {f['sync']} ({f['share']}) in its one all-reduce" if f else "no step ran"

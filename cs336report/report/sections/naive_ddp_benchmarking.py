@@ -1,0 +1,25 @@
+"""naive_ddp_benchmarking: time per training step of naive DDP (one all-reduce per gradient after
+backward) and the share of it spent communicating gradients."""
+
+from __future__ import annotations
+
+from ..ddp import ddp_records, setting, step_numbers, steps_frame, steps_table
+
+ID = "naive_ddp_benchmarking"
+TITLE = "naive_ddp_benchmarking"
+EXPERIMENTS = (ID,)
+POINTS = 3
+SUBQUESTIONS = ()
+
+
+def build(ctx) -> dict:
+    df = steps_frame(ddp_records(ctx, EXPERIMENTS))
+    if df.empty:
+        return {"table": None, "setting": None, "naive": None}
+    return {"table": steps_table(df, "Naive DDP: time per training step"), "setting": setting(df),
+            "naive": step_numbers(df, "naive"), "failed": df[df["status"] != "ok"][["variant", "error"]].to_dict("records")}
+
+
+def headline(d: dict) -> str:
+    n = d.get("naive")
+    return f"{n['step']} a step, {n['sync']} ({n['share']}) communicating gradients" if n else "no step ran"

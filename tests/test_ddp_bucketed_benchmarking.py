@@ -1,0 +1,71 @@
+"""The bucketed-DDP overhead model: its fit recovers the constants that made the data, and its
+closed-form best bucket count is the model's own minimum."""
+
+import numpy as np
+import pytest
+
+from cs336report.distributed import bucket_model as bm
+
+S, T_B = 8e9, 0.27  # XL's fp32 gradients (bytes), a backward pass (s)
+
+
+def test_fit_recovers_the_constants_of_synthetic_overheads():
+    o, w = 2e-4, 3e11
+    n_b = np.array([9, 82, 440, 8000])
+    measured = bm.overhead(n_b, S, w, o, T_B)
+    fitted = bm.fit(n_b, measured, S, T_B)
+    assert fitted["o_s"] == pytest.approx(o, rel=0.05)
+    assert fitted["w_bytes_s"] == pytest.approx(w, rel=0.05)
+    assert fitted["rmse_s"] < 1e-4
+
+
+def test_best_bucket_count_is_the_minimum_of_the_model():
+    o, w = 2e-4, 3e11
+    pick = bm.best(S, w, o, T_B)
+    grid = np.arange(1, 5000)
+    brute = grid[np.argmin(bm.overhead(grid, S, w, o, T_B))]
+    assert pick["n_buckets"] == pytest.approx(brute, abs=1.5)
+    assert pick["overhead_s"] == pytest.approx(T_B / pick["n_buckets"], rel=1e-6)
+    assert pick["bucket_bytes"] == pytest.approx(S / pick["n_buckets"])
+
+
+def test_communication_slower_than_backward_wants_one_bucket():
+    pick = bm.best(S, w=1e10, o=1e-3, t_b=0.1)  # s / w = 0.8 s > t_b
+    assert pick["n_buckets"] == 1.0
+    assert pick["overhead_s"] == pytest.approx(1e-3 + 0.8)
+
+
+def test_overhead_branches():
+    # communication keeps up: only the last bucket shows; it does not: the queue outlasts backward
+    assert bm.overhead(10, 1e9, 1e11, 1e-3, 1.0) == pytest.approx(1e-3 + 1e-3)
+    assert bm.overhead(10, 1e9, 1e9, 1e-3, 0.5) == pytest.approx(10 * (1e-3 + 0.1) - 0.5 * 0.9)
+
+
+def test_section_fits_the_sweep(tmp_path):
+    import copy
+    from pathlib import Path
+
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_bucketed_benchmarking as section
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.ID
+    records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
+    ctx = RenderContext(records, {"_device": "cuda"}, tmp_path)
+    out = section.build(ctx)
+    assert out["fit"] is None  # one bucket size: nothing to fit
+    assert out["best"]["size"] == "100 MiB" and out["torch"]["cap"] == "25.0 MiB"
+    # a second bucket count, made from the first by the model with known constants: the fit finds them
+    bucketed = [r for r in records if r["config"]["variant"] == "bucketed"][0]
+    d = bucketed["data"]
+    s, t_b = d["grad_bytes"], d["stats_s"]["backward"]["median"]
+    o, w = 1e-4, 2e11
+    d["stats_s"]["sync"]["median"] = float(bm.overhead(d["allreduce_calls"], s, w, o, t_b))
+    other = copy.deepcopy(bucketed)
+    other["config"]["bucket_size_mb"], other["data"]["allreduce_calls"] = 10, 760
+    other["data"]["stats_s"]["sync"]["median"] = float(bm.overhead(760, s, w, o, t_b))
+    out = section.build(RenderContext(records + [other], {"_device": "cuda"}, tmp_path))
+    number = lambda text: float(text.split()[0].replace(",", ""))  # noqa: E731
+    assert out["fit"]["o"].endswith(" µs") and number(out["fit"]["o"]) == pytest.approx(100, rel=0.02)
+    assert number(out["fit"]["w"]) == pytest.approx(200, rel=0.02)
+    assert number(out["fit"]["best_size"]) == pytest.approx(bm.best(s, w, o, t_b)["bucket_bytes"] / 2**20, rel=0.05)

@@ -1,0 +1,56 @@
+"""Overlap evidence: the hidden fraction of communication from one step's kernels, and the
+kernels of the last profiled step taken from a Chrome trace."""
+
+import pytest
+
+from cs336report.distributed.overlap import hidden_fraction, union
+from cs336report.distributed.train import kernels_of_last_step
+
+
+def test_union_merges_overlaps():
+    assert union([(5, 7), (0, 2), (1, 3), (7, 8)]) == [(0, 3), (5, 8)]
+
+
+def test_hidden_fraction_counts_time_nccl_runs_beside_compute():
+    kernels = [  # stream, start, duration, nccl
+        [7, 0, 10, False], [7, 10, 10, False],  # compute 0..20
+        [17, 5, 10, True],  # comm 5..15: hidden
+        [17, 20, 10, True],  # comm 20..30: after compute, exposed
+    ]
+    out = hidden_fraction(kernels)
+    assert out["comm_us"] == 20 and out["hidden_us"] == 10 and out["exposed_us"] == 10
+    assert out["hidden_fraction"] == pytest.approx(0.5)
+    assert out["step_us"] == 30
+    assert hidden_fraction([[7, 0, 5, False]])["hidden_fraction"] is None
+
+
+def test_kernels_of_last_step_from_trace():
+    events = [
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "ddp_step", "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "ddp_step", "ts": 200, "dur": 100},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 50, "dur": 10, "args": {"stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "ts": 210, "dur": 30, "args": {"stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32", "ts": 230, "dur": 40,
+         "args": {"stream": 17}},
+    ]
+    out = kernels_of_last_step(events)
+    assert out["kernels"] == [[7, 0.0, 30.0, False], [17, 20.0, 40.0, True]]
+
+
+def test_section_on_h200_records(tmp_path):
+    from pathlib import Path
+
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as section
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.ID
+    records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
+    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    by_label = {o["label"]: o for o in out["overlap"]}
+    naive, overlapped = by_label["naive (all-reduce per gradient after backward)"], by_label["overlapped, per parameter"]
+    assert naive["hidden"] == "0 ms"  # naive all-reduces start after backward: nothing hidden
+    kernels = [r for r in records if r["config"]["variant"] == "individual"][0]["data"]["profile"]["kernels"]
+    assert overlapped["fraction"] == f"{100 * hidden_fraction(kernels)['hidden_fraction']:.1f} %"
+    assert out["individual"]["calls"] == out["naive"]["calls"] == 435  # XL's parameter tensors
+    assert (tmp_path / f"{section.ID}.png").exists()
