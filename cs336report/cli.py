@@ -10,6 +10,7 @@
     python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
     python -m cs336report nsys-stats results/nsys_profile/NAME --out-dir results/nsys_stats/NAME
     python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/NAME/run.json --out FILE
+    python -m cs336report rerender-check [--data report/data --report report/report.md]
 """
 
 from __future__ import annotations
@@ -144,6 +145,12 @@ def _missing(args) -> int:
     return 0
 
 
+def _rerender_check(args) -> int:
+    from .rerender import check
+
+    return check(args.data, args.report, keep=args.keep)
+
+
 def _parse_snapshot(args) -> int:
     from .snapshot_step import main_args
 
@@ -234,6 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=20, help="largest allocations to keep")
     p.add_argument("--max-points", type=int, default=3000, help="points of the plotted timeline")
     p.set_defaults(func=_parse_snapshot)
+
+    p = sub.add_parser("rerender-check", help="render the published report again from its records and compare "
+                       "it with the committed report.md (timestamps masked)")
+    p.add_argument("--data", default="report/data", help="published folder")
+    p.add_argument("--report", default="report/report.md", help="the committed Markdown report")
+    p.add_argument("--keep", help="render into this folder (default: a temporary one, removed)")
+    p.set_defaults(func=_rerender_check)
 
     args = parser.parse_args(argv)
     return args.func(args)
