@@ -35,7 +35,12 @@ onsuccess:
     shell(f"{PY} -m cs336report worker-stop || true")
     html, wf = rules.report.output.html, f"{REPORT_DIR}/workflow.html"
     if not CFG.render_published and os.path.exists(html) and (not os.path.exists(wf) or os.path.getmtime(wf) < os.path.getmtime(html)):
-        shell(f"{PY} -m snakemake --nolock --quiet all --report {REPORT_DIR}/workflow.html > logs/workflow-report.log 2>&1 || true")
+        try:
+            shell(f"{PY} -m snakemake --nolock all --report {wf} > logs/workflow-report.log 2>&1")
+        except Exception:
+            with open("logs/workflow-report.log") as fh:
+                last = [line.rstrip() for line in fh if line.strip()][-2:]
+            print(f"{wf} was not written (logs/workflow-report.log): {' '.join(last)}", file=sys.stderr)
 
 
 # After a failed run the warm workers exit too (they would otherwise wait for their idle timeout).
