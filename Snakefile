@@ -1,14 +1,13 @@
 # cs336report: every experiment of the CS336 Systems writeup, then the report.
 #   snakemake --cores 1 report
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 
 configfile: "workflow/config/default.yaml"
 
-
-validate(config, "workflow/schemas/config.schema.yaml")
+# validated against workflow/schemas/config.schema.yaml in common.smk (errors name the file and key)
 
 
 include: "workflow/rules/common.smk"

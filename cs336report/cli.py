@@ -1,6 +1,6 @@
 """Command line of cs336report: one subcommand per workflow step.
 
-    python -m cs336report check-config workflow/config/default.yaml
+    python -m cs336report check-config workflow/config/default.yaml [my-settings.yaml ...]
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json [--log LOG]
     python -m cs336report run-job compiled_model --job JOB --cells '[[NAME, CELL], ...]' --out FILE ...
@@ -21,14 +21,14 @@ import sys
 
 
 def _check_config(args) -> int:
-    from .config import Config, ConfigError
+    from .config import Config, ConfigError, load_files
 
     try:
-        cfg = Config.from_file(args.config)
+        cfg = Config.from_dict(load_files(args.config), source=args.config[-1], files=args.config, require_cuda=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.config}: ok (device {cfg.device}, grid {cfg.grid_name})")
+    print(f"{' + '.join(args.config)}: ok (device {cfg.device}, grid {cfg.grid_name})")
     return 0
 
 
@@ -161,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cs336report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("check-config", help="validate a config file and resolve its device")
-    p.add_argument("config")
+    p = sub.add_parser("check-config", help="validate config files (merged in order, as Snakemake's --configfile "
+                       "does) and resolve the device")
+    p.add_argument("config", nargs="+")
     p.set_defaults(func=_check_config)
 
     p = sub.add_parser("cells", help="list the cells of an experiment")

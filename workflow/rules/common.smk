@@ -10,7 +10,16 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [workflow.basedir, os.en
 from cs336report import experiments
 from cs336report.config import Config
 
-CFG = Config.from_dict(config, source="workflow config")
+# Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error
+# names the file that set the key. device: cuda must find CUDA here, unless the jobs run elsewhere
+# (jobs_elsewhere, set by the SLURM profile).
+_CLI_CONFIGFILES = [str(f) for f in workflow.config_settings.configfiles]
+CFG = Config.from_dict(
+    config,
+    source="--config",
+    files=[str(f) for f in workflow.configfiles if str(f) not in _CLI_CONFIGFILES] + _CLI_CONFIGFILES,
+    require_cuda=not config.get("jobs_elsewhere", False),
+)
 PY = sys.executable
 GPU = 1 if CFG.device == "cuda" else 0
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
@@ -45,6 +54,7 @@ def code(*modules):
 
 
 def resolved_config():
-    """The config the report renders (and publish records); `worker` changes no result, so it is left out."""
-    data = {key: value for key, value in CFG.data.items() if key != "worker"}
+    """The config the report renders (and publish records); `worker` and `jobs_elsewhere` change no
+    result, so they are left out."""
+    data = {key: value for key, value in CFG.data.items() if key not in ("worker", "jobs_elsewhere")}
     return json.dumps({**data, "_device": CFG.device, "_grid": CFG.grid_name}, sort_keys=True)
