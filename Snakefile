@@ -7,6 +7,7 @@ min_version("9.0")
 
 configfile: "workflow/config/default.yaml"
 
+
 # validated against workflow/schemas/config.schema.yaml in common.smk (errors name the file and key)
 
 
@@ -33,13 +34,24 @@ rule all:
 onsuccess:
     shell(f"{PY} -m cs336report worker-stop || true")
     html, wf = rules.report.output.html, f"{REPORT_DIR}/workflow.html"
-    if not CFG.render_published and os.path.exists(html) and (not os.path.exists(wf) or os.path.getmtime(wf) < os.path.getmtime(html)):
+    if (
+        not CFG.render_published
+        and os.path.exists(html)
+        and (
+            not os.path.exists(wf) or os.path.getmtime(wf) < os.path.getmtime(html)
+        )
+    ):
         try:
-            shell(f"{PY} -m snakemake --nolock all --report {wf} > logs/workflow-report.log 2>&1")
+            shell(
+                f"{PY} -m snakemake --nolock all --report {wf} > logs/workflow-report.log 2>&1"
+            )
         except Exception:
             with open("logs/workflow-report.log") as fh:
                 last = [line.rstrip() for line in fh if line.strip()][-2:]
-            print(f"{wf} was not written (logs/workflow-report.log): {' '.join(last)}", file=sys.stderr)
+            print(
+                f"{wf} was not written (logs/workflow-report.log): {' '.join(last)}",
+                file=sys.stderr,
+            )
 
 
 # After a failed run the warm workers exit too (they would otherwise wait for their idle timeout).

@@ -17,7 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+
+def _json_arg(value: str):
+    """A JSON argument, given inline or as @FILE (the workflow passes files: a cell's settings, the config)."""
+    if value.startswith("@"):
+        with open(value[1:]) as fh:
+            return json.load(fh)
+    return json.loads(value)
 
 
 def _check_config(args) -> int:
@@ -42,8 +51,9 @@ def _cells(args) -> int:
 
 
 def _run(args) -> int:
-    cell = json.loads(args.cell)
-    if args.log and not args.no_worker:  # a warm worker runs it (torch is imported there, not here)
+    cell = _json_arg(args.cell)
+    no_worker = args.no_worker or os.environ.get("CS336REPORT_WORKER") == "0"
+    if args.log and not no_worker:  # a warm worker runs it (torch is imported there, not here)
         from .worker import run_client
 
         return run_client(args.experiment, args.name, cell, args.out, args.log)
@@ -56,7 +66,7 @@ def _run(args) -> int:
 def _run_job(args) -> int:
     from .results import result_stem
 
-    cells = json.loads(args.cells)
+    cells = _json_arg(args.cells)
     names = [name for name, _ in cells]
     stems = [result_stem(out) for out in args.out]
     if names != stems:
@@ -80,7 +90,7 @@ def _worker_stop(args) -> int:
 def _render(args) -> int:
     from .report.render import render_report
 
-    render_report(args.results, json.loads(args.config_json), args.out)
+    render_report(args.results, _json_arg(args.config_json), args.out)
     return 0
 
 
@@ -88,7 +98,7 @@ def _publish(args) -> int:
     from .publish import publish
 
     try:
-        manifest = publish(args.results, json.loads(args.config_json), args.out, args.benchmarks, merge=args.merge,
+        manifest = publish(args.results, _json_arg(args.config_json), args.out, args.benchmarks, merge=args.merge,
                            mixed_cards=args.mixed_cards)
     except (OSError, ValueError) as exc:  # a refused record or folder: the message names the file
         print(f"error: {exc}", file=sys.stderr)
@@ -100,7 +110,7 @@ def _publish(args) -> int:
 def _profile(args) -> int:
     from .profiling import profile_cell
 
-    profile_cell(args.experiment, args.name, json.loads(args.cell), args.out_dir)
+    profile_cell(args.experiment, args.name, _json_arg(args.cell), args.out_dir)
     return 0
 
 
@@ -174,17 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("run", help="measure one cell and write its result JSON")
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
-    p.add_argument("--cell", required=True, help="the resolved cell, as JSON")
+    p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out", required=True)
     p.add_argument("--log", help="the cell's log: with it, a warm worker process runs the cell and writes its "
                    "output there (cs336report.worker); without it, this process runs the cell")
-    p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log")
+    p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log "
+                   "(also CS336REPORT_WORKER=0, which the workflow sets for `worker: false`)")
     p.set_defaults(func=_run)
 
     p = sub.add_parser("run-job", help="measure several cells in one process, in order, and write a result JSON each")
     p.add_argument("experiment")
     p.add_argument("--job", required=True, help="job name, recorded in each result")
-    p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell]")
+    p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell], or @FILE")
     p.add_argument("--out", required=True, nargs="+", help="one result file per cell, in the same order")
     p.set_defaults(func=_run_job)
 
@@ -194,13 +205,13 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("render", help="render report.md and index.html from result files")
     p.add_argument("results", nargs="+", help="result files (.json, or published .json.gz)")
-    p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
+    p.add_argument("--config-json", required=True, help="the resolved config, as JSON or @FILE")
     p.add_argument("--out", required=True, help="report folder")
     p.set_defaults(func=_render)
 
     p = sub.add_parser("publish", help="copy result files and their job timings into a published folder")
     p.add_argument("results", nargs="+", help="result JSON files")
-    p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
+    p.add_argument("--config-json", required=True, help="the resolved config, as JSON or @FILE")
     p.add_argument("--out", required=True, help="published folder, e.g. report/data")
     p.add_argument("--benchmarks", default="benchmarks", help="Snakemake's benchmark folder of the run")
     p.add_argument("--merge", action="store_true",
@@ -216,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
-    p.add_argument("--cell", required=True, help="the resolved cell, as JSON")
+    p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out-dir", required=True, help="folder for run.json, the profile and launch.json")
     p.set_defaults(func=_profile)
 

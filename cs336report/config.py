@@ -191,7 +191,7 @@ class Config:
                 cuda_available = torch.cuda.is_available()
             device = "cuda" if cuda_available else "cpu"
         cfg = cls(data=data, device=device)
-        cfg._check_sizes(source)
+        cfg._check_sizes(source, files)
         return dataclasses.replace(cfg, model_source=_check_model(data.get("model"), source, device))
 
     @classmethod
@@ -223,19 +223,21 @@ class Config:
     def size(self, name: str) -> dict[str, Any]:
         return dict(self.data["sizes"][name])
 
-    def _check_sizes(self, source: str) -> None:
+    def _check_sizes(self, source: str, files=None) -> None:
         known = self.data["sizes"]
         for grid_name, grid in self.data["grids"].items():
             for section, settings in grid.items():
                 names = settings.get("sizes", [])
                 for i, name in enumerate(names):
                     if name not in known:
+                        where = _file_of(["grids", grid_name, section, "sizes", i], files, source)
                         raise ConfigError(
-                            f"{source}: key 'grids.{grid_name}.{section}.sizes[{i}]': unknown size "
+                            f"{where}: key 'grids.{grid_name}.{section}.sizes[{i}]': unknown size "
                             f"{name!r}; known sizes: {', '.join(known)}"
                         )
                 if "size" in settings and settings["size"] not in known:
+                    where = _file_of(["grids", grid_name, section, "size"], files, source)
                     raise ConfigError(
-                        f"{source}: key 'grids.{grid_name}.{section}.size': unknown size "
+                        f"{where}: key 'grids.{grid_name}.{section}.size': unknown size "
                         f"{settings['size']!r}; known sizes: {', '.join(known)}"
                     )
