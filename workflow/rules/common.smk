@@ -29,6 +29,11 @@ CFG = Config.from_dict(
 )
 PY = sys.executable
 GPU = 1 if CFG.device == "cuda" else 0
+# One timed job on the GPU at a time unless --resources gpu=N says otherwise, so a run with more
+# cores needs no --resources (which takes several values, and would swallow a target after it).
+# On a cluster each job has its own GPU: no limit here.
+if "gpu" not in workflow.global_resources and not config.get("jobs_elsewhere", False):
+    workflow.register_resource("gpu", 1)
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 
@@ -116,7 +121,9 @@ def cell_code(experiment, entry="runner"):
     """Source files a cell of ``experiment`` runs: ``entry`` (the runner), the modules of the
     experiment's cells and run functions, and their imports."""
     functions = experiments.registry()[experiment]
-    return code(entry, *sorted({f.__module__.removeprefix("cs336report.") for f in functions}))
+    return code(
+        entry, *sorted({f.__module__.removeprefix("cs336report.") for f in functions})
+    )
 
 
 def resolved_config():

@@ -22,8 +22,18 @@ rule report:
             if f.endswith(".j2")
         ],
     output:
-        md=f"{REPORT_DIR}/report.md",
-        html=f"{REPORT_DIR}/index.html",
+        md=report(
+            f"{REPORT_DIR}/report.md",
+            caption="../report/writeup.rst",
+            category="Writeup",
+            labels={"format": "Markdown (renders on GitHub; figures in figures/)"},
+        ),
+        html=report(
+            f"{REPORT_DIR}/index.html",
+            caption="../report/writeup.rst",
+            category="Writeup",
+            labels={"format": "HTML (self-contained)"},
+        ),
     log:
         "logs/report.log",
     conda:
