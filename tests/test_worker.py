@@ -85,7 +85,7 @@ def cwd(tmp_path):
 
 
 def client(cwd: Path, experiment: str, name: str, c: dict, *extra: str, env=ENV, wait=True):
-    """`run` as RUN_CELL calls it: relative paths, stdout and stderr redirected to the log."""
+    """`run` as the rules call it (common.smk: run_cell): relative paths, stdout and stderr redirected to the log."""
     out, log = Path("results") / experiment / f"{name}.json", Path("logs") / experiment / f"{name}.log"
     (cwd / log).parent.mkdir(parents=True, exist_ok=True)
     with open(cwd / log, "w") as fh:  # the shell's `> {log} 2>&1`
