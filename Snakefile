@@ -1,6 +1,7 @@
 # cs336report: every experiment of the CS336 Systems writeup, then the report.
 #   snakemake --cores 1 report
-from snakemake.utils import min_version, validate
+# Snakemake's report of the run, with the writeup in it:  snakemake --report report/workflow.html
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -8,7 +9,7 @@ min_version("9.0")
 configfile: "workflow/config/default.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# validated against workflow/schemas/config.schema.yaml in common.smk (errors name the file and key)
 
 
 include: "workflow/rules/common.smk"
@@ -37,15 +38,12 @@ rule all:
         rules.report.output,
 
 
-# After a successful run: the warm workers that ran the cells exit, and Snakemake's own report
-# (rule graph, run times) is written beside the writeup.
+# After a run the warm workers that ran the cells exit (they would otherwise wait for their idle
+# timeout). Snakemake's own report (rule graph, run times, the writeup registered with report()):
+#   snakemake --report report/workflow.html
 onsuccess:
     shell(f"{PY} -m cs336report worker-stop || true")
-    html, wf = rules.report.output.html, f"{REPORT_DIR}/workflow.html"
-    if not CFG.render_published and os.path.exists(html) and (not os.path.exists(wf) or os.path.getmtime(wf) < os.path.getmtime(html)):
-        shell(f"{PY} -m snakemake --nolock --quiet all --report {REPORT_DIR}/workflow.html > logs/workflow-report.log 2>&1 || true")
 
 
-# After a failed run the warm workers exit too (they would otherwise wait for their idle timeout).
 onerror:
     shell(f"{PY} -m cs336report worker-stop || true")

@@ -1,6 +1,6 @@
 """Command line of cs336report: one subcommand per workflow step.
 
-    python -m cs336report check-config workflow/config/default.yaml
+    python -m cs336report check-config workflow/config/default.yaml [my-settings.yaml ...]
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json [--log LOG]
     python -m cs336report run-job compiled_model --job JOB --cells '[[NAME, CELL], ...]' --out FILE ...
@@ -10,24 +10,34 @@
     python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
     python -m cs336report nsys-stats results/nsys_profile/NAME --out-dir results/nsys_stats/NAME
     python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/NAME/run.json --out FILE
+    python -m cs336report rerender-check [--data report/data --report report/report.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
+def _json_arg(value: str):
+    """A JSON argument, given inline or as @FILE (the workflow passes files: a cell's settings, the config)."""
+    if value.startswith("@"):
+        with open(value[1:]) as fh:
+            return json.load(fh)
+    return json.loads(value)
+
+
 def _check_config(args) -> int:
-    from .config import Config, ConfigError
+    from .config import Config, ConfigError, load_files
 
     try:
-        cfg = Config.from_file(args.config)
+        cfg = Config.from_dict(load_files(args.config), source=args.config[-1], files=args.config, require_cuda=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.config}: ok (device {cfg.device}, grid {cfg.grid_name})")
+    print(f"{' + '.join(args.config)}: ok (device {cfg.device}, grid {cfg.grid_name})")
     return 0
 
 
@@ -41,8 +51,9 @@ def _cells(args) -> int:
 
 
 def _run(args) -> int:
-    cell = json.loads(args.cell)
-    if args.log and not args.no_worker:  # a warm worker runs it (torch is imported there, not here)
+    cell = _json_arg(args.cell)
+    no_worker = args.no_worker or os.environ.get("CS336REPORT_WORKER") == "0"
+    if args.log and not no_worker:  # a warm worker runs it (torch is imported there, not here)
         from .worker import run_client
 
         return run_client(args.experiment, args.name, cell, args.out, args.log)
@@ -55,7 +66,7 @@ def _run(args) -> int:
 def _run_job(args) -> int:
     from .results import result_stem
 
-    cells = json.loads(args.cells)
+    cells = _json_arg(args.cells)
     names = [name for name, _ in cells]
     stems = [result_stem(out) for out in args.out]
     if names != stems:
@@ -79,7 +90,7 @@ def _worker_stop(args) -> int:
 def _render(args) -> int:
     from .report.render import render_report
 
-    render_report(args.results, json.loads(args.config_json), args.out)
+    render_report(args.results, _json_arg(args.config_json), args.out)
     return 0
 
 
@@ -87,7 +98,7 @@ def _publish(args) -> int:
     from .publish import publish
 
     try:
-        manifest = publish(args.results, json.loads(args.config_json), args.out, args.benchmarks, merge=args.merge,
+        manifest = publish(args.results, _json_arg(args.config_json), args.out, args.benchmarks, merge=args.merge,
                            mixed_cards=args.mixed_cards)
     except (OSError, ValueError) as exc:  # a refused record or folder: the message names the file
         print(f"error: {exc}", file=sys.stderr)
@@ -99,7 +110,7 @@ def _publish(args) -> int:
 def _profile(args) -> int:
     from .profiling import profile_cell
 
-    profile_cell(args.experiment, args.name, json.loads(args.cell), args.out_dir)
+    profile_cell(args.experiment, args.name, _json_arg(args.cell), args.out_dir)
     return 0
 
 
@@ -145,6 +156,12 @@ def _missing(args) -> int:
     return 0
 
 
+def _rerender_check(args) -> int:
+    from .rerender import check
+
+    return check(args.data, args.report, keep=args.keep)
+
+
 def _parse_snapshot(args) -> int:
     from .snapshot_step import main_args
 
@@ -155,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cs336report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("check-config", help="validate a config file and resolve its device")
-    p.add_argument("config")
+    p = sub.add_parser("check-config", help="validate config files (merged in order, as Snakemake's --configfile "
+                       "does) and resolve the device")
+    p.add_argument("config", nargs="+")
     p.set_defaults(func=_check_config)
 
     p = sub.add_parser("cells", help="list the cells of an experiment")
@@ -167,17 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("run", help="measure one cell and write its result JSON")
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
-    p.add_argument("--cell", required=True, help="the resolved cell, as JSON")
+    p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out", required=True)
     p.add_argument("--log", help="the cell's log: with it, a warm worker process runs the cell and writes its "
                    "output there (cs336report.worker); without it, this process runs the cell")
-    p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log")
+    p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log "
+                   "(also CS336REPORT_WORKER=0, which the workflow sets for `worker: false`)")
     p.set_defaults(func=_run)
 
     p = sub.add_parser("run-job", help="measure several cells in one process, in order, and write a result JSON each")
     p.add_argument("experiment")
     p.add_argument("--job", required=True, help="job name, recorded in each result")
-    p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell]")
+    p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell], or @FILE")
     p.add_argument("--out", required=True, nargs="+", help="one result file per cell, in the same order")
     p.set_defaults(func=_run_job)
 
@@ -187,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("render", help="render report.md and index.html from result files")
     p.add_argument("results", nargs="+", help="result files (.json, or published .json.gz)")
-    p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
+    p.add_argument("--config-json", required=True, help="the resolved config, as JSON or @FILE")
     p.add_argument("--out", required=True, help="report folder")
     p.set_defaults(func=_render)
 
     p = sub.add_parser("publish", help="copy result files and their job timings into a published folder")
     p.add_argument("results", nargs="+", help="result JSON files")
-    p.add_argument("--config-json", required=True, help="the resolved config, as JSON")
+    p.add_argument("--config-json", required=True, help="the resolved config, as JSON or @FILE")
     p.add_argument("--out", required=True, help="published folder, e.g. report/data")
     p.add_argument("--benchmarks", default="benchmarks", help="Snakemake's benchmark folder of the run")
     p.add_argument("--merge", action="store_true",
@@ -209,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
-    p.add_argument("--cell", required=True, help="the resolved cell, as JSON")
+    p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out-dir", required=True, help="folder for run.json, the profile and launch.json")
     p.set_defaults(func=_profile)
 
@@ -237,6 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-snapshot-bytes", type=int, default=None, help="most bytes a gzip snapshot may decompress "
                    "to (default: 100 times the file, at least 8 MiB); a larger one is refused early")
     p.set_defaults(func=_parse_snapshot)
+
+    p = sub.add_parser("rerender-check", help="render the published report again from its records and compare "
+                       "it with the committed report.md (timestamps masked)")
+    p.add_argument("--data", default="report/data", help="published folder")
+    p.add_argument("--report", default="report/report.md", help="the committed Markdown report")
+    p.add_argument("--keep", help="render into this folder (default: a temporary one, removed)")
+    p.set_defaults(func=_rerender_check)
 
     args = parser.parse_args(argv)
     return args.func(args)

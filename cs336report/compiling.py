@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from .measure import synchronize
+from .progress import progress
 
 
 # The environment variables Inductor and Triton read their cache folders from (at use, not import).
@@ -97,10 +98,12 @@ def first_call(step: Callable[[], dict | None], device: str) -> dict:
     """
     synchronize(device)
     before = compile_stats()
+    progress("first call: compiling (can take minutes)")
     start = timeit.default_timer()
     phases = step()
     synchronize(device)
     seconds = timeit.default_timer() - start
+    progress(f"first call: done in {seconds:.1f} s")
     made = {key: value - before[key] for key, value in compile_stats().items()}  # by this call alone
     return {"first_call_s": seconds, "phases_s": dict(phases or {}), **made, **_setup(),
             "private_caches": _private_cache is not None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,77 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict:
         return yaml.safe_load(fh)
 
 
-def validate(raw: dict, schema: dict | None = None, source: str = "config") -> dict:
-    """Return a copy of ``raw`` with defaults filled in, or raise ConfigError naming the key."""
+def load_file(path: str | Path) -> dict:
+    """The mapping of a YAML config file, or ConfigError naming the file (broken YAML, empty file)."""
+    try:
+        with open(path) as fh:
+            raw = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the file is empty; a config file holds a mapping of keys, "
+                          f"e.g. 'run: {{measured_steps: 10}}'")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level, got {type(raw).__name__}")
+    return raw
+
+
+def merge(base: dict, update: dict) -> dict:
+    """``update`` merged into a copy of ``base``, mappings key by key (as Snakemake merges config files)."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_files(paths) -> dict:
+    """The config files ``paths`` merged in order, each read by :func:`load_file`."""
+    out: dict = {}
+    for path in paths:
+        out = merge(out, load_file(path))
+    return out
+
+
+def _holds(data, parts) -> bool:
+    for part in parts:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return False
+    return True
+
+
+def _file_of(parts, files, source: str) -> str:
+    """The last of ``files`` (in the order they were merged) that sets the key at ``parts``."""
+    for path in reversed(list(files or [])):
+        try:
+            if _holds(load_file(path), parts):
+                return str(path)
+        except (OSError, ConfigError):
+            continue
+    return source
+
+
+def _unknown_key_message(err, files, source: str) -> str:
+    parent = list(err.absolute_path)
+    known = sorted(err.schema.get("properties", {}))
+    unknown = [key for key in err.instance if key not in known]
+    key = unknown[0]
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    hint = f"; did you mean '{near[0]}'?" if near else (f"; valid keys here: {', '.join(known)}" if known else "")
+    return f"{_file_of(parent + [key], files, source)}: unknown key '{_key_path(parent + [key])}'{hint}"
+
+
+def validate(raw: dict, schema: dict | None = None, source: str = "config", files=None) -> dict:
+    """Return a copy of ``raw`` with defaults filled in, or raise ConfigError naming the key.
+
+    ``files`` are the config files merged into ``raw``, in order: an error names the one that set the key.
+    """
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     schema = schema or load_schema()
@@ -68,8 +138,20 @@ def validate(raw: dict, schema: dict | None = None, source: str = "config") -> d
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
-        raise ConfigError(f"{source}: key '{_key_path(err.absolute_path)}': {err.message}")
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            raise ConfigError(_unknown_key_message(err, files, source))
+        where = _file_of(list(err.absolute_path), files, source)
+        raise ConfigError(f"{where}: key '{_key_path(err.absolute_path)}': {err.message}")
     return instance
+
+
+def _require_cuda(source: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise ConfigError(f"{source}: key 'device': 'cuda', but this machine has no usable CUDA device (torch "
+                          f"{torch.__version__}, {build}); use 'device: auto' or 'device: cpu'")
 
 
 def _check_model(model: dict | None, source: str, device: str) -> dict | None:
@@ -123,9 +205,14 @@ class Config:
     student: dict | None = None  # the checked ``student`` key that cells carry; None = built-in implementations
 
     @classmethod
-    def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None) -> "Config":
-        data = validate(raw, source=source)
+    def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None,
+                  files=None, require_cuda: bool = False) -> "Config":
+        """``files``: the config files merged into ``raw`` (errors name the one that set the key);
+        ``require_cuda``: ``device: cuda`` must find a CUDA device here (the jobs run on this machine)."""
+        data = validate(raw, source=source, files=files)
         device = data["device"]
+        if device == "cuda" and require_cuda:
+            _require_cuda(_file_of(["device"], files, source))
         if device == "auto":
             if cuda_available is None:
                 import torch
@@ -133,15 +220,14 @@ class Config:
                 cuda_available = torch.cuda.is_available()
             device = "cuda" if cuda_available else "cpu"
         cfg = cls(data=data, device=device)
-        cfg._check_sizes(source)
+        cfg._check_sizes(source, files)
         student = _check_student(data.get("student"), source, device)
         model = _student_model(data.get("model"), student, source)
         return dataclasses.replace(cfg, model_source=_check_model(model, source, device), student=student)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":
-        with open(path) as fh:
-            return cls.from_dict(yaml.safe_load(fh), source=str(path), **kwargs)
+        return cls.from_dict(load_file(path), source=str(path), **kwargs)
 
     @property
     def grid_name(self) -> str:
@@ -168,19 +254,21 @@ class Config:
     def size(self, name: str) -> dict[str, Any]:
         return dict(self.data["sizes"][name])
 
-    def _check_sizes(self, source: str) -> None:
+    def _check_sizes(self, source: str, files=None) -> None:
         known = self.data["sizes"]
         for grid_name, grid in self.data["grids"].items():
             for section, settings in grid.items():
                 names = settings.get("sizes", [])
                 for i, name in enumerate(names):
                     if name not in known:
+                        where = _file_of(["grids", grid_name, section, "sizes", i], files, source)
                         raise ConfigError(
-                            f"{source}: key 'grids.{grid_name}.{section}.sizes[{i}]': unknown size "
+                            f"{where}: key 'grids.{grid_name}.{section}.sizes[{i}]': unknown size "
                             f"{name!r}; known sizes: {', '.join(known)}"
                         )
                 if "size" in settings and settings["size"] not in known:
+                    where = _file_of(["grids", grid_name, section, "size"], files, source)
                     raise ConfigError(
-                        f"{source}: key 'grids.{grid_name}.{section}.size': unknown size "
+                        f"{where}: key 'grids.{grid_name}.{section}.size': unknown size "
                         f"{settings['size']!r}; known sizes: {', '.join(known)}"
                     )

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from .annotate import region
+from .progress import progress
 
 # A result whose inter-quartile range exceeds this fraction of the median is flagged noisy.
 NOISE_THRESHOLD = 0.10
@@ -38,6 +39,10 @@ def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, devi
     measured_s: list[float] = []
     phases: dict[str, list[float]] = {}
     for i in range(warmup + measured):
+        if i == 0 and warmup:
+            progress(f"warm-up: {warmup} steps")
+        if i == warmup:
+            progress(f"timing {measured} steps")
         with region("warmup" if i < warmup else "step"):
             start = timeit.default_timer()
             phase_times = step()

@@ -26,10 +26,67 @@ def test_device_auto_picks_the_grid(raw):
     assert set(cpu.grid("benchmarking")["sizes"]) <= {"tiny", "mini"}
 
 
-def test_unknown_key_is_named(raw):
+def test_unknown_key_is_named_with_the_nearest_valid_key_on_one_line(raw):
     raw["run"]["warmup_stpes"] = 3
-    with pytest.raises(ConfigError, match=r"key 'run'.*warmup_stpes"):
+    with pytest.raises(ConfigError) as err:
         Config.from_dict(raw, cuda_available=False)
+    assert str(err.value) == "config: unknown key 'run.warmup_stpes'; did you mean 'warmup_steps'?"
+
+
+def test_unknown_key_names_the_file_that_set_it(tmp_path):
+    from cs336report.config import load_files
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("grids:\n  cpu:\n    benchmarkin: {sizes: [tiny], contexts: [8]}\n")
+    files = [str(DEFAULT_CONFIG), str(mine)]
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict(load_files(files), files=files, cuda_available=False)
+    message = str(err.value)
+    assert message.startswith(f"{mine}: unknown key 'grids.cpu.benchmarkin'; did you mean 'benchmarking'")
+    assert "\n" not in message
+
+
+def test_unknown_key_far_from_any_lists_the_valid_ones(raw):
+    raw["run"]["zzzz"] = 1
+    with pytest.raises(ConfigError, match=r"unknown key 'run\.zzzz'; valid keys here: .*measured_steps"):
+        Config.from_dict(raw, cuda_available=False)
+
+
+def test_broken_yaml_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run:\n  warmup_steps: 3\n grids: [\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}: not valid YAML at line 3"):
+        Config.from_file(bad, cuda_available=False)
+
+
+def test_empty_config_file_names_the_file(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match=rf"^{empty}: the file is empty"):
+        Config.from_file(empty, cuda_available=False)
+
+
+def test_cuda_without_a_cuda_device_stops_at_validation(raw, monkeypatch):
+    import torch
+
+    raw["device"] = "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"key 'device': 'cuda', but this machine has no usable CUDA device"):
+        Config.from_dict(raw, require_cuda=True)
+    assert Config.from_dict(raw).device == "cuda"  # jobs that run elsewhere: not checked here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert Config.from_dict(raw, require_cuda=True).device == "cuda"
+
+
+def test_check_config_merges_files_and_names_the_bad_one(tmp_path, capsys):
+    from cs336report.cli import main
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("run: {measured_stepz: 3}\n")
+    assert main(["check-config", str(DEFAULT_CONFIG), str(mine)]) == 2
+    assert capsys.readouterr().err == f"error: {mine}: unknown key 'run.measured_stepz'; did you mean 'measured_steps'?\n"
+    mine.write_text("run: {measured_steps: 3}\n")
+    assert main(["check-config", str(DEFAULT_CONFIG), str(mine)]) == 0
 
 
 def test_unknown_size_is_named(raw):

@@ -1,9 +1,11 @@
 """The warm worker: real cells through `python -m cs336report run --log`, on the CPU, in a
-temporary folder (the worker's sockets live under its .snakemake/)."""
+temporary folder (the worker's sockets live under its .snakemake/). No wait here has a deadline:
+on a loaded machine a deadline fails a correct test, and a hang is the CI job's own limit."""
 
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -47,25 +49,33 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+def wait_until(condition, what: str) -> None:
+    """Wait for ``condition``, however long the machine takes (no deadline: under load a deadline
+    turns a correct test into a timed one; a hang is the CI job's own limit)."""
     while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def wait_for_exit(pid: int) -> None:
+    """Block until process ``pid`` (not our child) has exited: a pidfd becomes readable then."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
 
 
 def stop_and_check(cwd: Path, env=ENV) -> None:
-    """worker-stop, then fail (after killing them) if any worker of ``cwd`` is still there."""
-    subprocess.run([sys.executable, "-m", "cs336report", "worker-stop"], cwd=cwd, env=env, timeout=60,
-                   capture_output=True)
-    deadline = time.monotonic() + 15
-    while worker_pids(cwd) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    """worker-stop, then wait for each worker of ``cwd`` to exit (a worker that stays blocks the test,
+    and the CI job's limit reports it: a deadline here would fail under load)."""
     left = worker_pids(cwd)
+    subprocess.run([sys.executable, "-m", "cs336report", "worker-stop"], cwd=cwd, env=env, capture_output=True)
     for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"worker processes left behind: {left}"
+        wait_for_exit(pid)
+    assert not worker_pids(cwd)
 
 
 @pytest.fixture
@@ -75,7 +85,7 @@ def cwd(tmp_path):
 
 
 def client(cwd: Path, experiment: str, name: str, c: dict, *extra: str, env=ENV, wait=True):
-    """`run` as RUN_CELL calls it: relative paths, stdout and stderr redirected to the log."""
+    """`run` as the rules call it (common.smk: run_cell): relative paths, stdout and stderr redirected to the log."""
     out, log = Path("results") / experiment / f"{name}.json", Path("logs") / experiment / f"{name}.log"
     (cwd / log).parent.mkdir(parents=True, exist_ok=True)
     with open(cwd / log, "w") as fh:  # the shell's `> {log} 2>&1`
@@ -85,7 +95,7 @@ def client(cwd: Path, experiment: str, name: str, c: dict, *extra: str, env=ENV,
             cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
         )
     if wait:
-        proc.wait(timeout=300)
+        proc.wait()
     return proc, cwd / out, cwd / log
 
 
@@ -195,11 +205,11 @@ def test_worker_record_has_the_structure_of_a_fresh_process_record(cwd):
 def test_worker_killed_mid_cell_the_client_runs_the_cell_itself(cwd):
     name, c = slow_cell(3000)
     proc, out, log = client(cwd, "benchmarking", name, c, wait=False)
-    wait_until(lambda: "started on cpu" in log.read_text(), 120, "the cell to start")
+    wait_until(lambda: "started on cpu" in log.read_text(), "the cell to start")
     worker = ran_by(log)
     time.sleep(0.3)
     os.kill(worker, signal.SIGKILL)
-    assert proc.wait(timeout=300) == 0, log.read_text()
+    assert proc.wait() == 0, log.read_text()
     text = log.read_text()
     assert f"worker pid {worker} closed the connection without a reply" in text
     assert f"running it again in this process (pid {proc.pid})" in text
@@ -216,11 +226,11 @@ def test_worker_killed_mid_cell_the_client_runs_the_cell_itself(cwd):
 def test_client_killed_mid_cell_stops_the_worker_and_writes_no_result(cwd):
     name, c = slow_cell(100_000)  # runs until killed
     proc, out, log = client(cwd, "benchmarking", name, c, wait=False)
-    wait_until(lambda: "started on cpu" in log.read_text(), 120, "the cell to start")
+    wait_until(lambda: "started on cpu" in log.read_text(), "the cell to start")
     worker = ran_by(log)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    wait_until(lambda: not alive(worker), 20, f"worker {worker} to exit")
+    proc.wait()
+    wait_for_exit(worker)  # the worker notices its client is gone, interrupts the cell and exits
     assert not out.exists() and (not out.parent.exists() or list(out.parent.iterdir()) == [])
     assert "KeyboardInterrupt" in log.read_text()  # the cell was interrupted, in its own log
     assert not list((cwd / SOCKETS).glob("*.sock"))
@@ -236,7 +246,7 @@ def test_exception_escaping_run_cell_fails_the_job_and_ends_the_worker(cwd):
     assert p.returncode == 1, text
     assert "Traceback" in text and "FileExistsError" in text
     assert f"run_cell raised in worker pid {worker}" in text
-    wait_until(lambda: not alive(worker), 20, f"worker {worker} to exit")
+    wait_for_exit(worker)
     # the next cell gets a fresh worker
     p, out, log = client(cwd, "roofline", "probe2", cell("roofline")[1])
     assert p.returncode == 0 and results.load(out)["process"]["pid"] not in (worker, p.pid)
@@ -273,7 +283,7 @@ def test_idle_worker_exits(cwd):
     p, out, log = client(cwd, "roofline", *cell("roofline"), env=env)
     worker = results.load(out)["process"]["pid"]
     assert worker != p.pid
-    wait_until(lambda: not alive(worker), 30, f"idle worker {worker} to exit")
+    wait_for_exit(worker)
     assert not list((cwd / SOCKETS).glob("*.sock"))
     assert "idle for 1 s; exiting" in (cwd / SOCKETS / "worker.log").read_text()
     p, out, log = client(cwd, "roofline", "probe2", cell("roofline")[1], env=env)
@@ -285,9 +295,9 @@ def test_worker_stop_stops_it(cwd):
     worker = results.load(out)["process"]["pid"]
     assert alive(worker)
     stop = subprocess.run([sys.executable, "-m", "cs336report", "worker-stop"], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True)
     assert stop.returncode == 0 and f"stopped worker pid {worker} after 1 cell(s)" in stop.stdout
-    wait_until(lambda: not alive(worker), 15, f"worker {worker} to exit")
+    wait_for_exit(worker)
     assert not list((cwd / SOCKETS).glob("*.sock"))
 
 
@@ -297,7 +307,7 @@ def test_the_client_does_not_import_torch(cwd):
     run = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "cs336report", "run", "roofline", "--name", "probe2", "--cell",
          json.dumps(c), "--out", "results/roofline/probe2.json", "--log", "logs/roofline/probe2.log"],
-        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300,
+        cwd=cwd, env=ENV, capture_output=True, text=True,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     modules = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
@@ -318,9 +328,9 @@ def test_cells_that_time_a_first_call_run_in_the_client(cwd):
 def test_concurrent_clients_get_a_worker_each(cwd):
     name, c = slow_cell(2000)
     slow, slow_out, slow_log = client(cwd, "benchmarking", name, c, wait=False)
-    wait_until(lambda: "started on cpu" in slow_log.read_text(), 120, "the slow cell to start")
+    wait_until(lambda: "started on cpu" in slow_log.read_text(), "the slow cell to start")
     p, out, log = client(cwd, "roofline", *cell("roofline"))  # while the first worker is busy
-    assert slow.wait(timeout=300) == 0 and p.returncode == 0
+    assert slow.wait() == 0 and p.returncode == 0
     first, second = results.load(slow_out)["process"], results.load(out)["process"]
     assert first["pid"] != second["pid"] and {first["pid"], second["pid"]} == worker_pids(cwd)
     assert first["cells_before"] == second["cells_before"] == 0
@@ -369,11 +379,15 @@ def test_workflow_cells_ran_in_one_worker_that_stopped_at_the_end(workdir):
 
 
 @pytest.mark.slow
-def test_worker_false_passes_no_worker_and_reruns_nothing(workdir):
+def test_worker_false_runs_cells_in_their_own_process_and_reruns_nothing(workdir, tmp_path):
     run = snakemake(workdir, "-n", "report", "--config", "worker=False")
     assert run.returncode == 0 and "Nothing to be done" in run.stdout + run.stderr
-    run = snakemake(workdir, "-n", "-p", "-f", "results/roofline/probe.json", "--config", "worker=False")
-    assert run.returncode == 0 and "--log logs/roofline/probe.log --no-worker >" in run.stdout + run.stderr
+    work = shutil.copytree(workdir, tmp_path / "work", symlinks=True)  # the shared one stays as built
+    run = snakemake(work, "-f", "results/roofline/probe.json", "--config", "worker=False")
+    assert run.returncode == 0, run.stderr[-2000:]
+    log = (work / "logs/roofline/probe.log").read_text()
+    assert "runs in worker pid" not in log and "roofline/probe: started on cpu" in log
+    assert not worker_pids(work)
 
 
 def test_a_cuda_oom_an_error_or_memory_left_behind_ends_the_worker():
@@ -409,7 +423,7 @@ def test_after_a_cuda_oom_the_next_cell_gets_a_fresh_worker_and_an_empty_device(
     first = results.load(out)
     assert first["status"] == "oom" and first["data"]["oom_phase"] == "backward passes", log.read_text()
     worker = ran_by(log)
-    wait_until(lambda: not alive(worker), 20, f"worker {worker} to exit after the OOM")
+    wait_for_exit(worker)
     assert "exiting: a CUDA out-of-memory error" in (cwd / SOCKETS / "worker.log").read_text()
     p, out, log = client(cwd, "pytorch_attention", *attention_cell_for(1024))
     second = results.load(out)

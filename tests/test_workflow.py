@@ -78,8 +78,8 @@ def test_editing_experiment_code_reruns_that_experiment_only(workdir):
     assert jobs_after_editing(workdir, "experiments/roofline.py") == {"roofline": 1, "report": 1}
 
 
-def test_editing_the_compile_helper_reruns_the_compiled_cells_only(workdir):
-    jobs = jobs_after_editing(workdir, "compiling.py")
+def test_editing_the_compile_experiment_reruns_the_compiled_cells_only(workdir):
+    jobs = jobs_after_editing(workdir, "experiments/torch_compile.py")
     records = {rule: [json.loads(p.read_text()) for p in (workdir / "results" / rule).glob("*.json")]
                for rule in ("compiled_attention", "compiled_model", "optimized_step")}
     # a record made by a job of several cells counts its job once
@@ -110,7 +110,7 @@ def test_bad_config_stops_before_any_job(workdir, tmp_path):
     bad.write_text("grids:\n  cpu:\n    benchmarking:\n      sizes: [mini, colossal]\n      contexts: [32]\n")
     run = snakemake(workdir, "report", "--configfile", "workflow/config/default.yaml", str(bad))
     assert run.returncode != 0
-    assert "grids.cpu.benchmarking.sizes[1]" in run.stderr and "colossal" in run.stderr
+    assert f"{bad}: key 'grids.cpu.benchmarking.sizes[1]'" in run.stderr and "colossal" in run.stderr
     assert "Job stats" not in run.stdout + run.stderr
 
 

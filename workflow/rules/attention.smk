@@ -1,24 +1,24 @@
 # pytorch_attention: the hand-written attention alone on every d_head x seq, and the SDPA
 # backends on the same grid; one job and one result per cell, OOM included.
-# compiling.py is left out: the eager cells import it but never compile (compiled_attention depends on it)
-ATTENTION_CODE = code("experiments/attention.py", "model.py", "measure.py", "runner.py")
 
 
 rule pytorch_attention:
     input:
-        ATTENTION_CODE,
+        cell_code("pytorch_attention"),
     output:
         "results/pytorch_attention/{cell}.json",
-    params:
-        cell=cell_json("pytorch_attention"),
     log:
         "logs/pytorch_attention/{cell}.log",
     benchmark:
         "benchmarks/pytorch_attention/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=GPU,
+    params:
+        cell=cell_file("pytorch_attention"),
     shell:
-        RUN_CELL
+        run_cell("pytorch_attention")
 
 
 REPORT_INPUTS["pytorch_attention"] = result_files("pytorch_attention")

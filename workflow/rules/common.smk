@@ -1,38 +1,113 @@
 # Shared by every rules file: the resolved config, the cells of each experiment, and the
 # command that runs one cell. Nothing here measures anything.
+import hashlib
 import json
 import os
 import sys
 
 sys.path.insert(0, workflow.basedir)
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")]))
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(
+        filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])
+    )
+)
 
 from cs336report import experiments
+from cs336report.codeinputs import closure
 from cs336report.config import Config
 
-CFG = Config.from_dict(config, source="workflow config")
+# Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error
+# names the file that set the key. device: cuda must find CUDA here, unless the jobs run elsewhere
+# (jobs_elsewhere, set by the SLURM profile).
+_CLI_CONFIGFILES = [str(f) for f in workflow.config_settings.configfiles]
+CFG = Config.from_dict(
+    config,
+    source="--config",
+    files=[str(f) for f in workflow.configfiles if str(f) not in _CLI_CONFIGFILES]
+    + _CLI_CONFIGFILES,
+    require_cuda=not config.get("jobs_elsewhere", False),
+)
 PY = sys.executable
 GPU = 1 if CFG.device == "cuda" else 0
+# One timed job on the GPU at a time unless --resources gpu=N says otherwise, so a run with more
+# cores needs no --resources (which takes several values, and would swallow a target after it).
+# On a cluster each job has its own GPU: no limit here.
+if "gpu" not in workflow.global_resources and not config.get("jobs_elsewhere", False):
+    workflow.register_resource("gpu", 1)
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 
-# A warm worker process runs the cell (cs336report/worker.py) and writes its output to {log};
-# `worker: false` runs each cell in its own process. The flag is a name in the command, so
-# switching it reruns nothing.
-WORKER_FLAG = "" if CFG.data["worker"] else "--no-worker"
-RUN_CELL = (
-    "{PY} -m cs336report run {rule} --name {wildcards.cell} --cell {params.cell:q} --out {output}"
-    " --log {log} {WORKER_FLAG} > {log} 2>&1"
-)
+# Every rule runs this interpreter (the one running Snakemake, or the conda environment's python
+# under --sdm conda), named in the environment so that its path is in no command line.
+_CONDA = "conda" in {
+    str(m).lower() for m in workflow.deployment_settings.deployment_method
+}
+os.environ.update(CS336REPORT_PYTHON="python" if _CONDA else PY)
+CONDA_ENV = "../envs/cs336report.yaml"
+
+# A warm worker process runs the cell (cs336report/worker.py); `worker: false` runs each cell in
+# its own process. The choice reaches the jobs through the environment, so switching it reruns
+# nothing.
+os.environ.update(CS336REPORT_WORKER="1" if CFG.data["worker"] else "0")
+
+# Each cell's resolved settings are a file named by their hash (written when a job needs it), so
+# the command line stays short and a changed cell, which gets a new file, reruns that cell only.
+SETTINGS_DIR = ".snakemake/cs336report/settings"
 
 
-def cell_json(experiment):
-    """params function: the resolved cell as JSON, so a changed cell reruns."""
+def settings_file(kind, name, value):
+    """Path of a JSON file holding ``value``, named by its content; written once."""
+    text = json.dumps(value, sort_keys=True)
+    path = f"{SETTINGS_DIR}/{kind}/{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    return path
+
+
+def cell_file(experiment):
+    """params function: the file of the resolved cell (a new name when the cell changes)."""
 
     def cell(wildcards):
-        return json.dumps(CELLS[experiment][wildcards.cell], sort_keys=True)
+        return settings_file(
+            experiment, wildcards.cell, CELLS[experiment][wildcards.cell]
+        )
 
     return cell
+
+
+def run_cell(experiment, command="run", out="{output}", worker=True):
+    """The shell command of a rule that runs one cell of ``experiment`` (its settings in
+    params.cell); ``worker=False`` runs it in a process of its own."""
+    return (
+        f'"$CS336REPORT_PYTHON" -m cs336report {command} {experiment} --name {{wildcards.cell}}'
+        f" --cell @{{params.cell}} --out {out} --log {{log}}"
+        + ("" if worker else " --no-worker")
+        + " > {log} 2>&1"
+    )
+
+
+def cell_gpu(experiment):
+    """resources function: a GPU for the cells that run on CUDA (a CPU cell needs none)."""
+
+    def gpu(wildcards):
+        return int(CELLS[experiment][wildcards.cell]["device"].startswith("cuda"))
+
+    return gpu
+
+
+def compiled_job_cells(wildcards):
+    """params function of compiled_model (workflow/rules/torch_compile.smk): the file of the job's cells as [name, resolved cell] in run order (a new name
+    when a cell changes, so a changed cell reruns its job)."""
+    job = f"{wildcards.prefix}-compiled"
+    return settings_file(
+        "compiled_model",
+        job,
+        [[n, CELLS["compiled_model"][n]] for n in COMPILED_JOBS[job]],
+    )
 
 
 def result_files(experiment):
@@ -40,23 +115,44 @@ def result_files(experiment):
 
 
 def code(*modules):
-    """Source files a rule's results depend on: editing one reruns the rule."""
-    return [os.path.join("cs336report", m) for m in modules]
+    """Source files of the modules named (cs336report.<module>) and of every package module they
+    import: editing any of them reruns the rule (cs336report/codeinputs.py)."""
+    return closure([f"cs336report.{m}" for m in modules])
+
+
+def cell_code(experiment, entry="runner"):
+    """Source files a cell of ``experiment`` runs: ``entry`` (the runner), the modules of the
+    experiment's cells and run functions, and their imports."""
+    functions = experiments.registry()[experiment]
+    return code(
+        entry, *sorted({f.__module__.removeprefix("cs336report.") for f in functions})
+    )
 
 
 def resolved_config():
-    """The config the report renders (and publish records); `worker` changes no result, so it is left out."""
-    data = {key: value for key, value in CFG.data.items() if key != "worker"}
-    return json.dumps({**data, "_device": CFG.device, "_grid": CFG.grid_name}, sort_keys=True)
+    """The config the report renders (and publish records); `worker` and `jobs_elsewhere` change no
+    result, so they are left out."""
+    data = {
+        key: value
+        for key, value in CFG.data.items()
+        if key not in ("worker", "jobs_elsewhere")
+    }
+    return {**data, "_device": CFG.device, "_grid": CFG.grid_name}
 
 
 def distributed_gpus(experiment):
     """resources function: the GPUs a distributed cell's processes hold (NCCL: one a rank, at most
-    those present, as a cell needing more is recorded as not run without starting), else none."""
+    those present, as a cell needing more is recorded as not run without starting), else none. It
+    claims no more than the run's gpu limit: with the default of one GPU job at a time it holds the
+    whole limit, and so runs alone."""
     from cs336report.distributed.launch import gpus_present
 
     def gpus(wildcards):
         cell = CELLS[experiment][wildcards.cell]
-        return min(cell["world_size"], gpus_present()) if cell["backend"] == "nccl" else 0
+        if cell["backend"] != "nccl":
+            return 0
+        limit = workflow.global_resources["gpu"].value if "gpu" in workflow.global_resources else None
+        wanted = min(cell["world_size"], gpus_present())
+        return wanted if limit is None else min(wanted, limit)
 
     return gpus

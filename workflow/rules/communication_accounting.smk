@@ -3,15 +3,17 @@
 
 rule communication_accounting:
     input:
-        code("experiments/communication_accounting.py", "accounting_distributed.py"),
+        cell_code("communication_accounting"),
     output:
         "results/communication_accounting/{cell}.json",
-    params:
-        cell=cell_json("communication_accounting"),
     log:
         "logs/communication_accounting/{cell}.log",
+    conda:
+        CONDA_ENV
+    params:
+        cell=cell_file("communication_accounting"),
     shell:
-        RUN_CELL
+        run_cell("communication_accounting")
 
 
 REPORT_INPUTS["communication_accounting"] = result_files("communication_accounting")

@@ -1,21 +1,24 @@
 # ddp_bucketed_benchmarking: training steps with bucketed DDP at each bucket size, and PyTorch's
 # DDP as reference; one job per cell, holding one GPU per NCCL rank.
+
+
 rule ddp_bucketed_benchmarking:
     input:
-        DDP_CODE,
-        code("experiments/ddp_bucketed_benchmarking.py"),
+        cell_code("ddp_bucketed_benchmarking"),
     output:
         "results/ddp_bucketed_benchmarking/{cell}.json",
-    params:
-        cell=cell_json("ddp_bucketed_benchmarking"),
     log:
         "logs/ddp_bucketed_benchmarking/{cell}.log",
     benchmark:
         "benchmarks/ddp_bucketed_benchmarking/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=distributed_gpus("ddp_bucketed_benchmarking"),
+    params:
+        cell=cell_file("ddp_bucketed_benchmarking"),
     shell:
-        RUN_CELL
+        run_cell("ddp_bucketed_benchmarking")
 
 
 REPORT_INPUTS["ddp_bucketed_benchmarking"] = result_files("ddp_bucketed_benchmarking")

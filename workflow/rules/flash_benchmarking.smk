@@ -1,52 +1,45 @@
 # flash_benchmarking: FlashAttention-2 (Triton) against PyTorch attention and SDPA backends,
 # one job per implementation and dtype, and the leaderboard harness in one job.
-FLASH_CODE = code(
-    "experiments/flash_benchmarking.py",
-    "flash/__init__.py",
-    "flash/pytorch.py",
-    "flash/reference.py",
-    "flash/triton_kernels.py",
-    "adapters.py",
-    "student.py",
-    "model.py",
-    "measure.py",
-    "runner.py",
-)
-LEADERBOARD_CODE = FLASH_CODE + code("experiments/flash_leaderboard.py", "kernel_times.py")
 
 
 rule flash_benchmarking:
     input:
-        FLASH_CODE,
+        cell_code("flash_benchmarking"),
     output:
         "results/flash_benchmarking/{cell}.json",
-    params:
-        cell=cell_json("flash_benchmarking"),
     log:
         "logs/flash_benchmarking/{cell}.log",
     benchmark:
         "benchmarks/flash_benchmarking/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=GPU,
+    params:
+        cell=cell_file("flash_benchmarking"),
     shell:
-        RUN_CELL
+        run_cell("flash_benchmarking")
 
 
 rule flash_leaderboard:
     input:
-        LEADERBOARD_CODE,
+        cell_code("flash_leaderboard"),
     output:
         "results/flash_leaderboard/{cell}.json",
-    params:
-        cell=cell_json("flash_leaderboard"),
     log:
         "logs/flash_leaderboard/{cell}.log",
     benchmark:
         "benchmarks/flash_leaderboard/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=GPU,
+    params:
+        cell=cell_file("flash_leaderboard"),
     shell:
-        RUN_CELL
+        run_cell("flash_leaderboard")
 
 
-REPORT_INPUTS["flash_benchmarking"] = result_files("flash_benchmarking") + result_files("flash_leaderboard")
+REPORT_INPUTS["flash_benchmarking"] = result_files("flash_benchmarking") + result_files(
+    "flash_leaderboard"
+)

@@ -2,39 +2,31 @@
 # sharded_optimizer): the student's own tests/ with student.checkout, else cs336report's suite of
 # the same cases through the built-in adapters. Each test's outcome goes into the record, and the
 # JUnit XML beside it.
-HANDOUT_TESTS_CODE = code(
-    "experiments/handout_tests.py",
-    "handout_suite/__init__.py",
-    "handout_suite/_distributed.py",
-    "handout_suite/test_attention.py",
-    "handout_suite/test_ddp.py",
-    "handout_suite/test_sharded_optimizer.py",
-    "adapters.py",
-    "student.py",
-    "flash/__init__.py",
-    "flash/pytorch.py",
-    "flash/reference.py",
-    "flash/triton_kernels.py",
-    "runner.py",
-)
+import glob
+
+# pytest runs the suite's test modules without their being imported: inputs of their own.
+HANDOUT_SUITE = sorted(glob.glob("cs336report/handout_suite/*.py"))
 
 
 rule handout_tests:
     input:
-        HANDOUT_TESTS_CODE,
+        cell_code("handout_tests"),
+        HANDOUT_SUITE,
     output:
         json="results/handout_tests/{cell}.json",
         xml="results/handout_tests/{cell}.xml",
-    params:
-        py=PY,
-        cell=cell_json("handout_tests"),
     log:
         "logs/handout_tests/{cell}.log",
     benchmark:
         "benchmarks/handout_tests/{cell}.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=cell_gpu("handout_tests"),
+    params:
+        cell=cell_file("handout_tests"),
     shell:
-        "{params.py} -m cs336report run handout_tests --name {wildcards.cell} --cell {params.cell:q} "
-        "--out {output.json} --no-worker > {log} 2>&1"
+        run_cell("handout_tests", out="{output.json}", worker=False)
 
 
 REPORT_INPUTS["handout_tests"] = result_files("handout_tests")

@@ -1,27 +1,25 @@
 # memory_profiling: a CUDA memory snapshot of each configured cell (capture, on the GPU),
 # each snapshot parsed into a result JSON (parse, any machine). No cells without CUDA.
-MEMORY_CODE = code(
-    "experiments/memory.py", "experiments/benchmarking.py", "model.py", "models.py", "measure.py", "accounting.py",
-    "runner.py",
-)
 
 
 rule memory_profiling:
     input:
-        MEMORY_CODE,
+        cell_code("memory_profiling"),
     output:
         result="results/memory_profiling/{cell}.json",
         snapshot="results/memory_profiling/{cell}.pickle",
-    params:
-        cell=cell_json("memory_profiling"),
     log:
         "logs/memory_profiling/{cell}.log",
     benchmark:
         "benchmarks/memory_profiling/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=GPU,
+    params:
+        cell=cell_file("memory_profiling"),
     shell:
-        "{PY} -m cs336report run memory_profiling --name {wildcards.cell} --cell {params.cell:q}"
+        '"$CS336REPORT_PYTHON" -m cs336report run memory_profiling --name {wildcards.cell} --cell @{params.cell}'
         " --out {output.result} > {log} 2>&1"
 
 
@@ -29,17 +27,17 @@ rule memory_profiling_parse:
     input:
         result=rules.memory_profiling.output.result,
         snapshot=rules.memory_profiling.output.snapshot,
-        code=code("snapshot_step.py", "parsers/snapshot.py", "parsers/snapshot_load.py", "parsers/snapshot_frames.py",
-                  "parsers/snapshot_replay.py", "parsers/snapshot_categories.py", "parsers/snapshot_series.py",
-                  "models.py"),
+        code=code("snapshot_step"),
     output:
         "results/memory_profiling_parse/{cell}.json",
     log:
         "logs/memory_profiling_parse/{cell}.log",
     benchmark:
         "benchmarks/memory_profiling_parse/{cell}.tsv"
+    conda:
+        CONDA_ENV
     shell:
-        "{PY} -m cs336report parse-snapshot {input.snapshot} --result {input.result} --out {output} > {log} 2>&1"
+        '"$CS336REPORT_PYTHON" -m cs336report parse-snapshot {input.snapshot} --result {input.result} --out {output} > {log} 2>&1'
 
 
 REPORT_INPUTS["memory_profiling"] = result_files("memory_profiling") + expand(

@@ -1,21 +1,24 @@
 # minimal_ddp_flat_benchmarking: training steps with DDP with one all-reduce over the flattened
 # gradients; one job per cell, holding one GPU per NCCL rank.
+
+
 rule minimal_ddp_flat_benchmarking:
     input:
-        DDP_CODE,
-        code("experiments/minimal_ddp_flat_benchmarking.py"),
+        cell_code("minimal_ddp_flat_benchmarking"),
     output:
         "results/minimal_ddp_flat_benchmarking/{cell}.json",
-    params:
-        cell=cell_json("minimal_ddp_flat_benchmarking"),
     log:
         "logs/minimal_ddp_flat_benchmarking/{cell}.log",
     benchmark:
         "benchmarks/minimal_ddp_flat_benchmarking/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=distributed_gpus("minimal_ddp_flat_benchmarking"),
+    params:
+        cell=cell_file("minimal_ddp_flat_benchmarking"),
     shell:
-        RUN_CELL
+        run_cell("minimal_ddp_flat_benchmarking")
 
 
 REPORT_INPUTS["minimal_ddp_flat_benchmarking"] = result_files("minimal_ddp_flat_benchmarking")

@@ -1,118 +1,119 @@
 # mixed_precision_accumulation and benchmarking_mixed_precision: the accumulation loops, the
 # dtypes autocast produces, LayerNorm/RMSNorm in low precision, the benchmarking grid under
 # bf16 autocast, and peak memory of fp32 against bf16 for both model implementations.
-PRECISION_CODE = code("experiments/precision.py", "runner.py")
-AUTOCAST_CODE = code(
-    "experiments/autocast_benchmarking.py", "experiments/benchmarking.py", "model.py", "models.py", "measure.py", "runner.py"
-)
-
-
-def cell_gpu(experiment):
-    """resources function: a GPU for the cells that run on CUDA (a CPU cell needs none)."""
-
-    def gpu(wildcards):
-        return int(CELLS[experiment][wildcards.cell]["device"].startswith("cuda"))
-
-    return gpu
 
 
 rule mixed_precision_accumulation:
     input:
-        PRECISION_CODE,
+        cell_code("mixed_precision_accumulation"),
     output:
         "results/mixed_precision_accumulation/{cell}.json",
-    params:
-        cell=cell_json("mixed_precision_accumulation"),
     log:
         "logs/mixed_precision_accumulation/{cell}.log",
+    conda:
+        CONDA_ENV
     resources:
         gpu=cell_gpu("mixed_precision_accumulation"),
+    params:
+        cell=cell_file("mixed_precision_accumulation"),
     shell:
-        RUN_CELL
+        run_cell("mixed_precision_accumulation")
 
 
 rule autocast_dtypes:
     input:
-        PRECISION_CODE,
+        cell_code("autocast_dtypes"),
     output:
         "results/autocast_dtypes/{cell}.json",
-    params:
-        cell=cell_json("autocast_dtypes"),
     log:
         "logs/autocast_dtypes/{cell}.log",
+    conda:
+        CONDA_ENV
     resources:
         gpu=cell_gpu("autocast_dtypes"),
+    params:
+        cell=cell_file("autocast_dtypes"),
     shell:
-        RUN_CELL
+        run_cell("autocast_dtypes")
 
 
 rule norm_sensitivity:
     input:
-        PRECISION_CODE,
+        cell_code("norm_sensitivity"),
     output:
         "results/norm_sensitivity/{cell}.json",
-    params:
-        cell=cell_json("norm_sensitivity"),
     log:
         "logs/norm_sensitivity/{cell}.log",
+    conda:
+        CONDA_ENV
     resources:
         gpu=cell_gpu("norm_sensitivity"),
+    params:
+        cell=cell_file("norm_sensitivity"),
     shell:
-        RUN_CELL
+        run_cell("norm_sensitivity")
 
 
 # Cells of these two are timed by benchmarking's own code, so they depend on it, not on the
 # module that lists them (a changed cell reruns through its params).
 rule benchmarking_bf16:
     input:
-        BENCH_CODE + code("experiments/autocast_benchmarking.py"),
+        cell_code("benchmarking_bf16"),
     output:
         "results/benchmarking_bf16/{cell}.json",
-    params:
-        cell=cell_json("benchmarking_bf16"),
     log:
         "logs/benchmarking_bf16/{cell}.log",
     benchmark:
         "benchmarks/benchmarking_bf16/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=GPU,
+    params:
+        cell=cell_file("benchmarking_bf16"),
     shell:
-        RUN_CELL
+        run_cell("benchmarking_bf16")
 
 
 rule autocast_memory:
     input:
-        BENCH_CODE + code("experiments/autocast_benchmarking.py"),
+        cell_code("autocast_memory"),
     output:
         "results/autocast_memory/{cell}.json",
-    params:
-        cell=cell_json("autocast_memory"),
     log:
         "logs/autocast_memory/{cell}.log",
     benchmark:
         "benchmarks/autocast_memory/{cell}.tsv"
+    conda:
+        CONDA_ENV
     resources:
         gpu=GPU,
+    params:
+        cell=cell_file("autocast_memory"),
     shell:
-        RUN_CELL
+        run_cell("autocast_memory")
 
 
 rule autocast_saved_tensors:
     input:
-        AUTOCAST_CODE,
+        cell_code("autocast_saved_tensors"),
     output:
         "results/autocast_saved_tensors/{cell}.json",
-    params:
-        cell=cell_json("autocast_saved_tensors"),
     log:
         "logs/autocast_saved_tensors/{cell}.log",
+    conda:
+        CONDA_ENV
     resources:
         gpu=GPU,
+    params:
+        cell=cell_file("autocast_saved_tensors"),
     shell:
-        RUN_CELL
+        run_cell("autocast_saved_tensors")
 
 
-REPORT_INPUTS["mixed_precision_accumulation"] = result_files("mixed_precision_accumulation")
+REPORT_INPUTS["mixed_precision_accumulation"] = result_files(
+    "mixed_precision_accumulation"
+)
 REPORT_INPUTS["benchmarking_mixed_precision"] = (
     result_files("autocast_dtypes")
     + result_files("norm_sensitivity")

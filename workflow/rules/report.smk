@@ -6,8 +6,7 @@ REPORT_DIR = CFG.report_dir
 PUBLISHED_DIR = CFG.data["published"]["dir"]
 RUN_RESULTS = list(dict.fromkeys(f for files in REPORT_INPUTS.values() for f in files))
 if CFG.render_published:
-    REPORT_RESULTS, _published_config = published_files(PUBLISHED_DIR)
-    REPORT_CONFIG = json.dumps(_published_config, sort_keys=True)
+    REPORT_RESULTS, REPORT_CONFIG = published_files(PUBLISHED_DIR)
 else:
     REPORT_RESULTS, REPORT_CONFIG = RUN_RESULTS, resolved_config()
 
@@ -15,26 +14,36 @@ else:
 rule report:
     input:
         results=REPORT_RESULTS,
-        # every module of the report package (render, tables, plots, targets, sections), and the
-        # package modules it imports: the coverage of configured cells, the formulas of accounting,
-        # the model's shapes, kernel classes, result loading, the job timings of publish and the
-        # names and constants of the flash experiments and the nsys range parser
-        code=[os.path.relpath(os.path.join(d, f), workflow.basedir)
-              for d, _, fs in sorted(os.walk(os.path.join(workflow.basedir, "cs336report/report")))
-              for f in sorted(fs) if f.endswith(".py")]
-        + code("coverage.py", "accounting.py", "model.py", "kernels.py", "results.py", "publish.py",
-               "experiments/flash_benchmarking.py", "experiments/flash_leaderboard.py", "parsers/kernel_ranges.py"),
-        templates=[os.path.join(d, f) for d, _, fs in os.walk(os.path.join(workflow.basedir, "templates")) for f in sorted(fs) if f.endswith(".j2")],
+        code=code("report.render"),
+        templates=[
+            os.path.join(d, f)
+            for d, _, fs in os.walk(os.path.join(workflow.basedir, "templates"))
+            for f in sorted(fs)
+            if f.endswith(".j2")
+        ],
     output:
-        md=f"{REPORT_DIR}/report.md",
-        html=f"{REPORT_DIR}/index.html",
-    params:
-        config=REPORT_CONFIG,
-        out=REPORT_DIR,
+        md=report(
+            f"{REPORT_DIR}/report.md",
+            caption="../report/writeup.rst",
+            category="Writeup",
+            labels={"format": "Markdown (renders on GitHub; figures in figures/)"},
+        ),
+        html=report(
+            f"{REPORT_DIR}/index.html",
+            caption="../report/writeup.rst",
+            category="Writeup",
+            labels={"format": "HTML (self-contained)"},
+        ),
     log:
         "logs/report.log",
+    conda:
+        CONDA_ENV
+    params:
+        # the config as a file named by its content: a changed config renders again
+        config=settings_file("report", "config", REPORT_CONFIG),
+        out=lambda wildcards, output: os.path.dirname(output.md),
     shell:
-        "{PY} -m cs336report render {input.results} --config-json {params.config:q} --out {params.out} > {log} 2>&1"
+        '"$CS336REPORT_PYTHON" -m cs336report render {input.results} --config-json @{params.config} --out {params.out} > {log} 2>&1'
 
 
 rule publish:
@@ -43,10 +52,12 @@ rule publish:
         html=rules.report.output.html,
     output:
         f"{PUBLISHED_DIR}/manifest.json",
-    params:
-        config=resolved_config(),
-        out=PUBLISHED_DIR,
     log:
         "logs/publish.log",
+    conda:
+        CONDA_ENV
+    params:
+        config=settings_file("publish", "config", resolved_config()),
+        out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
-        "{PY} -m cs336report publish {input.results} --config-json {params.config:q} --out {params.out} > {log} 2>&1"
+        '"$CS336REPORT_PYTHON" -m cs336report publish {input.results} --config-json @{params.config} --out {params.out} > {log} 2>&1'

@@ -381,8 +381,10 @@ def speed_analysis(pairs: pd.DataFrame) -> dict:
         by_size = g.groupby("params")["speedup"].median().sort_index()
         size_names = g.drop_duplicates("params").set_index("params")["size"]
         by_ctx = g.groupby("context")["speedup"].median().sort_index()
-        rho_size = g["speedup"].corr(g["params"], method="spearman") if g["params"].nunique() > 1 else math.nan
-        rho_ctx = g["speedup"].corr(g["context"], method="spearman") if g["context"].nunique() > 1 else math.nan
+        # Spearman's rho as the Pearson correlation of average ranks (Series.corr's "spearman" needs scipy)
+        rank = g["speedup"].rank()
+        rho_size = rank.corr(g["params"].rank()) if g["params"].nunique() > 1 else math.nan
+        rho_ctx = rank.corr(g["context"].rank()) if g["context"].nunique() > 1 else math.nan
         out["modes"].append({
             "mode": MODE_COLUMNS[mode], "n": int(len(g)),
             "min": sig(worst["speedup"]), "min_cell": f"{worst['size']}, context {worst['context']}",
