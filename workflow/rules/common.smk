@@ -151,7 +151,11 @@ def distributed_gpus(experiment):
         cell = CELLS[experiment][wildcards.cell]
         if cell["backend"] != "nccl":
             return 0
-        limit = workflow.global_resources["gpu"].value if "gpu" in workflow.global_resources else None
+        limit = (
+            workflow.global_resources["gpu"].value
+            if "gpu" in workflow.global_resources
+            else None
+        )
         wanted = min(cell["world_size"], gpus_present())
         return wanted if limit is None else min(wanted, limit)
 

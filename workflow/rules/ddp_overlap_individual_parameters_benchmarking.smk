@@ -21,4 +21,6 @@ rule ddp_overlap_individual_parameters_benchmarking:
         run_cell("ddp_overlap_individual_parameters_benchmarking")
 
 
-REPORT_INPUTS["ddp_overlap_individual_parameters_benchmarking"] = result_files("ddp_overlap_individual_parameters_benchmarking")
+REPORT_INPUTS["ddp_overlap_individual_parameters_benchmarking"] = result_files(
+    "ddp_overlap_individual_parameters_benchmarking"
+)

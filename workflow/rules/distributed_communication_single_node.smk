@@ -21,4 +21,6 @@ rule distributed_communication_single_node:
         run_cell("distributed_communication_single_node")
 
 
-REPORT_INPUTS["distributed_communication_single_node"] = result_files("distributed_communication_single_node")
+REPORT_INPUTS["distributed_communication_single_node"] = result_files(
+    "distributed_communication_single_node"
+)

@@ -21,4 +21,6 @@ rule minimal_ddp_flat_benchmarking:
         run_cell("minimal_ddp_flat_benchmarking")
 
 
-REPORT_INPUTS["minimal_ddp_flat_benchmarking"] = result_files("minimal_ddp_flat_benchmarking")
+REPORT_INPUTS["minimal_ddp_flat_benchmarking"] = result_files(
+    "minimal_ddp_flat_benchmarking"
+)

@@ -23,4 +23,6 @@ rule optimizer_state_sharding_accounting:
         run_cell("optimizer_state_sharding_accounting", worker=False)
 
 
-REPORT_INPUTS["optimizer_state_sharding_accounting"] = result_files("optimizer_state_sharding_accounting")
+REPORT_INPUTS["optimizer_state_sharding_accounting"] = result_files(
+    "optimizer_state_sharding_accounting"
+)
