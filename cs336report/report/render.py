@@ -68,6 +68,15 @@ def md_fence(value) -> Markup:
     return Markup(str(value).replace("`" * 3, "'" * 3))
 
 
+# A table cell that reads as one quantity (a number, with its unit, sign, ± or range): never wrapped.
+_QUANTITY = r"[-+−]?[\d.,]+\s?[^\s\d()]{0,5}"
+_NUMERIC = re.compile(rf"^[~≈<>≤≥]?\s?{_QUANTITY}(\s?(±|–|to|/|×)\s?{_QUANTITY})*(\s\([^()]{{0,24}}\))?$")
+
+
+def is_numeric(text) -> bool:
+    return bool(_NUMERIC.match(str(text).strip())) and any(ch.isdigit() for ch in str(text))
+
+
 def environments() -> dict[str, jinja2.Environment]:
     """Both environments escape every value; Markdown's filters add Markdown's own escaping."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
@@ -76,6 +85,8 @@ def environments() -> dict[str, jinja2.Environment]:
     envs = {"html": jinja2.Environment(**options), "md": jinja2.Environment(**options)}
     envs["md"].filters.update(mdcell=md_cell, mdtext=md_cell, mdcode=md_code, fence=md_fence)
     envs["md"].globals["md_sources_inline"] = MD_SOURCES_INLINE
+    for env in envs.values():
+        env.tests["numeric"] = is_numeric
     envs["html"].filters.update(mdcell=escape, mdtext=escape, mdcode=escape, fence=escape)
     return envs
 
@@ -347,20 +358,66 @@ def _skip_reason(module, ctx: RenderContext) -> str:
     return getattr(module, "skip_reason", lambda c: "no results configured")(ctx)
 
 
+def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> list[dict]:
+    """The folders of a section's records, as links relative to the report folder where possible."""
+    folders = {}
+    for e in experiments:
+        for r in ctx.records(e):
+            folder = os.path.dirname(r["_path"])
+            if folder not in folders:
+                href = os.path.relpath(os.path.abspath(folder), os.path.abspath(out_dir)) if out_dir else folder
+                folders[folder] = {"path": folder + "/", "href": href.replace(os.sep, "/") + "/"}
+    return list(folders.values())
+
+
+def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path | None) -> dict:
+    """One handout problem: its answer and evidence partials with their data, or why it did not run."""
+    base = {"id": problem.id, "number": problem.number, "points": problem.points,
+            "subquestions": list(problem.subquestions), "command": problem.command,
+            "title": f"{problem.number}. {problem.id}", "evidence_id": f"evidence-{problem.id}"}
+    if module is None:
+        return {**base, "ran": False, "has_module": False, "rules": [], "not_run": [], "records": [],
+                "skip_reason": "this version of the report has no section for it", "data": None, "headline": None,
+                "template": None, "answer_template": None}
+    present = any(ctx.records(e) for e in module.EXPERIMENTS)
+    not_run = [{"rule": e, **coverage[e]} for e in module.EXPERIMENTS if coverage.get(e, {}).get("missing")]
+    data = module.build(ctx) if present else None
+    from . import headlines
+
+    headline = getattr(module, "headline", None) or getattr(headlines, module.ID, None)
+    section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
+            "command": f"snakemake --cores 1 {' '.join(module.EXPERIMENTS)}" if problem.command.endswith(problem.id)
+            else problem.command,
+            "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
+            "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
+            "skip_reason": None if present else _skip_reason(module, ctx), "data": data,
+            "headline": headline(data) if present and headline else None}
+    # the evidence partial's own view of the section: its heading is the evidence block's anchor
+    section["ev"] = {**section, "id": base["evidence_id"], "title": f"{base['title']}: evidence"}
+    return section
+
+
+def _run_line(records: list[dict], provenance: dict) -> dict:
+    """The run in one line: the card, torch, and the commit most records ran at."""
+    commits: dict = {}
+    for r in records:
+        c = r["provenance"].get("git_commit")
+        if c:
+            commits[c] = commits.get(c, 0) + 1
+    top = max(commits, key=commits.get) if commits else None
+    gpu = provenance["gpu"] if provenance["gpu"] != "–" else f"CPU ({provenance['cpu']})"
+    return {"card": gpu, "torch": provenance["torch"], "commit": (top or "not recorded")[:10],
+            "n_commits": len(commits), "n_records": len(records)}
+
+
 def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
+    from .sections import HANDOUT
+
     ctx = RenderContext(records, config, figures_dir)
-    expected = expected_cells(config)
+    expected = config.get("_expected") or expected_cells(config)
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
-    sections = []
-    for module in SECTIONS:
-        present = any(ctx.records(e) for e in module.EXPERIMENTS)
-        not_run = [{"rule": e, **coverage[e]} for e in module.EXPERIMENTS if coverage.get(e, {}).get("missing")]
-        sections.append({
-            "id": module.ID, "title": module.TITLE, "template": f"sections/{module.ID}.j2",
-            "ran": present, "rules": list(module.EXPERIMENTS), "not_run": not_run if present else [],
-            "skip_reason": None if present else _skip_reason(module, ctx),
-            "data": module.build(ctx) if present else None,
-        })
+    modules = {m.ID: m for m in SECTIONS}
+    sections = [_section(p, modules.get(p.id), ctx, coverage, figures_dir.parent) for p in HANDOUT]
     device = config.get("_device", "cpu")
     provenance, cost = _provenance(records), _cost(records, gpu_run=device == "cuda")
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
@@ -370,7 +427,9 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
-        "provenance": provenance, "sections": sections, "targets": targets,
+        "provenance": provenance, "run": _run_line(records, provenance), "sections": sections, "targets": targets,
+        "points": {"total": sum(s["points"] for s in sections),
+                   "answered": sum(s["points"] for s in sections if s["ran"])},
         "appendix_table": _appendix(records, expected, coverage),
         "n_not_run": n_not_run,
         "cost": cost, "config_yaml": yaml.safe_dump(
@@ -398,8 +457,9 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path) ->
     records = [load(p) for p in result_paths]
     context = build_context(records, config, figures)
     envs = environments()
-    html = envs["html"].get_template("report.html.j2").render(fmt_lib="_html.j2", **context)
-    md = envs["md"].get_template("report.md.j2").render(fmt_lib="_md.j2", **context)
-    _write_atomic(out_dir / "index.html", html)
-    _write_atomic(out_dir / "report.md", md)
+    pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
+             "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
+    for name, (kind, template) in pages.items():
+        text = envs[kind].get_template(template).render(fmt_lib=f"_{kind}.j2", page=name, **context)
+        _write_atomic(out_dir / name, text)
     return context

@@ -29,6 +29,8 @@ ID = "benchmarking_mixed_precision"
 TITLE = "benchmarking_mixed_precision"
 EXPERIMENTS = ("autocast_dtypes", "norm_sensitivity", "benchmarking", "benchmarking_bf16", "autocast_memory",
                "autocast_saved_tensors")
+POINTS = 2
+SUBQUESTIONS = ("a", "b", "c")
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 LOW = ("float16", "bfloat16")
 KEY = ["implementation", "size", "context", "mode"]
@@ -381,8 +383,8 @@ def speed_analysis(pairs: pd.DataFrame) -> dict:
         by_size = g.groupby("params")["speedup"].median().sort_index()
         size_names = g.drop_duplicates("params").set_index("params")["size"]
         by_ctx = g.groupby("context")["speedup"].median().sort_index()
-        rho_size = g["speedup"].corr(g["params"], method="spearman") if g["params"].nunique() > 1 else math.nan
-        rho_ctx = g["speedup"].corr(g["context"], method="spearman") if g["context"].nunique() > 1 else math.nan
+        rho_size = g["speedup"].rank().corr(g["params"].rank()) if g["params"].nunique() > 1 else math.nan
+        rho_ctx = g["speedup"].rank().corr(g["context"].rank()) if g["context"].nunique() > 1 else math.nan
         out["modes"].append({
             "mode": MODE_COLUMNS[mode], "n": int(len(g)),
             "min": sig(worst["speedup"]), "min_cell": f"{worst['size']}, context {worst['context']}",

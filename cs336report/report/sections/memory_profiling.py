@@ -15,11 +15,14 @@ import pandas as pd
 
 from ... import accounting
 from ...model import ModelSpec
+from .. import answer_parts
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, fmt_seconds, sig, status_cell
 
 ID = "memory_profiling"
 TITLE = "memory_profiling"
 EXPERIMENTS = ("memory_profiling", "memory_profiling_parse")
+POINTS = 4
+SUBQUESTIONS = ("a", "b", "c", "d", "e")
 
 MODE_ORDER = ("forward_no_grad", "forward", "forward_backward", "train_step")
 MODE_LABELS = {
@@ -712,6 +715,7 @@ def build(ctx) -> dict:
            "analysis": {"n_cells": 0, "failed": [], "growth": [], "precision_cmp": [], "ramps": []}}
     if df.empty:
         out["snapshot_table"] = Table(title="Snapshots", columns=["cell"], rows=[])
+        out["answer"] = {}
         return out
     out["settings"] = settings(df)
     out["peak_tables"] = [peak_table(df, impl, precision)
@@ -752,4 +756,5 @@ def build(ctx) -> dict:
     out["sizes"] = list(sizes.values())
     out["snapshot_table"] = snapshot_table(df)
     out["analysis"] = analysis(df, ramps, acc)
+    out["answer"] = answer_parts.memory_profiling(ctx, df, timeline_figure, MODE_LABELS)
     return out

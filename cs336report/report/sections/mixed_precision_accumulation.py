@@ -18,6 +18,8 @@ from ..tables import Cell, Table, fmt_pct, sig  # noqa: E402
 ID = "mixed_precision_accumulation"
 TITLE = "mixed_precision_accumulation"
 EXPERIMENTS = ("mixed_precision_accumulation",)
+POINTS = 1
+SUBQUESTIONS = ()
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 

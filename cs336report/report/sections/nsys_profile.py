@@ -30,6 +30,8 @@ from ..tables import Cell, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_c
 ID = "nsys_profile"
 TITLE = "nsys_profile"
 EXPERIMENTS = ("nsys_profile",)
+POINTS = 5
+SUBQUESTIONS = ("a", "b", "c", "d", "e")
 
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
 # A kernel (or class) is "non-trivial" when it takes at least this share of forward kernel time.

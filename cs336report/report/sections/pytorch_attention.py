@@ -19,6 +19,8 @@ from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, sig, status_cell  # n
 ID = "pytorch_attention"
 TITLE = "pytorch_attention"
 EXPERIMENTS = ("pytorch_attention",)
+POINTS = 2
+SUBQUESTIONS = ()
 
 VARIANTS = ("naive", "compiled", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math")
 LABELS = {
