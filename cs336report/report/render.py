@@ -215,7 +215,7 @@ def _appendix(records: list[dict], expected: dict[str, dict] | None = None,
     for experiment, cell, r in sorted(entries, key=lambda e: (e[0], e[1])):
         if r is None:
             rows.append([Cell(experiment), Cell(cell), Cell("not run", "not_run"), Cell("–"), Cell(""),
-                         Cell(_config_text(expected[experiment][cell])), Cell("–")])
+                         Cell(_config_text(expected[experiment][cell] or {}) or "–"), Cell("–")])
             continue
         status = status_cell(record_status(r))
         rows.append([Cell(r["experiment"]), Cell(r["cell"]), status, Cell(f"{r.get('wall_s', 0):.1f}"),
@@ -414,7 +414,10 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
     from .sections import HANDOUT
 
     ctx = RenderContext(records, config, figures_dir)
-    expected = config.get("_expected") or expected_cells(config)
+    # the configured cells: by name where the report rule passed them (rendering then imports no
+    # experiment module, nor torch), else resolved from the config here
+    expected = ({name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
+                if "_expected" in config else expected_cells(config))
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     modules = {m.ID: m for m in SECTIONS}
     sections = [_section(p, modules.get(p.id), ctx, coverage, figures_dir.parent) for p in HANDOUT]

@@ -19,9 +19,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
+
+# The 16-bit formats' machine epsilon and largest finite value (torch.finfo's eps and max; IEEE 754
+# binary16, and bfloat16's 8-bit significand): constants, so that rendering needs no torch.
+FINFO = {"float16": {"eps": 2.0 ** -10, "max": 65504.0}, "bfloat16": {"eps": 2.0 ** -7, "max": 3.3895313892515355e38}}
 from .benchmarking_script import MODE_COLUMNS  # noqa: E402
 from .benchmarking_script import frame as bench_frame  # noqa: E402
 
@@ -256,8 +259,8 @@ def norm_analysis(data: dict) -> dict:
     if bf_torch and bf_seq:
         out["bf16_seq_vs_torch"] = sig(bf_seq["value"] / bf_torch["value"])
         out["bf16_needs_fp32_sum"] = bool(bf_seq["value"] > 10 * bf_torch["value"])
-    out["bits"] = {short(t): int(round(1 - math.log2(torch.finfo(getattr(torch, t)).eps))) for t in ("float16", "bfloat16")}
-    fp16_max = torch.finfo(torch.float16).max
+    out["bits"] = {short(t): int(round(1 - math.log2(FINFO[t]["eps"]))) for t in ("float16", "bfloat16")}
+    fp16_max = FINFO["float16"]["max"]
     out["fp16_max"], out["fp16_sqrt_max"] = f"{fp16_max:,.0f}", sig(math.sqrt(fp16_max))
     out["bf16_no_overflow"] = bool(wide.get("bf16") and wide["bf16"]["overflows"] == 0)
     out["fp16_overflows"] = bool(out.get("fp16") and (out["fp16"]["var"] or out["fp16"]["meansq"]))

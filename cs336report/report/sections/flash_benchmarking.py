@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...experiments.flash_benchmarking import IMPLEMENTATIONS, PASSES
-from ...experiments.flash_leaderboard import KERNEL_PROFILE_STEPS
+from ...experiments.flash_names import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS, PASSES
 from .. import answer_parts
 from ..tables import Cell, Table, fmt_bytes, sig, status_cell
 from ..targets import LEADERBOARD_TARGET_MS, on_target_card

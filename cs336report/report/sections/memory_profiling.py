@@ -14,7 +14,7 @@ import statistics
 import pandas as pd
 
 from ... import accounting
-from ...model import ModelSpec
+from ...spec import ModelSpec
 from .. import answer_parts
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, fmt_seconds, sig, status_cell
 

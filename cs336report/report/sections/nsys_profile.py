@@ -23,7 +23,7 @@ import pandas as pd
 
 from ... import accounting
 from ...kernels import CLASSES
-from ...model import ModelSpec
+from ...spec import ModelSpec
 from ...parsers.kernel_ranges import LAUNCH_API
 from ..tables import Cell, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ... import accounting
 from ...kernels import classify, summarise_by_class
-from ...model import ModelSpec
+from ...spec import ModelSpec
 from .. import answer_parts
 from ..tables import Cell, Table, fmt_bytes, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
