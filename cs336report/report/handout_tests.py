@@ -17,6 +17,11 @@ COMMAND = "snakemake --cores 1 handout_tests"
 OUTCOMES = ("passed", "failed", "error", "skipped", "not_implemented")
 
 
+def fmt_error(x: float) -> str:
+    """An absolute error in two significant digits (errors span many orders of magnitude)."""
+    return "0" if x == 0 else f"{x:.2g}"
+
+
 def _field(record: dict, key: str):
     """A field of the record, at its top level or in its data."""
     if key in record:
@@ -44,7 +49,7 @@ def _summary(g: pd.DataFrame) -> dict:
     errors = pd.to_numeric(g["max_abs_error"], errors="coerce").dropna()
     bad = g[g["outcome"].isin(("failed", "error"))]
     return {"n": int(len(g)), **counts, "all_passed": counts["passed"] == len(g) and len(g) > 0,
-            "max_error": sig(float(errors.max())) if len(errors) else None,
+            "max_error": fmt_error(float(errors.max())) if len(errors) else None,
             "seconds": sig(float(pd.to_numeric(g["seconds"], errors="coerce").fillna(0).sum())),
             "names": list(g["name"]), "first_failure": (bad.iloc[0]["name"], bad.iloc[0]["message"].splitlines()[0]
                                                          if bad.iloc[0]["message"] else "") if len(bad) else None}
@@ -67,7 +72,7 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
         "test": df["name"], "sub-question": df["subquestion"].map(lambda s: f"({s})" if s else "–"),
         "outcome": df["outcome"].str.replace("_", " "),
         "time": [sig(float(s)) if s is not None and s == s else "–" for s in df["seconds"]],
-        "max abs error": [sig(float(e)) if e is not None and e == e else "–" for e in df["max_abs_error"]],
+        "max abs error": [fmt_error(float(e)) if e is not None and e == e else "–" for e in df["max_abs_error"]],
         "message": [m.splitlines()[0][:160] if m else "" for m in df["message"]],
         "_status": ["ok" if o == "passed" else ("not_run" if o in ("skipped", "not_implemented") else "error")
                     for o in df["outcome"]],
