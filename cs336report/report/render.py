@@ -109,7 +109,7 @@ class RenderContext:
         import matplotlib.pyplot as plt
 
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps legends beside the axes
         plt.close(fig)
         png = buf.getvalue()
         (self.figures_dir / f"{name}.png").write_bytes(png)

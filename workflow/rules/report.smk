@@ -53,3 +53,19 @@ rule publish:
         "logs/publish.log",
     shell:
         "{PY} -m cs336report publish {input.results} --config-json {params.config:q} --out {params.out} > {log} 2>&1"
+
+
+# The writeup for upload: the answers (summary and answers; the print stylesheet leaves out the
+# evidence and the appendix) printed to PDF by headless Chromium.
+rule writeup_pdf:
+    input:
+        html=rules.report.output.html,
+        code=code("report/pdf.py"),
+    output:
+        pdf=f"{REPORT_DIR}/writeup.pdf",
+    params:
+        py=PY,
+    log:
+        "logs/writeup_pdf.log",
+    shell:
+        "{params.py} -m cs336report.report.pdf {input.html} {output.pdf} > {log} 2>&1"

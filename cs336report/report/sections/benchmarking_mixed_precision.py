@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
 
 # The 16-bit formats' machine epsilon and largest finite value (torch.finfo's eps and max; IEEE 754
@@ -211,7 +212,7 @@ def norm_plot(rows: pd.DataFrame):
     axes[1].set_title("overflow")
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize="x-small", ncol=2)
+    legend_outside(axes[1], fontsize="x-small")
     fig.tight_layout()
     return fig
 
@@ -368,7 +369,7 @@ def speedup_plot(pairs: pd.DataFrame):
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("speed-up of bf16 over fp32 (×)")
     if axes[0][-1].get_legend_handles_labels()[0]:
-        axes[0][-1].legend(title="context", fontsize="small")
+        legend_outside(axes[0][-1], title="context", fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -500,7 +500,7 @@ def timeline_figure(rows: list, title: str):
     from matplotlib.patches import Patch
 
     unit, scale = _unit([r["snap"]["peak"]["bytes"] for r in rows] + [r["peak_alloc"] for r in rows])
-    fig, axes = plt.subplots(1, len(rows), figsize=(4.6 * len(rows), 3.9), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(rows), figsize=(max(4.6 * len(rows), 8.0), 3.9), squeeze=False, sharey=True)
     cmap = plt.get_cmap("tab20")
     cats = list(CATEGORY_LABELS)
     colors = {c: ("#c8c8c8" if c == "Preexisting" else cmap(i % 20)) for i, c in enumerate(cats)}

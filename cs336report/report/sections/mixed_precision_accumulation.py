@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Table, fmt_pct, sig  # noqa: E402
 
 ID = "mixed_precision_accumulation"
@@ -84,7 +85,7 @@ def trajectory_plot(df: pd.DataFrame):
     ax.set_xlabel("additions")
     ax.set_ylabel("accumulator value")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    legend_outside(ax, fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -23,8 +23,9 @@ import pandas as pd
 
 from ... import accounting
 from ...kernels import CLASSES
-from ...spec import ModelSpec
 from ...parsers.kernel_ranges import LAUNCH_API
+from ...spec import ModelSpec
+from ..plots import legend_outside
 from ..tables import Cell, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
 
 ID = "nsys_profile"
@@ -688,7 +689,7 @@ def class_figure(classes: pd.DataFrame, cells: pd.DataFrame):
         ax.set_xlabel("share of kernel time (%)")
         ax.set_title("forward pass" if mode == "forward" else "training step")
     axes[0][0].set_ylabel("size / context (tokens)")
-    axes[0][-1].legend(fontsize="small", loc="lower right")
+    legend_outside(axes[0][-1], fontsize="small")
     fig.tight_layout()
     return fig
 
