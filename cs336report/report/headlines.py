@@ -69,7 +69,7 @@ def pytorch_attention(d: dict) -> str | None:
 def torch_compile(d: dict) -> str | None:
     at, model = _get(d, "attention"), _get(d, "model", "by_mode")
     parts = []
-    if at:
+    if at and at.get("fwd") and at.get("bwd"):
         parts.append(f"compiled attention {at['fwd']['median']}× (forward) and {at['bwd']['median']}× (backward) as fast")
     if model:
         parts.append(f"compiled model {model[0]['min']}× to {model[0]['max']}× ({model[0]['mode']})")

@@ -393,7 +393,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
             "skip_reason": None if present else _skip_reason(module, ctx), "data": data,
             "headline": headline(data) if present and headline else None}
     # the evidence partial's own view of the section: its heading is the evidence block's anchor
-    section["ev"] = {**section, "id": base["evidence_id"], "title": f"{base['title']}: evidence"}
+    section["ev"] = {**section, "id": base["evidence_id"], "title": module.TITLE}
     return section
 
 
