@@ -86,7 +86,9 @@ def torch_compile_attention(table: Table | None) -> Table | None:
         return None
     cols = ["d_head", "seq", "forward eager", "forward compiled", "forward speed-up", "backward eager",
             "backward compiled", "backward speed-up"]
-    return select_columns(table, [c for c in cols if c in table.columns])
+    return select_columns(table, [c for c in cols if c in table.columns],
+                          note="mean time per pass; speed-up = eager / compiled; the first compiled call, which "
+                               "compiles, is not among the timed passes")
 
 
 def flash_benchmarking(tables: list[Table]) -> list[Table]:

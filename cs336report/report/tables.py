@@ -147,13 +147,14 @@ def table_from_frame(df: pd.DataFrame, title: str, sources: list[str] | None = N
                  units=[(units or {}).get(c, "") for c in shown], sources=list(sources or []), note=note)
 
 
-def select_columns(table: Table, columns: list[str], title: str | None = None, rename: dict | None = None) -> Table:
+def select_columns(table: Table, columns: list[str], title: str | None = None, rename: dict | None = None,
+                   note: str | None = None) -> Table:
     """The same table with only ``columns`` (by name, in that order), for a compact answer."""
     index = [table.columns.index(c) for c in columns]
     units = table.units or [""] * len(table.columns)
     return Table(title=title or table.title, columns=[(rename or {}).get(c, c) for c in columns],
                  rows=[[row[i] for i in index] for row in table.rows], units=[units[i] for i in index],
-                 sources=table.sources, note=table.note)
+                 sources=table.sources, note=table.note if note is None else note)
 
 
 def join_columns(parts: list[tuple[str, Table]], keys: int, columns: list[str], title: str) -> Table:
