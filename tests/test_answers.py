@@ -137,3 +137,18 @@ def test_published_answers(tmp_path):
     for line in md.splitlines():  # every answer table fits: at most 8 columns
         if line.startswith("| "):
             assert len(line.strip().strip("|").split(" | ")) <= 8, line[:120]
+
+
+def test_rendering_imports_no_torch(tmp_path):
+    """Every section module and template on the render path, without torch (the configured cells
+    come with the config)."""
+    records = [str(f) for f in sorted(FIXTURES.glob("*.json"))]
+    script = ("import sys\nfrom cs336report.report.render import render_report\n"
+              f"render_report({records!r}, {{'_device': 'cpu', '_expected': {{'handout_tests': ['attention']}}}}, "
+              f"{str(tmp_path / 'out')!r})\n"
+              "import cs336report.report.sections as s\n"
+              "print(len(s.SECTIONS), 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    n_sections, torch_loaded = run.stdout.split()
+    assert int(n_sections) >= 10 and torch_loaded == "False"
