@@ -63,7 +63,7 @@ def pytorch_attention(d: dict) -> str | None:
     if not acc or not saved:
         return None
     oom = f"out of memory from seq {acc['seq']}; " if a.get("n_oom") else ""
-    return f"{oom}memory saved for backward grows as seq^{saved['max']}"
+    return f"{oom}the memory saved for backward grows as seq to the power {saved['max']}"
 
 
 def torch_compile(d: dict) -> str | None:
