@@ -91,15 +91,16 @@ def torch_compile_attention(table: Table | None) -> Table | None:
                                "compiles, is not among the timed passes")
 
 
-def flash_benchmarking(tables: list[Table]) -> list[Table]:
-    """One table per dtype: forward, backward and forward + backward latency of the Triton kernels
-    against the naive PyTorch attention."""
+def flash_benchmarking(tables: list[Table], reference: str = "Triton FA2") -> list[Table]:
+    """One table per dtype: forward, backward and forward + backward latency of the FlashAttention-2
+    kernels (``reference``, the label of the analysis' reference: Triton where it ran) against the
+    naive PyTorch attention."""
     out = []
     for dtype in ("bf16", "fp32"):
         parts = [(label, t) for label, prefix in (("fwd", "Forward latency"), ("bwd", "Backward latency"),
                                                   ("fwd+bwd", "Forward + backward latency"))
                  for t in tables if t.title == f"{prefix}, {dtype}"]
-        if len(parts) == 3 and all(c in parts[0][1].columns for c in ("Triton FA2", "naive")):
-            out.append(join_columns(parts, 2, ["Triton FA2", "naive"],
-                                    f"Latency, {dtype}: Triton FlashAttention-2 against PyTorch attention"))
+        if len(parts) == 3 and all(c in parts[0][1].columns for c in (reference, "naive")):
+            out.append(join_columns(parts, 2, [reference, "naive"],
+                                    f"Latency, {dtype}: {reference} against the naive PyTorch attention"))
     return out

@@ -664,6 +664,7 @@ def build(ctx) -> dict:
     tiles = tiles_frame(records)
     if not tiles.empty:
         out["tiles_table"] = tiles_table(tiles)
-    out["answer_tables"] = answer_parts.flash_benchmarking(out["tables"])
+    out["answer_tables"] = answer_parts.flash_benchmarking(
+        out["tables"], (out["analysis"].get("ref") or {}).get("label", IMPLEMENTATIONS["triton"]))
     return out
 
