@@ -1,7 +1,7 @@
 # pytorch_attention: the hand-written attention alone on every d_head x seq, and the SDPA
 # backends on the same grid; one job and one result per cell, OOM included.
 # compiling.py is left out: the eager cells import it but never compile (compiled_attention depends on it)
-ATTENTION_CODE = code("experiments/attention.py", "model.py", "measure.py", "runner.py")
+ATTENTION_CODE = code("experiments/attention.py", "model.py", "spec.py", "measure.py", "runner.py")
 
 
 rule pytorch_attention:

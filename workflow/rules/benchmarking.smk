@@ -1,7 +1,7 @@
 # benchmarking_script: step times of every size x context x mode, the warm-up study,
 # and the roofline probe that gives each row's fraction of peak.
 BENCH_CODE = code(
-    "experiments/benchmarking.py", "model.py", "models.py", "measure.py", "annotate.py", "accounting.py", "runner.py"
+    "experiments/benchmarking.py", "model.py", "spec.py", "models.py", "measure.py", "annotate.py", "accounting.py", "runner.py"
 )
 
 

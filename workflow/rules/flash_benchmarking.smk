@@ -2,11 +2,13 @@
 # one job per implementation and dtype, and the leaderboard harness in one job.
 FLASH_CODE = code(
     "experiments/flash_benchmarking.py",
+    "experiments/flash_names.py",
     "flash/__init__.py",
     "flash/pytorch.py",
     "flash/reference.py",
     "flash/triton_kernels.py",
     "model.py",
+    "spec.py",
     "measure.py",
     "runner.py",
 )

@@ -1,7 +1,7 @@
 # memory_profiling: a CUDA memory snapshot of each configured cell (capture, on the GPU),
 # each snapshot parsed into a result JSON (parse, any machine). No cells without CUDA.
 MEMORY_CODE = code(
-    "experiments/memory.py", "experiments/benchmarking.py", "model.py", "models.py", "measure.py", "accounting.py",
+    "experiments/memory.py", "experiments/benchmarking.py", "model.py", "spec.py", "models.py", "measure.py", "accounting.py",
     "runner.py",
 )
 

@@ -3,7 +3,7 @@
 # bf16 autocast, and peak memory of fp32 against bf16 for both model implementations.
 PRECISION_CODE = code("experiments/precision.py", "runner.py")
 AUTOCAST_CODE = code(
-    "experiments/autocast_benchmarking.py", "experiments/benchmarking.py", "model.py", "models.py", "measure.py", "runner.py"
+    "experiments/autocast_benchmarking.py", "experiments/benchmarking.py", "model.py", "spec.py", "models.py", "measure.py", "runner.py"
 )
 
 

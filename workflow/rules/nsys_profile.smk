@@ -5,6 +5,7 @@ PROFILE_CODE = code(
     "experiments/nsys_profile.py",
     "experiments/benchmarking.py",
     "model.py",
+    "spec.py",
     "models.py",
     "annotate.py",
     "accounting.py",

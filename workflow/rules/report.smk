@@ -25,8 +25,8 @@ rule report:
         code=[os.path.relpath(os.path.join(d, f), workflow.basedir)
               for d, _, fs in sorted(os.walk(os.path.join(workflow.basedir, "cs336report/report")))
               for f in sorted(fs) if f.endswith(".py")]
-        + code("coverage.py", "accounting.py", "model.py", "kernels.py", "results.py", "publish.py",
-               "experiments/flash_benchmarking.py", "experiments/flash_leaderboard.py", "parsers/kernel_ranges.py"),
+        + code("coverage.py", "accounting.py", "spec.py", "kernels.py", "results.py", "publish.py",
+               "experiments/flash_names.py", "parsers/kernel_ranges.py"),
         templates=[os.path.join(d, f) for d, _, fs in os.walk(os.path.join(workflow.basedir, "templates")) for f in sorted(fs) if f.endswith(".j2")],
     output:
         md=f"{REPORT_DIR}/report.md",

@@ -9,7 +9,7 @@ COMPILE_CODE = code("experiments/torch_compile.py", "compiling.py", "measure.py"
 
 rule compiled_attention:
     input:
-        COMPILE_CODE + code("experiments/attention.py", "model.py"),
+        COMPILE_CODE + code("experiments/attention.py", "model.py", "spec.py"),
     output:
         "results/compiled_attention/{cell}.json",
     params:
@@ -39,7 +39,7 @@ def compiled_job_cells(wildcards):
 
 rule compiled_model:
     input:
-        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py"),
+        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "spec.py", "models.py", "annotate.py", "accounting.py"),
     output:
         expand("results/compiled_model/{{prefix}}-{mode}-compiled.json", mode=COMPILED_MODES),
     wildcard_constraints:
@@ -60,7 +60,7 @@ rule compiled_model:
 # The uncompiled twins that benchmarking does not run (none on the shipped grids): one job each.
 rule compiled_model_eager:
     input:
-        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py"),
+        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "spec.py", "models.py", "annotate.py", "accounting.py"),
     output:
         "results/compiled_model/{cell}.json",
     wildcard_constraints:
@@ -80,7 +80,7 @@ rule compiled_model_eager:
 # Its CUDA cells also time each kernel (kernel_steps), through cs336report.kernel_times.
 rule optimized_step:
     input:
-        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "models.py", "annotate.py", "accounting.py",
+        COMPILE_CODE + code("experiments/benchmarking.py", "model.py", "spec.py", "models.py", "annotate.py", "accounting.py",
                             "kernel_times.py"),
     output:
         "results/optimized_step/{cell}.json",
