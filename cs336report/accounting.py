@@ -17,7 +17,7 @@ Per forward pass, with B = batch, T = context, d = d_model, f = d_ff, L = layers
 
 from __future__ import annotations
 
-from .model import ModelSpec
+from .spec import ModelSpec
 
 FLOP_FORMULA = (
     "forward = L·(8·B·T·d² + 4·B·T²·d + 6·B·T·d·f) + 2·B·T·d·V; "

@@ -23,6 +23,15 @@ def expected_cells(config: dict) -> dict[str, dict] | None:
         return None
 
 
+def with_expected_cells(config: dict) -> dict:
+    """``config`` with ``_expected``: the names of the cells it asks for, per experiment, so that the
+    report can list what did not run without importing the experiments (nor torch)."""
+    expected = expected_cells(config)
+    if expected is None:
+        return config
+    return {**config, "_expected": {name: sorted(cells) for name, cells in expected.items()}}
+
+
 def coverage(have: Iterable[tuple[str, str]], expected: dict[str, dict] | None) -> dict[str, dict]:
     """Per experiment: how many of its configured cells are among ``have`` ((experiment, cell)
     pairs), and which are not."""

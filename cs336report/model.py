@@ -16,7 +16,6 @@ head. No biases anywhere.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,31 +26,8 @@ from .annotate import region
 IMPLEMENTATIONS = ("naive", "native")
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """Hyper-parameters of one model size."""
-
-    d_model: int
-    d_ff: int
-    num_layers: int
-    num_heads: int
-    vocab_size: int = 10_000
-    rope_theta: float = 10_000.0
-
-    def __post_init__(self) -> None:
-        for field in ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size"):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"ModelSpec.{field} must be positive, got {getattr(self, field)}")
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                f"ModelSpec.d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
-            )
-        if (self.d_model // self.num_heads) % 2:
-            raise ValueError("ModelSpec: d_model / num_heads must be even for RoPE")
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.num_heads
+# the shape of a model size lives in a module without torch, for the formulas and the report
+from .spec import ModelSpec  # noqa: E402,F401
 
 
 def _trunc_normal(shape, std: float, device, dtype) -> nn.Parameter:

@@ -180,7 +180,7 @@ def test_section_reports_the_oom_point_accounting_and_scaling(tmp_path, monkeypa
     render_report(paths, config_json(cfg), tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
     html = (tmp_path / "report" / "index.html").read_text()
-    section = md.split('<a id="pytorch_attention"></a>', 1)[1].split("<a id=", 1)[0]
+    section = md.split('<a id="evidence-pytorch_attention"></a>', 1)[1].split("<a id=", 1)[0]
     for d in (8, 16):
         row = next(line for line in section.splitlines() if line.startswith(f"| {d} | 64 |"))
         assert row.count("**OOM**") == 6  # forward, backward, memory before backward, peak, saved, status
@@ -223,7 +223,7 @@ def test_torch_compile_section_pairs_compiled_cells_with_their_eager_twins(tmp_p
     assert pairs.iloc[0]["mean_s_eager"] / pairs.iloc[0]["mean_s"] == pytest.approx(2.0)
     render_report(eager_paths + [path], config_json(cfg), tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
-    section = md.split('<a id="torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
+    section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
     assert "forward 2.00× (micro, context 8)" in section
     assert "The first compiled step took 12.5 s" in section
 
@@ -261,7 +261,7 @@ def test_optimized_step_shows_where_the_time_goes(tmp_path):
     assert set(data["phase_stats_s"]) == {"forward", "backward", "optimizer_step"}
     render_report(paths, config_json(cfg), tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
-    section = md.split('<a id="torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
+    section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
     roofline = json.loads((tmp_path / "roofline" / "probe.json").read_text())["data"]["matmul"]["bf16"]["tflops"]
     fraction = data["tflops"] / roofline
     row = next(line for line in section.splitlines() if line.startswith("| micro | 8 | 4 |"))
@@ -525,7 +525,7 @@ def test_compiled_cells_without_eager_twins_still_report_their_first_call_and_se
     path.write_bytes(gzip.decompress(src.read_bytes()))
     render_report([path], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
-    section = md.split('<a id="torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
+    section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
     record = json.loads(path.read_text())["data"]["compile"]
     assert "No compiled cell has an eager twin that ran" in section
     assert f"took {fmt_seconds(record['first_call_s'])}." in section

@@ -291,7 +291,7 @@ def test_published_report_states_both_comparisons_apart(tmp_path):
     bench = [PUBLISHED / "benchmarking" / p.name for p in records if (PUBLISHED / "benchmarking" / p.name).exists()]
     render_report([str(p) for p in records + bench], CONFIG, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
-    section = md.split('<a id="nsys_profile"></a>', 1)[1].split("<a id=", 1)[0]
+    section = md.split('<a id="evidence-nsys_profile"></a>', 1)[1].split("<a id=", 1)[0]
     a = build(records, extra=bench, out=tmp_path)["timing"]
     assert f"their medians differ by {a['range']['median_abs']} (median)" in section
     assert f"its median forward time is {a['slowdown']['ratio']}× benchmarking's" in section

@@ -78,7 +78,7 @@ def test_markdown_text_keeps_quotes_readable_but_no_markup():
 
 
 def test_cost_puts_a_shared_experiment_under_its_own_section():
-    from cs336report.report.render import _cost
+    from cs336report.report.cost import cost_of as _cost
 
     records = [{"experiment": "benchmarking", "wall_s": 2.0, "benchmark": {"wall_s": 3.0}, "_path": "b.json", "data": {}}]
     row = _cost(records)["table"].rows[0]
@@ -91,7 +91,7 @@ def test_cost_splits_job_time_into_timed_steps_first_compiled_calls_and_the_rest
     """H200 records: a compiled_model cell (warm-up, measured steps, a first call) and the leaderboard (do_bench calls)."""
     from pathlib import Path
 
-    from cs336report.report.render import _cost, _timed_seconds
+    from cs336report.report.cost import cost_of as _cost, timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
     from cs336report.results import load
 
@@ -148,7 +148,7 @@ def _compiled_copies(tmp_path, n):
 
 
 def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_rule_first():
-    from cs336report.report.render import _cost, _timed_seconds
+    from cs336report.report.cost import cost_of as _cost, timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
     from cs336report.results import load
 
@@ -166,7 +166,7 @@ def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_
 
 
 def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_path):
-    from cs336report.report.render import _timed_seconds
+    from cs336report.report.cost import timed_seconds as _timed_seconds
     from cs336report.report.targets import COST_TARGET_S
 
     record, _ = _compiled_copies(tmp_path / "probe", 1)
@@ -182,7 +182,7 @@ def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_pa
 
 
 def test_cost_per_section_sums_its_rules_in_the_report_order():
-    from cs336report.report.render import _cost
+    from cs336report.report.cost import cost_of as _cost
     from cs336report.report.sections import SECTIONS
     from cs336report.report.tables import fmt_seconds
 

@@ -34,24 +34,9 @@ import torch.nn.functional as F
 from ..measure import is_out_of_memory, release_memory, summarize, synchronize
 from ..model import scaled_dot_product_attention
 
-PASSES = ("forward", "backward", "forward_backward")
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+from .flash_names import IMPLEMENTATIONS, PASSES  # noqa: F401 (kept where the report reads them)
 
-# Every implementation the experiments know, with the label the report prints.
-IMPLEMENTATIONS = {
-    "student_triton": "Triton FA2 (yours)",
-    "student_pytorch": "PyTorch FA2 (yours)",
-    "triton": "Triton FA2",
-    "triton_fixed": "Triton FA2 (fixed tiles)",
-    "flash_pytorch": "PyTorch FA2",
-    "flash_pytorch_eager": "PyTorch FA2 (eager backward)",
-    "naive": "naive",
-    "naive_compiled": "naive (compiled)",
-    "sdpa_flash": "SDPA flash",
-    "sdpa_cudnn": "SDPA cuDNN",
-    "sdpa_efficient": "SDPA mem-efficient",
-    "sdpa_math": "SDPA math",
-}
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SDPA_BACKENDS = {
     "sdpa_flash": "FLASH_ATTENTION",
     "sdpa_cudnn": "CUDNN_ATTENTION",

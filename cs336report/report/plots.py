@@ -9,6 +9,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+def legend_outside(ax, **kwargs) -> None:
+    """The axes' legend beside them, to the right, never over the data (the figure is saved with a
+    tight bounding box, which keeps it in the image)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+
+
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step (AdamW)"}
 
 
@@ -29,7 +35,7 @@ def time_vs_context(df: pd.DataFrame):
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("time per step (ms)")
     if axes[0][-1].get_legend_handles_labels()[0]:
-        axes[0][-1].legend(title="size", fontsize="small")
+        legend_outside(axes[0][-1], title="size", fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -45,7 +51,7 @@ def warmup_steps(df: pd.DataFrame):
     ax.set_yscale("log")
     ax.set_xlabel("step (warm-up steps, then measured steps)")
     ax.set_ylabel("step time (ms)")
-    ax.legend(fontsize="small")
+    legend_outside(ax, fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     return fig

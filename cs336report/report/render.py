@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import io
-import json
 import os
 import re
 import shutil
@@ -22,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
-import pandas as pd
 import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells
 from ..results import load, record_status
-from .tables import MD_SOURCES_INLINE, Cell, Table, fmt_bytes, fmt_seconds, status_cell
+from .cost import cost_of
 from .sections import SECTIONS
-from .targets import COST_TARGET_S, targets_table
+from .tables import MD_SOURCES_INLINE, Cell, Table, status_cell
+from .targets import targets_table
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 HANDOUT = {"warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "tf32": False}
@@ -68,6 +67,15 @@ def md_fence(value) -> Markup:
     return Markup(str(value).replace("`" * 3, "'" * 3))
 
 
+# A table cell that reads as one quantity (a number, with its unit, sign, ± or range): never wrapped.
+_QUANTITY = r"[-+−]?[\d.,]+\s?[^\s\d()]{0,5}"
+_NUMERIC = re.compile(rf"^[~≈<>≤≥]?\s?{_QUANTITY}(\s?(±|–|to|/|×)\s?{_QUANTITY})*(\s\([^()]{{0,24}}\))?$")
+
+
+def is_numeric(text) -> bool:
+    return bool(_NUMERIC.match(str(text).strip())) and any(ch.isdigit() for ch in str(text))
+
+
 def environments() -> dict[str, jinja2.Environment]:
     """Both environments escape every value; Markdown's filters add Markdown's own escaping."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
@@ -76,6 +84,8 @@ def environments() -> dict[str, jinja2.Environment]:
     envs = {"html": jinja2.Environment(**options), "md": jinja2.Environment(**options)}
     envs["md"].filters.update(mdcell=md_cell, mdtext=md_cell, mdcode=md_code, fence=md_fence)
     envs["md"].globals["md_sources_inline"] = MD_SOURCES_INLINE
+    for env in envs.values():
+        env.tests["numeric"] = is_numeric
     envs["html"].filters.update(mdcell=escape, mdtext=escape, mdcode=escape, fence=escape)
     return envs
 
@@ -98,7 +108,7 @@ class RenderContext:
         import matplotlib.pyplot as plt
 
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps legends beside the axes
         plt.close(fig)
         png = buf.getvalue()
         (self.figures_dir / f"{name}.png").write_bytes(png)
@@ -204,137 +214,13 @@ def _appendix(records: list[dict], expected: dict[str, dict] | None = None,
     for experiment, cell, r in sorted(entries, key=lambda e: (e[0], e[1])):
         if r is None:
             rows.append([Cell(experiment), Cell(cell), Cell("not run", "not_run"), Cell("–"), Cell(""),
-                         Cell(_config_text(expected[experiment][cell])), Cell("–")])
+                         Cell(_config_text(expected[experiment][cell] or {}) or "–"), Cell("–")])
             continue
         status = status_cell(record_status(r))
         rows.append([Cell(r["experiment"]), Cell(r["cell"]), status, Cell(f"{r.get('wall_s', 0):.1f}"),
                      Cell(r.get("error") or ""), Cell(_config_text(r.get("config") or {})), Cell(r["_path"])])
     return Table(title="Experiments", columns=["rule", "cell", "status", "wall time", "error", "config", "result file"],
                  units=["", "", "", "s", "", "", ""], rows=rows, sources=[r["_path"] for r in records])
-
-
-def _peak_bytes(record: dict) -> float | None:
-    peak = (record.get("data") or {}).get("peak_memory")
-    return peak.get("allocated_bytes") if isinstance(peak, dict) else None
-
-
-# Lists of per-step or per-call seconds that results keep: warm-up and measured steps, and the
-# per-call times of do_bench (flash). Per-phase splits of a step (``phases_s``) are parts of these.
-SAMPLE_KEYS = ("warmup_s", "measured_s", "times_s")
-
-
-def _timed_seconds(data) -> tuple[float, float]:
-    """(seconds of timed warm-up and measured steps, seconds of first compiled calls) in a record's data."""
-    steps = compiled = 0.0
-    stack = [data]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in SAMPLE_KEYS and isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-                    steps += float(sum(value))
-                elif key == "first_call_s" and isinstance(value, (int, float)):
-                    compiled += float(value)
-                elif key not in ("phases_s", "earlier_first_calls"):  # parts of a step; other cells' calls
-                    stack.append(value)
-        elif isinstance(node, list):
-            stack.extend(node)
-    return steps, compiled
-
-
-def _section_cost_table(per_rule: pd.DataFrame, total: float, sources: list[str]) -> Table:
-    """The rules' job time summed per report section, in the report's order."""
-    per_section = per_rule.groupby("section", sort=False).agg(
-        rules=("jobs", "size"), jobs=("jobs", "sum"), job_s=("job_s", "sum"), steps_s=("steps_s", "sum"),
-        compile_s=("compile_s", "sum"))
-    rows = [[Cell(section), Cell(str(int(r["rules"]))), Cell(str(int(r["jobs"]))), Cell(fmt_seconds(r["job_s"])),
-             Cell(f"{100 * r['job_s'] / total:.0f}%" if total > 0 else "–"),
-             Cell(fmt_seconds(r["steps_s"]) if r["steps_s"] > 0 else "–"),
-             Cell(fmt_seconds(r["compile_s"]) if r["compile_s"] > 0 else "–")]
-            for section, r in per_section.iterrows()]
-    return Table(title="Cost per section",
-                 columns=["section", "rules", "jobs", "job time", "share of all job time", "timed steps",
-                          "first compiled calls"],
-                 units=[""] * 7, rows=rows, sources=sources,
-                 note="the rules of the table below, summed per section of this report; job time, timed steps "
-                      "and first compiled calls as defined there")
-
-
-def _cost(records: list[dict], gpu_run: bool = False) -> dict:
-    """Wall time per rule and per section (Snakemake's benchmark of each job where present,
-    else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
-    floor (timed steps and first compiled calls) is checked against the report's time goal."""
-    from ..publish import benchmark_of, job_of
-
-    rows = []
-    for i, r in enumerate(records):
-        job = job_of(r)
-        bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
-        steps, compiled = _timed_seconds(r.get("data"))
-        rows.append({"rule": r["experiment"], "job": f"{r['experiment']}/{job}" if job else f"record {i}",
-                     "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
-                     "from_benchmark": bool(bench), "peak": _peak_bytes(r),
-                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
-                     "steps_s": steps, "compile_s": compiled})
-    if not rows:
-        return {"table": None, "total": "0 s"}
-    df = pd.DataFrame(rows)
-    # the cells of one job share its benchmark, which counts once (without one, each cell's own time counts)
-    df.loc[df["from_benchmark"] & df.duplicated("job"), "job_s"] = 0.0
-    per_rule = df.groupby("rule", sort=True).agg(jobs=("job", "nunique"), job_s=("job_s", "sum"),
-                                                  peak=("peak", "max"), measured=("from_benchmark", "all"),
-                                                  warm=("warm", "sum"), steps_s=("steps_s", "sum"),
-                                                  compile_s=("compile_s", "sum"))
-    section_of: dict[str, str] = {}
-    for m in SECTIONS:  # an experiment shared by two sections belongs to the first (its own)
-        for e in m.EXPERIMENTS:
-            section_of.setdefault(e, m.TITLE)
-    order = {m.TITLE: i for i, m in enumerate(SECTIONS)}
-    per_rule["section"] = [section_of.get(rule, "–") for rule in per_rule.index]
-    # the report's section order; a stable sort keeps the rules by name within a section
-    per_rule = per_rule.sort_values("section", key=lambda s: s.map(order).fillna(len(order)), kind="stable")
-    table_rows = []
-    for rule, r in per_rule.iterrows():
-        share = f"{100 * r['steps_s'] / r['job_s']:.0f}%" if r["job_s"] > 0 and r["steps_s"] > 0 else "–"
-        table_rows.append([Cell(section_of.get(rule, "–")), Cell(rule), Cell(str(int(r["jobs"]))),
-                           Cell(str(int(r["warm"]))), Cell(fmt_seconds(r["job_s"])),
-                           Cell(fmt_seconds(r["steps_s"]) if r["steps_s"] > 0 else "–"), Cell(share),
-                           Cell(fmt_seconds(r["compile_s"]) if r["compile_s"] > 0 else "–"),
-                           Cell(fmt_bytes(r["peak"]) if r["peak"] == r["peak"] else "–")])
-    total = df["job_s"].sum()
-    steps, compiled = df["steps_s"].sum(), df["compile_s"].sum()
-    note = ("job time is Snakemake's benchmark of each job (process start-up included)"
-            if per_rule["measured"].all() else
-            "job time is Snakemake's benchmark of each job where one was recorded, else the cell's own wall time")
-    note += ("; a result made by a chain of jobs counts the whole chain (nsys_profile: the profiled run, its "
-             "stats export and the parse)")
-    note += ("; in a warm worker: jobs whose cell ran in a worker process that had run cells before it, so "
-             "they paid no Python, torch or CUDA start-up")
-    if df["job"].duplicated().any():
-        note += "; a job that runs several cells in one process (compiled_model: one per size and context) counts once"
-    note += ("; timed steps: the warm-up and measured steps (or do_bench calls) the results record, summed; "
-             "first compiled calls: the compiling first call of torch.compile cells; the rest of a job is process "
-             "start-up, building models and inputs, untimed passes (e.g. the fresh forward before each timed "
-             "backward), memory probes, autotuning, profiling and exports")
-    table = Table(title="Cost of this report",
-                  columns=["section", "rule", "jobs", "in a warm worker", "job time", "timed steps",
-                           "timed share", "first compiled calls", "largest GPU peak"],
-                  units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
-    out = {"table": table, "total": fmt_seconds(total), "total_s": total, "floor": None,  # no job time: no floor
-           "section_table": _section_cost_table(per_rule, total, table.sources)}
-    if total > 0:
-        out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",
-                        "compile": fmt_seconds(compiled), "compile_pct": f"{100 * compiled / total:.0f}",
-                        "rest": fmt_seconds(max(total - steps - compiled, 0.0)),
-                        "rest_pct": f"{100 * max(total - steps - compiled, 0.0) / total:.0f}"}
-        # what no scheduling can remove: the measurements themselves and the compilations they time
-        floor = per_rule["steps_s"] + per_rule["compile_s"]
-        top = floor.idxmax()
-        out["floor"] = {"s": float(floor.sum()), "text": fmt_seconds(floor.sum()), "rule": top,
-                        "rule_text": fmt_seconds(floor[top]),
-                        "rule_compile": fmt_seconds(per_rule.loc[top, "compile_s"]) if per_rule.loc[top, "compile_s"] > 0 else None,
-                        "over_target": bool(gpu_run and floor.sum() > COST_TARGET_S), "target_min": COST_TARGET_S // 60}
-    return out
 
 
 def _skip_reason(module, ctx: RenderContext) -> str:
@@ -347,22 +233,71 @@ def _skip_reason(module, ctx: RenderContext) -> str:
     return getattr(module, "skip_reason", lambda c: "no results configured")(ctx)
 
 
+def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> list[dict]:
+    """The folders of a section's records, as links relative to the report folder where possible."""
+    folders = {}
+    for e in experiments:
+        for r in ctx.records(e):
+            folder = os.path.dirname(r["_path"])
+            if folder not in folders:
+                href = os.path.relpath(os.path.abspath(folder), os.path.abspath(out_dir)) if out_dir else folder
+                folders[folder] = {"path": folder + "/", "href": href.replace(os.sep, "/") + "/"}
+    return list(folders.values())
+
+
+def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path | None) -> dict:
+    """One handout problem: its answer and evidence partials with their data, or why it did not run."""
+    base = {"id": problem.id, "number": problem.number, "points": problem.points,
+            "subquestions": list(problem.subquestions), "command": problem.command,
+            "title": f"{problem.number}. {problem.id}", "evidence_id": f"evidence-{problem.id}"}
+    if module is None:
+        return {**base, "ran": False, "has_module": False, "rules": [], "not_run": [], "records": [],
+                "skip_reason": "this version of the report has no section for it", "data": None, "headline": None,
+                "template": None, "answer_template": None}
+    present = any(ctx.records(e) for e in module.EXPERIMENTS)
+    not_run = [{"rule": e, **coverage[e]} for e in module.EXPERIMENTS if coverage.get(e, {}).get("missing")]
+    data = module.build(ctx) if present else None
+    from . import headlines
+
+    headline = getattr(module, "headline", None) or getattr(headlines, module.ID, None)
+    section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
+            "command": f"snakemake --cores 1 {' '.join(module.EXPERIMENTS)}" if problem.command.endswith(problem.id)
+            else problem.command,
+            "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
+            "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
+            "skip_reason": None if present else _skip_reason(module, ctx), "data": data,
+            "headline": headline(data) if present and headline else None}
+    # the evidence partial's own view of the section: its heading is the evidence block's anchor
+    section["ev"] = {**section, "id": base["evidence_id"], "title": module.TITLE}
+    return section
+
+
+def _run_line(records: list[dict], provenance: dict) -> dict:
+    """The run in one line: the card, torch, and the commit most records ran at."""
+    commits: dict = {}
+    for r in records:
+        c = r["provenance"].get("git_commit")
+        if c:
+            commits[c] = commits.get(c, 0) + 1
+    top = max(commits, key=commits.get) if commits else None
+    gpu = provenance["gpu"] if provenance["gpu"] != "–" else f"CPU ({provenance['cpu']})"
+    return {"card": gpu, "torch": provenance["torch"], "commit": (top or "not recorded")[:10],
+            "n_commits": len(commits), "n_records": len(records)}
+
+
 def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
+    from .sections import HANDOUT
+
     ctx = RenderContext(records, config, figures_dir)
-    expected = expected_cells(config)
+    # the configured cells: by name where the report rule passed them (rendering then imports no
+    # experiment module, nor torch), else resolved from the config here
+    expected = ({name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
+                if "_expected" in config else expected_cells(config))
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
-    sections = []
-    for module in SECTIONS:
-        present = any(ctx.records(e) for e in module.EXPERIMENTS)
-        not_run = [{"rule": e, **coverage[e]} for e in module.EXPERIMENTS if coverage.get(e, {}).get("missing")]
-        sections.append({
-            "id": module.ID, "title": module.TITLE, "template": f"sections/{module.ID}.j2",
-            "ran": present, "rules": list(module.EXPERIMENTS), "not_run": not_run if present else [],
-            "skip_reason": None if present else _skip_reason(module, ctx),
-            "data": module.build(ctx) if present else None,
-        })
+    modules = {m.ID: m for m in SECTIONS}
+    sections = [_section(p, modules.get(p.id), ctx, coverage, figures_dir.parent) for p in HANDOUT]
     device = config.get("_device", "cpu")
-    provenance, cost = _provenance(records), _cost(records, gpu_run=device == "cuda")
+    provenance, cost = _provenance(records), cost_of(records, gpu_run=device == "cuda")
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
     targets = (targets_table({s["id"]: s["data"] for s in sections}, cost, provenance["gpu"],
                              n_not_run if expected else None) if device == "cuda" else None)
@@ -370,7 +305,9 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
-        "provenance": provenance, "sections": sections, "targets": targets,
+        "provenance": provenance, "run": _run_line(records, provenance), "sections": sections, "targets": targets,
+        "points": {"total": sum(s["points"] for s in sections),
+                   "answered": sum(s["points"] for s in sections if s["ran"])},
         "appendix_table": _appendix(records, expected, coverage),
         "n_not_run": n_not_run,
         "cost": cost, "config_yaml": yaml.safe_dump(
@@ -398,8 +335,9 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path) ->
     records = [load(p) for p in result_paths]
     context = build_context(records, config, figures)
     envs = environments()
-    html = envs["html"].get_template("report.html.j2").render(fmt_lib="_html.j2", **context)
-    md = envs["md"].get_template("report.md.j2").render(fmt_lib="_md.j2", **context)
-    _write_atomic(out_dir / "index.html", html)
-    _write_atomic(out_dir / "report.md", md)
+    pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
+             "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
+    for name, (kind, template) in pages.items():
+        text = envs[kind].get_template(template).render(fmt_lib=f"_{kind}.j2", page=name, **context)
+        _write_atomic(out_dir / name, text)
     return context

@@ -132,3 +132,48 @@ def pivot_cells(df: pd.DataFrame, index: list[str], column: str, value: str, sta
 
     cells = df.assign(_cell=df.apply(to_cell, axis=1))
     return cells.pivot(index=index, columns=column, values="_cell")
+
+
+def table_from_frame(df: pd.DataFrame, title: str, sources: list[str] | None = None, note: str = "",
+                     units: dict[str, str] | None = None, status: str | None = None) -> Table:
+    """A Table of ``df``'s columns as they stand (values formatted already, or formatted with str);
+    ``status`` names a column whose value is each row's status (not shown), which marks its cells."""
+    shown = [c for c in df.columns if c != status]
+    rows = []
+    for _, r in df.iterrows():
+        state = str(r[status]) if status else "ok"
+        rows.append([v if isinstance(v, Cell) else Cell("–" if v is None or v != v else str(v), state)
+                     for v in (r[c] for c in shown)])
+    return Table(title=title, columns=[str(c) for c in shown], rows=rows,
+                 units=[(units or {}).get(c, "") for c in shown], sources=list(sources or []), note=note)
+
+
+def select_columns(table: Table, columns: list[str], title: str | None = None, rename: dict | None = None,
+                   note: str | None = None) -> Table:
+    """The same table with only ``columns`` (by name, in that order), for a compact answer."""
+    index = [table.columns.index(c) for c in columns]
+    units = table.units or [""] * len(table.columns)
+    return Table(title=title or table.title, columns=[(rename or {}).get(c, c) for c in columns],
+                 rows=[[row[i] for i in index] for row in table.rows], units=[units[i] for i in index],
+                 sources=table.sources, note=table.note if note is None else note)
+
+
+def join_columns(parts: list[tuple[str, Table]], keys: int, columns: list[str], title: str) -> Table:
+    """One table from several with the same key columns (the first ``keys``): for each (label, table)
+    in ``parts``, its ``columns`` headed "<label> <column>"; rows in the first table's order."""
+    first = parts[0][1]
+    lookup = [{tuple(c.text for c in row[:keys]): row for row in t.rows} for _, t in parts]
+    header = first.columns[:keys] + [f"{label} {c}" for label, _ in parts for c in columns]
+    units = (first.units or [""] * len(first.columns))[:keys]
+    for _, t in parts:
+        units += [(t.units or [""] * len(t.columns))[t.columns.index(c)] for c in columns]
+    rows = []
+    for row in first.rows:
+        key = tuple(c.text for c in row[:keys])
+        out = list(row[:keys])
+        for (_, t), rows_of in zip(parts, lookup):
+            other = rows_of.get(key)
+            out += [other[t.columns.index(c)] if other else Cell("–", "missing") for c in columns]
+        rows.append(out)
+    return Table(title=title, columns=header, rows=rows, units=units,
+                 sources=sorted({s for _, t in parts for s in t.sources}), note=first.note)

@@ -1,5 +1,6 @@
 # The writeup: every result file in, report.md and a self-contained index.html out.
 # With published.render the results are the published ones and no experiment runs.
+from cs336report.coverage import with_expected_cells
 from cs336report.publish import published_files
 
 REPORT_DIR = CFG.report_dir
@@ -9,6 +10,8 @@ if CFG.render_published:
     REPORT_RESULTS, REPORT_CONFIG = published_files(PUBLISHED_DIR)
 else:
     REPORT_RESULTS, REPORT_CONFIG = RUN_RESULTS, resolved_config()
+# the configured cells travel with the config, so that rendering imports no experiment (nor torch)
+REPORT_CONFIG = with_expected_cells(REPORT_CONFIG)
 
 
 rule report:
@@ -34,6 +37,8 @@ rule report:
             category="Writeup",
             labels={"format": "HTML (self-contained)"},
         ),
+        answers=f"{REPORT_DIR}/answers.md",
+        evidence=f"{REPORT_DIR}/evidence.md",
     log:
         "logs/report.log",
     conda:
@@ -61,3 +66,19 @@ rule publish:
         out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
         '"$CS336REPORT_PYTHON" -m cs336report publish {input.results} --config-json @{params.config} --out {params.out} > {log} 2>&1'
+
+
+# The writeup for upload: the answers (summary and answers; the print stylesheet leaves out the
+# evidence and the appendix) printed to PDF by headless Chromium.
+rule writeup_pdf:
+    input:
+        html=rules.report.output.html,
+        code=code("report.pdf"),
+    output:
+        pdf=f"{REPORT_DIR}/writeup.pdf",
+    log:
+        "logs/writeup_pdf.log",
+    conda:
+        CONDA_ENV
+    shell:
+        '"$CS336REPORT_PYTHON" -m cs336report.report.pdf {input.html} {output.pdf} > {log} 2>&1'

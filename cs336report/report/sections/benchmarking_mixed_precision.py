@@ -19,9 +19,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import torch  # noqa: E402
 
+from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
+
+# The 16-bit formats' machine epsilon and largest finite value (torch.finfo's eps and max; IEEE 754
+# binary16, and bfloat16's 8-bit significand): constants, so that rendering needs no torch.
+FINFO = {"float16": {"eps": 2.0 ** -10, "max": 65504.0}, "bfloat16": {"eps": 2.0 ** -7, "max": 3.3895313892515355e38}}
 from .benchmarking_script import MODE_COLUMNS  # noqa: E402
 from .benchmarking_script import frame as bench_frame  # noqa: E402
 
@@ -29,6 +33,8 @@ ID = "benchmarking_mixed_precision"
 TITLE = "benchmarking_mixed_precision"
 EXPERIMENTS = ("autocast_dtypes", "norm_sensitivity", "benchmarking", "benchmarking_bf16", "autocast_memory",
                "autocast_saved_tensors")
+POINTS = 2
+SUBQUESTIONS = ("a", "b", "c")
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 LOW = ("float16", "bfloat16")
 KEY = ["implementation", "size", "context", "mode"]
@@ -206,7 +212,7 @@ def norm_plot(rows: pd.DataFrame):
     axes[1].set_title("overflow")
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize="x-small", ncol=2)
+    legend_outside(axes[1], fontsize="x-small")
     fig.tight_layout()
     return fig
 
@@ -254,8 +260,8 @@ def norm_analysis(data: dict) -> dict:
     if bf_torch and bf_seq:
         out["bf16_seq_vs_torch"] = sig(bf_seq["value"] / bf_torch["value"])
         out["bf16_needs_fp32_sum"] = bool(bf_seq["value"] > 10 * bf_torch["value"])
-    out["bits"] = {short(t): int(round(1 - math.log2(torch.finfo(getattr(torch, t)).eps))) for t in ("float16", "bfloat16")}
-    fp16_max = torch.finfo(torch.float16).max
+    out["bits"] = {short(t): int(round(1 - math.log2(FINFO[t]["eps"]))) for t in ("float16", "bfloat16")}
+    fp16_max = FINFO["float16"]["max"]
     out["fp16_max"], out["fp16_sqrt_max"] = f"{fp16_max:,.0f}", sig(math.sqrt(fp16_max))
     out["bf16_no_overflow"] = bool(wide.get("bf16") and wide["bf16"]["overflows"] == 0)
     out["fp16_overflows"] = bool(out.get("fp16") and (out["fp16"]["var"] or out["fp16"]["meansq"]))
@@ -363,7 +369,7 @@ def speedup_plot(pairs: pd.DataFrame):
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("speed-up of bf16 over fp32 (×)")
     if axes[0][-1].get_legend_handles_labels()[0]:
-        axes[0][-1].legend(title="context", fontsize="small")
+        legend_outside(axes[0][-1], title="context", fontsize="small")
     fig.tight_layout()
     return fig
 

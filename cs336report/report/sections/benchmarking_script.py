@@ -7,12 +7,14 @@ import math
 import pandas as pd
 
 from ... import accounting
-from .. import plots
+from .. import answer_parts, plots
 from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
 
 ID = "benchmarking_script"
 TITLE = "benchmarking_script"
 EXPERIMENTS = ("benchmarking", "benchmarking_warmup", "roofline")
+POINTS = 4
+SUBQUESTIONS = ("a", "b", "c")
 
 MODE_COLUMNS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
 PEAK_KIND = {"bf16": "bf16", "fp16": "bf16"}
@@ -246,4 +248,5 @@ def build(ctx) -> dict:
                                             "Every step's time for each number of warm-up steps; dashed: end of warm-up.")]
         out["warmup_cell"] = f"{wf['size'].iloc[0]}, context {wf['context'].iloc[0]}, {MODE_COLUMNS[wf['mode'].iloc[0]]}"
     out["analysis"] = analysis(df, wf)
+    out["answer"] = answer_parts.benchmarking_script(df)
     return out

@@ -7,14 +7,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...experiments.flash_benchmarking import IMPLEMENTATIONS, PASSES
-from ...experiments.flash_leaderboard import KERNEL_PROFILE_STEPS
+from ...experiments.flash_names import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS, PASSES
+from .. import answer_parts
 from ..tables import Cell, Table, fmt_bytes, sig, status_cell
 from ..targets import LEADERBOARD_TARGET_MS, on_target_card
 
 ID = "flash_benchmarking"
 TITLE = "flash_benchmarking"
 EXPERIMENTS = ("flash_benchmarking", "flash_leaderboard")
+POINTS = 5
+SUBQUESTIONS = ()
 
 PASS_LABELS = {"forward": "forward", "backward": "backward", "forward_backward": "forward + backward"}
 DESCRIPTIONS = {
@@ -666,5 +668,7 @@ def build(ctx) -> dict:
     tiles = tiles_frame(records)
     if not tiles.empty:
         out["tiles_table"] = tiles_table(tiles)
+    out["answer_tables"] = answer_parts.flash_benchmarking(
+        out["tables"], (out["analysis"].get("ref") or {}).get("label", IMPLEMENTATIONS["triton"]))
     return out
 

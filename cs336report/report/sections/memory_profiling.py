@@ -14,12 +14,15 @@ import statistics
 import pandas as pd
 
 from ... import accounting
-from ...model import ModelSpec
+from ...spec import ModelSpec
+from .. import answer_parts
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, fmt_seconds, sig, status_cell
 
 ID = "memory_profiling"
 TITLE = "memory_profiling"
 EXPERIMENTS = ("memory_profiling", "memory_profiling_parse")
+POINTS = 4
+SUBQUESTIONS = ("a", "b", "c", "d", "e")
 
 MODE_ORDER = ("forward_no_grad", "forward", "forward_backward", "train_step")
 MODE_LABELS = {
@@ -497,7 +500,7 @@ def timeline_figure(rows: list, title: str):
     from matplotlib.patches import Patch
 
     unit, scale = _unit([r["snap"]["peak"]["bytes"] for r in rows] + [r["peak_alloc"] for r in rows])
-    fig, axes = plt.subplots(1, len(rows), figsize=(4.6 * len(rows), 3.9), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(rows), figsize=(max(4.6 * len(rows), 8.0), 3.9), squeeze=False, sharey=True)
     cmap = plt.get_cmap("tab20")
     cats = list(CATEGORY_LABELS)
     colors = {c: ("#c8c8c8" if c == "Preexisting" else cmap(i % 20)) for i, c in enumerate(cats)}
@@ -712,6 +715,7 @@ def build(ctx) -> dict:
            "analysis": {"n_cells": 0, "failed": [], "growth": [], "precision_cmp": [], "ramps": []}}
     if df.empty:
         out["snapshot_table"] = Table(title="Snapshots", columns=["cell"], rows=[])
+        out["answer"] = {}
         return out
     out["settings"] = settings(df)
     out["peak_tables"] = [peak_table(df, impl, precision)
@@ -752,4 +756,5 @@ def build(ctx) -> dict:
     out["sizes"] = list(sizes.values())
     out["snapshot_table"] = snapshot_table(df)
     out["analysis"] = analysis(df, ramps, acc)
+    out["answer"] = answer_parts.memory_profiling(ctx, df, timeline_figure, MODE_LABELS)
     return out

@@ -13,11 +13,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Table, fmt_pct, sig  # noqa: E402
 
 ID = "mixed_precision_accumulation"
 TITLE = "mixed_precision_accumulation"
 EXPERIMENTS = ("mixed_precision_accumulation",)
+POINTS = 1
+SUBQUESTIONS = ()
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -82,7 +85,7 @@ def trajectory_plot(df: pd.DataFrame):
     ax.set_xlabel("additions")
     ax.set_ylabel("accumulator value")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    legend_outside(ax, fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -23,13 +23,16 @@ import pandas as pd
 
 from ... import accounting
 from ...kernels import CLASSES
-from ...model import ModelSpec
 from ...parsers.kernel_ranges import LAUNCH_API
+from ...spec import ModelSpec
+from ..plots import legend_outside
 from ..tables import Cell, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
 
 ID = "nsys_profile"
 TITLE = "nsys_profile"
 EXPERIMENTS = ("nsys_profile",)
+POINTS = 5
+SUBQUESTIONS = ("a", "b", "c", "d", "e")
 
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
 # A kernel (or class) is "non-trivial" when it takes at least this share of forward kernel time.
@@ -686,7 +689,7 @@ def class_figure(classes: pd.DataFrame, cells: pd.DataFrame):
         ax.set_xlabel("share of kernel time (%)")
         ax.set_title("forward pass" if mode == "forward" else "training step")
     axes[0][0].set_ylabel("size / context (tokens)")
-    axes[0][-1].legend(fontsize="small", loc="lower right")
+    legend_outside(axes[0][-1], fontsize="small")
     fig.tight_layout()
     return fig
 

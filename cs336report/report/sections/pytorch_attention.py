@@ -14,11 +14,14 @@ import pandas as pd  # noqa: E402
 
 from ... import accounting  # noqa: E402
 from ...results import other_processes_bytes, record_status  # noqa: E402
+from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, sig, status_cell  # noqa: E402
 
 ID = "pytorch_attention"
 TITLE = "pytorch_attention"
 EXPERIMENTS = ("pytorch_attention",)
+POINTS = 2
+SUBQUESTIONS = ()
 
 VARIANTS = ("naive", "compiled", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math")
 LABELS = {
@@ -413,7 +416,7 @@ def scaling_figure(df: pd.DataFrame, memory_key: str):
     handles += [plt.Line2D([], [], color="grey", linestyle=styles[i % len(styles)], marker=markers[i % len(markers)],
                            label=label(v, dt))
                 for i, (v, dt) in enumerate(variants)]
-    axes[-1].legend(handles=handles, fontsize="small", loc="upper left")
+    legend_outside(axes[-1], handles=handles, fontsize="small")
     fig.tight_layout()
     return fig
 

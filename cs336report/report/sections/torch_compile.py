@@ -10,7 +10,8 @@ import pandas as pd
 
 from ... import accounting
 from ...kernels import classify, summarise_by_class
-from ...model import ModelSpec
+from ...spec import ModelSpec
+from .. import answer_parts
 from ..tables import Cell, Table, fmt_bytes, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from . import pytorch_attention as attn
@@ -18,6 +19,8 @@ from . import pytorch_attention as attn
 ID = "torch_compile"
 TITLE = "torch_compile"
 EXPERIMENTS = ("compiled_attention", "compiled_model", "optimized_step")
+POINTS = 2
+SUBQUESTIONS = ("a", "b")
 
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step (AdamW)"}
 PHASES = (("forward", "forward", 1), ("backward", "backward", 2), ("optimizer_step", "optimizer step", 0))
@@ -494,4 +497,5 @@ def build(ctx) -> dict:
     out["optimized"] = optimized(ctx.records("optimized_step"), ctx.records("benchmarking"), ctx.records("roofline"),
                                  ctx.config.get("run", {}).get("implementation", "naive"))
     out["peak_measured"] = not math.isnan(bf16_peak(ctx.records("roofline")))
+    out["answer"] = {"attention": answer_parts.torch_compile_attention(out.get("attention_table"))}
     return out

@@ -1,0 +1,134 @@
+"""The cost appendix: job time per rule and per report section, the share of it spent in timed
+steps and first compiled calls, and the largest GPU peak of each rule."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .sections import SECTIONS
+from .tables import Cell, Table, fmt_bytes, fmt_seconds
+from .targets import COST_TARGET_S
+
+
+def peak_bytes(record: dict) -> float | None:
+    peak = (record.get("data") or {}).get("peak_memory")
+    return peak.get("allocated_bytes") if isinstance(peak, dict) else None
+
+
+# Lists of per-step or per-call seconds that results keep: warm-up and measured steps, and the
+# per-call times of do_bench (flash). Per-phase splits of a step (``phases_s``) are parts of these.
+SAMPLE_KEYS = ("warmup_s", "measured_s", "times_s")
+
+
+def timed_seconds(data) -> tuple[float, float]:
+    """(seconds of timed warm-up and measured steps, seconds of first compiled calls) in a record's data."""
+    steps = compiled = 0.0
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in SAMPLE_KEYS and isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+                    steps += float(sum(value))
+                elif key == "first_call_s" and isinstance(value, (int, float)):
+                    compiled += float(value)
+                elif key not in ("phases_s", "earlier_first_calls"):  # parts of a step; other cells' calls
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return steps, compiled
+
+
+def section_cost_table(per_rule: pd.DataFrame, total: float, sources: list[str]) -> Table:
+    """The rules' job time summed per report section, in the report's order."""
+    per_section = per_rule.groupby("section", sort=False).agg(
+        rules=("jobs", "size"), jobs=("jobs", "sum"), job_s=("job_s", "sum"), steps_s=("steps_s", "sum"),
+        compile_s=("compile_s", "sum"))
+    rows = [[Cell(section), Cell(str(int(r["rules"]))), Cell(str(int(r["jobs"]))), Cell(fmt_seconds(r["job_s"])),
+             Cell(f"{100 * r['job_s'] / total:.0f}%" if total > 0 else "–"),
+             Cell(fmt_seconds(r["steps_s"]) if r["steps_s"] > 0 else "–"),
+             Cell(fmt_seconds(r["compile_s"]) if r["compile_s"] > 0 else "–")]
+            for section, r in per_section.iterrows()]
+    return Table(title="Cost per section",
+                 columns=["section", "rules", "jobs", "job time", "share of all job time", "timed steps",
+                          "first compiled calls"],
+                 units=[""] * 7, rows=rows, sources=sources,
+                 note="the rules of the table below, summed per section of this report; job time, timed steps "
+                      "and first compiled calls as defined there")
+
+
+def cost_of(records: list[dict], gpu_run: bool = False) -> dict:
+    """Wall time per rule and per section (Snakemake's benchmark of each job where present,
+    else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
+    floor (timed steps and first compiled calls) is checked against the report's time goal."""
+    from ..publish import benchmark_of, job_of
+
+    rows = []
+    for i, r in enumerate(records):
+        job = job_of(r)
+        bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
+        steps, compiled = timed_seconds(r.get("data"))
+        rows.append({"rule": r["experiment"], "job": f"{r['experiment']}/{job}" if job else f"record {i}",
+                     "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
+                     "from_benchmark": bool(bench), "peak": peak_bytes(r),
+                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
+                     "steps_s": steps, "compile_s": compiled})
+    if not rows:
+        return {"table": None, "total": "0 s"}
+    df = pd.DataFrame(rows)
+    # the cells of one job share its benchmark, which counts once (without one, each cell's own time counts)
+    df.loc[df["from_benchmark"] & df.duplicated("job"), "job_s"] = 0.0
+    per_rule = df.groupby("rule", sort=True).agg(jobs=("job", "nunique"), job_s=("job_s", "sum"),
+                                                  peak=("peak", "max"), measured=("from_benchmark", "all"),
+                                                  warm=("warm", "sum"), steps_s=("steps_s", "sum"),
+                                                  compile_s=("compile_s", "sum"))
+    section_of: dict[str, str] = {}
+    for m in SECTIONS:  # an experiment shared by two sections belongs to the first (its own)
+        for e in m.EXPERIMENTS:
+            section_of.setdefault(e, m.TITLE)
+    order = {m.TITLE: i for i, m in enumerate(SECTIONS)}
+    per_rule["section"] = [section_of.get(rule, "–") for rule in per_rule.index]
+    # the report's section order; a stable sort keeps the rules by name within a section
+    per_rule = per_rule.sort_values("section", key=lambda s: s.map(order).fillna(len(order)), kind="stable")
+    table_rows = []
+    for rule, r in per_rule.iterrows():
+        share = f"{100 * r['steps_s'] / r['job_s']:.0f}%" if r["job_s"] > 0 and r["steps_s"] > 0 else "–"
+        table_rows.append([Cell(section_of.get(rule, "–")), Cell(rule), Cell(str(int(r["jobs"]))),
+                           Cell(str(int(r["warm"]))), Cell(fmt_seconds(r["job_s"])),
+                           Cell(fmt_seconds(r["steps_s"]) if r["steps_s"] > 0 else "–"), Cell(share),
+                           Cell(fmt_seconds(r["compile_s"]) if r["compile_s"] > 0 else "–"),
+                           Cell(fmt_bytes(r["peak"]) if r["peak"] == r["peak"] else "–")])
+    total = df["job_s"].sum()
+    steps, compiled = df["steps_s"].sum(), df["compile_s"].sum()
+    note = ("job time is Snakemake's benchmark of each job (process start-up included)"
+            if per_rule["measured"].all() else
+            "job time is Snakemake's benchmark of each job where one was recorded, else the cell's own wall time")
+    note += ("; a result made by a chain of jobs counts the whole chain (nsys_profile: the profiled run, its "
+             "stats export and the parse)")
+    note += ("; in a warm worker: jobs whose cell ran in a worker process that had run cells before it, so "
+             "they paid no Python, torch or CUDA start-up")
+    if df["job"].duplicated().any():
+        note += "; a job that runs several cells in one process (compiled_model: one per size and context) counts once"
+    note += ("; timed steps: the warm-up and measured steps (or do_bench calls) the results record, summed; "
+             "first compiled calls: the compiling first call of torch.compile cells; the rest of a job is process "
+             "start-up, building models and inputs, untimed passes (e.g. the fresh forward before each timed "
+             "backward), memory probes, autotuning, profiling and exports")
+    table = Table(title="Cost of this report",
+                  columns=["section", "rule", "jobs", "in a warm worker", "job time", "timed steps",
+                           "timed share", "first compiled calls", "largest GPU peak"],
+                  units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
+    out = {"table": table, "total": fmt_seconds(total), "total_s": total, "floor": None,  # no job time: no floor
+           "section_table": section_cost_table(per_rule, total, table.sources)}
+    if total > 0:
+        out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",
+                        "compile": fmt_seconds(compiled), "compile_pct": f"{100 * compiled / total:.0f}",
+                        "rest": fmt_seconds(max(total - steps - compiled, 0.0)),
+                        "rest_pct": f"{100 * max(total - steps - compiled, 0.0) / total:.0f}"}
+        # what no scheduling can remove: the measurements themselves and the compilations they time
+        floor = per_rule["steps_s"] + per_rule["compile_s"]
+        top = floor.idxmax()
+        out["floor"] = {"s": float(floor.sum()), "text": fmt_seconds(floor.sum()), "rule": top,
+                        "rule_text": fmt_seconds(floor[top]),
+                        "rule_compile": fmt_seconds(per_rule.loc[top, "compile_s"]) if per_rule.loc[top, "compile_s"] > 0 else None,
+                        "over_target": bool(gpu_run and floor.sum() > COST_TARGET_S), "target_min": COST_TARGET_S // 60}
+    return out

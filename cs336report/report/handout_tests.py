@@ -1,0 +1,91 @@
+"""The handout's test cases as the report reads them: records of the ``handout_tests`` experiment.
+
+One record per test suite (``results/handout_tests/<suite>.json``), each listing its tests with
+the handout problem and sub-question they check, their outcome, time and the largest absolute
+error against the reference where the test measured one. A problem's answer says, per
+sub-question, how many of its tests passed and the largest error; its evidence lists every test.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .tables import Table, sig, table_from_frame
+
+EXPERIMENT = "handout_tests"
+COMMAND = "snakemake --cores 1 handout_tests"
+OUTCOMES = ("passed", "failed", "error", "skipped", "not_implemented")
+
+
+def fmt_error(x: float) -> str:
+    """An absolute error in two significant digits (errors span many orders of magnitude)."""
+    return "0" if x == 0 else f"{x:.2g}"
+
+
+def _field(record: dict, key: str):
+    """A field of the record, at its top level or in its data."""
+    if key in record:
+        return record[key]
+    return (record.get("data") or {}).get(key)
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    """One row per test of every suite."""
+    rows = []
+    for r in records:
+        implementation = _field(r, "implementation") or (r.get("config") or {}).get("implementation") or "built-in"
+        for t in _field(r, "tests") or []:
+            rows.append({"suite": r["cell"], "implementation": implementation, "source": r.get("_path", ""),
+                         "id": t.get("id", ""), "name": t.get("name") or t.get("id", ""),
+                         "problem": t.get("problem", ""), "subquestion": t.get("subquestion") or "",
+                         "outcome": t.get("outcome", "error"), "seconds": t.get("seconds"),
+                         "message": t.get("message") or "", "max_abs_error": t.get("max_abs_error")})
+    return pd.DataFrame(rows, columns=["suite", "implementation", "source", "id", "name", "problem", "subquestion",
+                                       "outcome", "seconds", "message", "max_abs_error"])
+
+
+def _summary(g: pd.DataFrame) -> dict:
+    counts = {o: int((g["outcome"] == o).sum()) for o in OUTCOMES}
+    errors = pd.to_numeric(g["max_abs_error"], errors="coerce").dropna()
+    bad = g[g["outcome"].isin(("failed", "error"))]
+    return {"n": int(len(g)), **counts, "all_passed": counts["passed"] == len(g) and len(g) > 0,
+            "max_error": fmt_error(float(errors.max())) if len(errors) else None,
+            "seconds": sig(float(pd.to_numeric(g["seconds"], errors="coerce").fillna(0).sum())),
+            "names": list(g["name"]), "first_failure": (bad.iloc[0]["name"], bad.iloc[0]["message"].splitlines()[0]
+                                                         if bad.iloc[0]["message"] else "") if len(bad) else None}
+
+
+def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...]) -> dict:
+    """Per sub-question (``""`` for a problem with one deliverable): its tests' outcome counts, the
+    largest error and the first failure; the evidence table of every test of the problem."""
+    df = frame(records)
+    df = df[df["problem"] == problem]
+    out = {"ran": not df.empty, "command": COMMAND, "subs": {}, "table": None,
+           "implementations": sorted(set(df["implementation"])), "sources": sorted(set(df["source"]))}
+    if df.empty:
+        return out
+    for letter in subquestions or ("",):
+        g = df[df["subquestion"] == letter] if subquestions else df
+        out["subs"][letter or "all"] = _summary(g) if len(g) else None
+    out["all"] = _summary(df)
+    shown = pd.DataFrame({
+        "test": df["name"], "sub-question": df["subquestion"].map(lambda s: f"({s})" if s else "–"),
+        "outcome": df["outcome"].str.replace("_", " "),
+        "time": [sig(float(s)) if s is not None and s == s else "–" for s in df["seconds"]],
+        "max abs error": [fmt_error(float(e)) if e is not None and e == e else "–" for e in df["max_abs_error"]],
+        "message": [m.splitlines()[0][:160] if m else "" for m in df["message"]],
+        "_status": ["ok" if o == "passed" else ("not_run" if o in ("skipped", "not_implemented") else "error")
+                    for o in df["outcome"]],
+    })
+    out["table"] = table_from_frame(shown, f"Handout tests of {problem}", sources=out["sources"],
+                                    units={"time": "s"}, status="_status",
+                                    note="max abs error: the largest absolute difference from the reference "
+                                         "the test compares against, where it records one")
+    return out
+
+
+def headline(part: dict) -> str:
+    a = part.get("all")
+    if not part.get("ran") or not a:
+        return f"not run ({COMMAND})"
+    return f"{a['passed']} of {a['n']} handout tests passed" + (f"; largest error {a['max_error']}" if a["max_error"] else "")

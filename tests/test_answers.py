@@ -1,0 +1,154 @@
+"""The answers layer: one block per handout problem and sub-question, answered from records, within
+the word budget, rendered without torch."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from cs336report.report.render import render_report
+from cs336report.report.sections import HANDOUT, SECTIONS
+
+FIXTURES = REPO / "tests" / "fixtures" / "handout_tests"
+ASSIGNMENT_CANDIDATES = [REPO / "docs" / "assignment.md", REPO.parent / "shared" / "docs" / "assignment.md",
+                         REPO.parent.parent / "shared" / "docs" / "assignment.md"]
+WORD_BUDGET = 5000
+
+
+def _assignment() -> str:
+    for path in ASSIGNMENT_CANDIDATES:
+        if path.exists():
+            return path.read_text()
+    pytest.skip("the handout's problem list (shared/docs/assignment.md) is not beside this checkout")
+
+
+def handout_problems(text: str) -> list[tuple[int, str, int]]:
+    """(number, name, points) of the table of §1.2."""
+    part = text[text.index("### 1.2"):text.index("### 1.3")]
+    return [(int(n), name, int(pts)) for n, name, pts in re.findall(r"^\| (\d+) \| `(\w+)` \| (\d+) \|", part, re.M)]
+
+
+def handout_subquestions(text: str) -> dict[str, tuple[str, ...]]:
+    """The sub-question letters of each problem that §1.3 details (a paragraph opening with its bold name)."""
+    part = text[text.index("### 1.3"):text.index("### 1.4")]
+    out = {}
+    for match in re.finditer(r"\*\*(\w+)\*\*(.*?)(?=\*\*\w+\*\*|\Z)", part, re.S):
+        name, body = match.group(1), match.group(2)
+        letters = []
+        for letter in re.findall(r"(?<![\w`])\(([a-e])\)", body):
+            if letter not in letters:
+                letters.append(letter)
+        out[name] = tuple(letters)
+    return out
+
+
+def test_handout_list_matches_the_assignment():
+    text = _assignment()
+    assert [(p.number, p.id, p.points) for p in HANDOUT] == handout_problems(text)
+    subs = handout_subquestions(text)
+    for p in HANDOUT[:10]:
+        assert p.subquestions == subs.get(p.id, ()), p.id
+
+
+def test_section_modules_agree_with_the_handout():
+    by_id = {p.id: p for p in HANDOUT}
+    assert [m.ID for m in SECTIONS] == [p.id for p in HANDOUT if p.id in {m.ID for m in SECTIONS}]
+    for m in SECTIONS:
+        assert (m.POINTS, tuple(m.SUBQUESTIONS)) == (by_id[m.ID].points, by_id[m.ID].subquestions), m.ID
+        assert (REPO / "templates" / "answers" / f"{m.ID}.j2").exists(), m.ID
+        assert (REPO / "templates" / "sections" / f"{m.ID}.j2").exists(), m.ID
+
+
+def answer_blocks(md: str) -> dict[str, str]:
+    """Each problem's text in answers.md, by problem id."""
+    anchors = [(m.start(), m.group(1)) for m in re.finditer(r'<a id="([a-z_0-9]+)"></a>\n## ', md)]
+    return {name: md[start:(anchors[i + 1][0] if i + 1 < len(anchors) else len(md))]
+            for i, (start, name) in enumerate(anchors)}
+
+
+def test_flash_answers_come_from_the_handout_tests(tmp_path):
+    paths = []
+    for f in sorted(FIXTURES.glob("*.json")):
+        dest = tmp_path / "results" / "handout_tests" / f.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, dest)
+        paths.append(str(dest))
+    render_report(paths, {"_device": "cpu", "_expected": {"handout_tests": ["attention", "ddp"]}}, tmp_path / "out")
+    blocks = answer_blocks((tmp_path / "out" / "answers.md").read_text())
+    forward, backward = blocks["flash_forward"], blocks["flash_backward"]
+    for letter in "abc":
+        assert f'<a id="flash_forward-{letter}"></a>' in forward
+    a, c = forward.split('id="flash_forward-a"')[1].split('id="flash_forward-b"')[0], forward.split('id="flash_forward-c"')[1]
+    assert "Passed: the handout test of the tiled PyTorch forward" in a and "3.2e-07" in a
+    assert "0 of 1 handout tests of causal masking passed, 1 failed" in c
+    assert "Tensor-likes are not close!" in c and "Mismatched" not in c  # the message's first line only
+    assert "1 of 2 handout tests of the backward pass passed" in backward and "1 not implemented" in backward
+    summary = (tmp_path / "out" / "report.md").read_text()
+    assert "2 of 3 handout tests passed" in summary  # flash_forward's line of the summary
+    evidence = (tmp_path / "out" / "evidence.md").read_text()
+    assert "test\\_flash\\_forward\\_pass\\_triton\\[True\\]" in evidence
+
+
+def test_without_records_the_answer_names_the_command(tmp_path):
+    render_report([], {"_device": "cpu", "_expected": {}}, tmp_path / "out")
+    blocks = answer_blocks((tmp_path / "out" / "answers.md").read_text())
+    assert list(blocks) == [p.id for p in HANDOUT]
+    for p in HANDOUT:
+        assert "Not run" in blocks[p.id] and p.command.split()[-1] in blocks[p.id], p.id
+    assert "snakemake --cores 1 handout_tests" in blocks["flash_backward"]
+
+
+@pytest.mark.slow
+def test_published_answers(tmp_path):
+    """Re-render the committed report/data in a process that never imports torch, then check the
+    answers against the handout: a block for every sub-question, the forms asked, the word budget."""
+    from cs336report.coverage import with_expected_cells
+    from cs336report.publish import published_files
+
+    files, config = published_files(REPO / "report" / "data")
+    (tmp_path / "config.json").write_text(json.dumps(with_expected_cells(config)))
+    script = ("import json, sys\nfrom cs336report.report.render import render_report\n"
+              f"render_report({[str(REPO / f) if not Path(f).is_absolute() else f for f in files]!r}, "
+              f"json.load(open({str(tmp_path / 'config.json')!r})), {str(tmp_path / 'out')!r})\n"
+              "print('torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "False", "rendering imported torch"
+    md = (tmp_path / "out" / "answers.md").read_text()
+    blocks = answer_blocks(md)
+    words = sum(len(re.sub(r"[|*`#\\_-]+", " ", blocks[p.id]).split()) for p in HANDOUT[:10])
+    assert words <= WORD_BUDGET, words
+    for p in HANDOUT[:10]:
+        block = blocks[p.id]
+        for letter in p.subquestions:
+            assert f'<a id="{p.id}-{letter}"></a>' in block, (p.id, letter)
+        assert len(block.split()) > 20 or "Not run" in block, p.id
+    memory = blocks["memory_profiling"]
+    part_a = memory.split('id="memory_profiling-a"')[1].split('id="memory_profiling-b"')[0]
+    part_b = memory.split('id="memory_profiling-b"')[1].split('id="memory_profiling-c"')[0]
+    assert part_a.count("![") == 2
+    header = [line for line in part_b.splitlines() if line.startswith("| ")]
+    assert len(header[0].strip(" |").split(" | ")) == 3  # context and two numbers
+    for line in md.splitlines():  # every answer table fits: at most 8 columns
+        if line.startswith("| "):
+            assert len(line.strip().strip("|").split(" | ")) <= 8, line[:120]
+
+
+def test_rendering_imports_no_torch(tmp_path):
+    """Every section module and template on the render path, without torch (the configured cells
+    come with the config)."""
+    records = [str(f) for f in sorted(FIXTURES.glob("*.json"))]
+    script = ("import sys\nfrom cs336report.report.render import render_report\n"
+              f"render_report({records!r}, {{'_device': 'cpu', '_expected': {{'handout_tests': ['attention']}}}}, "
+              f"{str(tmp_path / 'out')!r})\n"
+              "import cs336report.report.sections as s\n"
+              "print(len(s.SECTIONS), 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    n_sections, torch_loaded = run.stdout.split()
+    assert int(n_sections) >= 10 and torch_loaded == "False"
