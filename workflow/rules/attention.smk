@@ -15,6 +15,7 @@ rule pytorch_attention:
         "logs/pytorch_attention/{cell}.log",
     benchmark:
         "benchmarks/pytorch_attention/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:

@@ -16,6 +16,7 @@ rule benchmarking:
         "logs/benchmarking/{cell}.log",
     benchmark:
         "benchmarks/benchmarking/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -33,6 +34,7 @@ rule benchmarking_warmup:
         "logs/benchmarking_warmup/{cell}.log",
     benchmark:
         "benchmarks/benchmarking_warmup/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -50,6 +52,7 @@ rule roofline:
         "logs/roofline/{cell}.log",
     benchmark:
         "benchmarks/roofline/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:

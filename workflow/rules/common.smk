@@ -13,6 +13,9 @@ from cs336report.config import Config
 CFG = Config.from_dict(config, source="workflow config")
 PY = sys.executable
 GPU = 1 if CFG.device == "cuda" else 0
+# A job that measures takes every core Snakemake is given (threads: TIMED), so however many
+# cores it has, no parse or render job runs beside a timed cell: Snakemake schedules by cores.
+TIMED = workflow.cores
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 

@@ -24,6 +24,7 @@ rule flash_benchmarking:
         "logs/flash_benchmarking/{cell}.log",
     benchmark:
         "benchmarks/flash_benchmarking/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -41,6 +42,7 @@ rule flash_leaderboard:
         "logs/flash_leaderboard/{cell}.log",
     benchmark:
         "benchmarks/flash_leaderboard/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:

@@ -18,6 +18,7 @@ rule memory_profiling:
         "logs/memory_profiling/{cell}.log",
     benchmark:
         "benchmarks/memory_profiling/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:

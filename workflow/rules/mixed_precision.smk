@@ -25,6 +25,7 @@ rule mixed_precision_accumulation:
         cell=cell_json("mixed_precision_accumulation"),
     log:
         "logs/mixed_precision_accumulation/{cell}.log",
+    threads: TIMED
     resources:
         gpu=cell_gpu("mixed_precision_accumulation"),
     shell:
@@ -40,6 +41,7 @@ rule autocast_dtypes:
         cell=cell_json("autocast_dtypes"),
     log:
         "logs/autocast_dtypes/{cell}.log",
+    threads: TIMED
     resources:
         gpu=cell_gpu("autocast_dtypes"),
     shell:
@@ -55,6 +57,7 @@ rule norm_sensitivity:
         cell=cell_json("norm_sensitivity"),
     log:
         "logs/norm_sensitivity/{cell}.log",
+    threads: TIMED
     resources:
         gpu=cell_gpu("norm_sensitivity"),
     shell:
@@ -74,6 +77,7 @@ rule benchmarking_bf16:
         "logs/benchmarking_bf16/{cell}.log",
     benchmark:
         "benchmarks/benchmarking_bf16/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -91,6 +95,7 @@ rule autocast_memory:
         "logs/autocast_memory/{cell}.log",
     benchmark:
         "benchmarks/autocast_memory/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -106,6 +111,7 @@ rule autocast_saved_tensors:
         cell=cell_json("autocast_saved_tensors"),
     log:
         "logs/autocast_saved_tensors/{cell}.log",
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:

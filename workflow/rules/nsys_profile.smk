@@ -25,6 +25,7 @@ rule nsys_profile:
         "logs/nsys_profile/{cell}.log",
     benchmark:
         "benchmarks/nsys_profile/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:

@@ -18,6 +18,7 @@ rule compiled_attention:
         "logs/compiled_attention/{cell}.log",
     benchmark:
         "benchmarks/compiled_attention/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -50,6 +51,7 @@ rule compiled_model:
         "logs/compiled_model/{prefix}-compiled.log",
     benchmark:
         "benchmarks/compiled_model/{prefix}-compiled.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -71,6 +73,7 @@ rule compiled_model_eager:
         "logs/compiled_model/{cell}.log",
     benchmark:
         "benchmarks/compiled_model/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
@@ -90,6 +93,7 @@ rule optimized_step:
         "logs/optimized_step/{cell}.log",
     benchmark:
         "benchmarks/optimized_step/{cell}.tsv"
+    threads: TIMED
     resources:
         gpu=GPU,
     shell:
