@@ -110,14 +110,14 @@ def attention_flops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]
 # fp32, counted with torch.autograd.graph.saved_tensors_hooks (tests/test_memory_profiling.py
 # checks the count against the model). Per block: the block input and the attention
 # residual (the two RMSNorm inputs), each RMSNorm's x·rms and output, Q and K after RoPE, V,
-# and the merged heads (10 tensors of B·T·d); the naive attention's masked scores, exp and
-# probabilities (3 of B·h·T²), where the native fused attention keeps its B·T·d output and
+# and the merged heads (10 tensors of B·T·d); the naive attention's exp(scores - max) and
+# probabilities (2 of B·h·T²: the row max is torch.max, whose backward keeps indices), where the native fused attention keeps its B·T·d output and
 # a B·h·T log-sum-exp instead; SwiGLU's W1x, σ(W1x), W1x·σ(W1x), W3x and their product (5 of
 # B·T·f).
 # After the blocks: the final RMSNorm's input, x·rms and output (3 of B·T·d). Terms of B·T,
 # B·h·T and T² elements (norm scales, softmax row statistics, mask, RoPE tables) are left out.
 ACTIVATION_FORMULA = (
-    "saved for backward = 4 bytes × [L·(10·B·T·d + 3·B·h·T² + 5·B·T·f) + 3·B·T·d] (naive attention); "
+    "saved for backward = 4 bytes × [L·(10·B·T·d + 2·B·h·T² + 5·B·T·f) + 3·B·T·d] (naive attention); "
     "native fused attention: 4 bytes × [L·(11·B·T·d + 5·B·T·f) + 3·B·T·d]; "
     "logits 4·B·T·V, and with a loss the log-softmax output and its gradient, 4·B·T·V each"
 )
@@ -127,7 +127,7 @@ def saved_activation_bytes(spec: ModelSpec, batch: int, context: int, impl: str 
     """fp32 activations the forward pass keeps for backward (see ACTIVATION_FORMULA)."""
     B, T, d, f, h, L = batch, context, spec.d_model, spec.d_ff, spec.num_heads, spec.num_layers
     if impl == "naive":
-        attention = 3 * B * h * T * T
+        attention = NAIVE_SAVED_MATRICES * B * h * T * T
         residual = 10 * B * T * d
     elif impl == "native":
         attention = 0
@@ -175,12 +175,13 @@ def predicted_peak_bytes(spec: ModelSpec, batch: int, context: int, mode: str, g
 
 
 # Attention on (B, T, d) inputs, one head, b bytes per value (pytorch_attention).
-# The naive implementation materializes B x T x T matrices; autograd saves three of them for
-# backward: the scores (input of the row max), exp(scores - max) (numerator of the division)
-# and the softmax output (left operand of P·V), plus the row max and row sum (B x T each).
-NAIVE_SAVED_MATRICES = 3
+# The naive implementation materializes B x T x T matrices; autograd saves two of them for
+# backward: exp(scores - max) (numerator of the division) and the softmax output (left operand
+# of P·V), plus the row max's indices and the row sum (B x T each). The row max is torch.max, as
+# in the course's reference: amax would keep the scores too (its backward needs its input).
+NAIVE_SAVED_MATRICES = 2
 ATTENTION_MEMORY_FORMULA = (
-    "one score matrix = B·T²·b; saved for backward = 3·B·T²·b + 2·B·T·b (+ T² bytes of mask when causal); "
+    "one score matrix = B·T²·b; saved for backward = 2·B·T²·b + 2·B·T·b (+ T² bytes of mask when causal); "
     "inputs Q, K, V = 3·B·T·d·b; output O and upstream gradient dO = B·T·d·b each; "
     "gradients dQ, dK, dV = 3·B·T·d·b"
 )
