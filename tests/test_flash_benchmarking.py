@@ -579,3 +579,22 @@ def test_target_sentence_says_when_the_card_is_not_the_targets(tmp_path):
     assert (f"{lb['entry']['label']}'s own kernels take {lb['entry']['forward']} ms in the forward and "
             f"{lb['entry']['backward']} ms in the backward, against {lb['best']['forward']} ms") in md
     assert f"Ours takes {lb['best']['gap']['total']} ms more GPU time per call" in md
+
+
+def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
+    """On CUDA each pass also gets its kernels' own time, the overhead per call and both FLOP rates."""
+    from cs336report import kernel_times as kt
+    from cs336report.experiments import flash_benchmarking as fb
+
+    seen = []
+    monkeypatch.setattr(kt, "kernel_times", lambda fn, steps: seen.append(steps) or {
+        "fwd_kernel": {"ms": 0.02, "calls": 1.0}, "bwd_kernel": {"ms": 0.01, "calls": 2.0}})
+    flops = fb.attention_flops(4, 4096, 64, True, "forward_backward")
+    assert flops == 3.5 * 2 * 4 * 4096 * 4096 * 64
+    out = fb.kernel_only(lambda: None, "cuda", [0.00009, 0.0001, 0.00011], flops)
+    assert seen == [fb.KERNEL_CALLS]
+    assert out["kernel_s"] == pytest.approx(3e-5)
+    assert out["overhead_s"] == pytest.approx(1e-4 - 3e-5)
+    assert out["tflops"]["kernels"] == pytest.approx(flops / 3e-5 / 1e12)
+    assert out["tflops"]["do_bench"] < out["tflops"]["kernels"]
+    assert fb.kernel_only(lambda: None, "cpu", [1.0], flops) == {}

@@ -8,9 +8,10 @@ FLASH_CODE = code(
     "flash/triton_kernels.py",
     "model.py",
     "measure.py",
+    "kernel_times.py",
     "runner.py",
 )
-LEADERBOARD_CODE = FLASH_CODE + code("experiments/flash_leaderboard.py", "kernel_times.py")
+LEADERBOARD_CODE = FLASH_CODE + code("experiments/flash_leaderboard.py")
 
 
 rule flash_benchmarking:
