@@ -227,6 +227,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),
         "params_expected": accounting.param_count(spec),
+        "attention_saved_matrices": accounting.NAIVE_SAVED_MATRICES,
         "flops_per_step": flops,
         "flop_formula": accounting.FLOP_FORMULA,
         "grad_mode": "enabled",
