@@ -46,7 +46,9 @@ rule publish:
     params:
         config=resolved_config(),
         out=PUBLISHED_DIR,
+        allow_dirty="--allow-dirty" if CFG.data["published"].get("allow_dirty") else "",
     log:
         "logs/publish.log",
     shell:
-        "{PY} -m cs336report publish {input.results} --config-json {params.config:q} --out {params.out} > {log} 2>&1"
+        "{PY} -m cs336report publish {input.results} --config-json {params.config:q} --out {params.out} "
+        "{params.allow_dirty} > {log} 2>&1"
