@@ -124,3 +124,34 @@ def note(flags: list[dict], sources) -> str:
     wanted = set(sources)
     parts = [f"{' and '.join(f['cells'])}: {f['text']}" for f in flags if wanted & set(f["sources"])]
     return ("flagged, and left out of the comparisons in the text: " + "; ".join(parts)) if parts else ""
+
+
+def cut_down_grid(config: dict, handout: dict | None = None) -> list[str]:
+    """Where ``config``'s GPU grid is smaller than the handout's (the GPU grid of the default
+    config): an experiment left out, or a list of sizes, contexts, modes, ... that holds only part
+    of the handout's. A verdict on the whole report (its cost) holds for that grid only."""
+    if handout is None:
+        import yaml
+
+        from ..config import DEFAULT_CONFIG
+
+        handout = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    want = (handout.get("grids") or {}).get("gpu") or {}
+    have = (config.get("grids") or {}).get("gpu") or {}
+    out = []
+    for experiment, grid in want.items():
+        if not isinstance(grid, dict):
+            continue
+        lists = {k: v for k, v in grid.items() if isinstance(v, list)}
+        mine = have.get(experiment)
+        if not lists:  # settings only (compile_threads): nothing to cut down
+            continue
+        if not isinstance(mine, dict):
+            out.append(f"{experiment} not run")
+            continue
+        for key, values in grid.items():
+            if isinstance(values, list) and isinstance(mine.get(key), list):
+                kept = [v for v in values if v in mine[key]]
+                if len(kept) < len(values):
+                    out.append(f"{experiment} {key}: {len(kept)} of {len(values)}")
+    return out

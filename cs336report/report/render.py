@@ -30,6 +30,7 @@ from ..coverage import coverage as cell_coverage, expected_cells
 from ..results import load, portable_path, record_status
 from .tables import MD_SOURCES_INLINE, Cell, Table, fmt_bytes, fmt_seconds, status_cell
 from .sections import SECTIONS
+from .checks import cut_down_grid
 from .targets import COST_TARGET_S, targets_table
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -387,7 +388,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
     provenance, cost = _provenance(records), _cost(records, gpu_run=device == "cuda")
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
     targets = (targets_table({s["id"]: s["data"] for s in sections}, cost, provenance["gpu"],
-                             n_not_run if expected else None) if device == "cuda" else None)
+                             n_not_run if expected else None, cut_down_grid(config)) if device == "cuda" else None)
     return {
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
