@@ -58,3 +58,19 @@ def test_context_scaling_sentence_skips_a_flagged_comparison():
     assert benchmarking_script.analysis(df, pd.DataFrame())["context_scaling"]  # without flags: drawn
     assert benchmarking_script.analysis(df, pd.DataFrame(), flags)["context_scaling"] == []
     assert "faster at a longer context" in benchmarking_script.timing_table(df, "t", flags).note
+
+
+def test_cells_beyond_an_h100_and_points_beyond_the_handout_are_named():
+    big = rec(1024, "train_step", 1.0)
+    big["data"]["peak_memory"] = {"allocated_bytes": 126 * 2**30}
+    big["provenance"] = {"gpu_memory_bytes": 150 * 10**9}
+    small = rec(128, "train_step", 0.1)
+    small["data"]["peak_memory"] = {"allocated_bytes": 20 * 2**30}
+    small["provenance"] = {"gpu_memory_bytes": 150 * 10**9}
+    on_h100 = rec(512, "train_step", 0.5)  # an OOM on an H100 is an OOM, not a peak
+    on_h100["provenance"] = {"gpu_memory_bytes": 80 * 10**9}
+    assert checks.beyond_h100([big, small, on_h100]) == ["naive fp32 small context 1024 train_step"]
+    assert "would not fit an 80 GB H100" in checks.h100_note([big, small])
+    assert checks.h100_note([small]) == ""
+    assert checks.outside_handout_grid("pytorch_attention", seq=32768, d=64)
+    assert not checks.outside_handout_grid("pytorch_attention", seq=16384, d=128)

@@ -155,3 +155,37 @@ def cut_down_grid(config: dict, handout: dict | None = None) -> list[str]:
                 if len(kept) < len(values):
                     out.append(f"{experiment} {key}: {len(kept)} of {len(values)}")
     return out
+
+
+# The handout's own grids where a report goes beyond them (a point outside is an extension).
+HANDOUT_GRIDS = {"pytorch_attention": {"d": (16, 32, 64, 128), "seq": (256, 1024, 4096, 8192, 16384)}}
+# The card the handout's sizes are meant for, in bytes (80 GB).
+H100_BYTES = 80 * 10**9
+
+
+def outside_handout_grid(experiment: str, **point) -> bool:
+    """Whether ``point`` (e.g. seq=32768, d=64) lies outside the handout's grid of ``experiment``."""
+    grid = HANDOUT_GRIDS.get(experiment) or {}
+    return any(key in grid and value not in grid[key] for key, value in point.items())
+
+
+def beyond_h100(records: list[dict]) -> list[str]:
+    """Cells whose measured peak (allocated bytes) exceeds an 80 GB H100, measured on a larger card:
+    they ran here but would not fit the card the handout targets."""
+    out = []
+    for r in records:
+        peak = ((r.get("data") or {}).get("peak_memory") or {}).get("allocated_bytes")
+        card = (r.get("provenance") or {}).get("gpu_memory_bytes")
+        if r.get("status") == "ok" and peak and card and card > H100_BYTES and peak > H100_BYTES:
+            c = r.get("config") or {}
+            out.append(f"{c.get('implementation', '')} {c.get('precision', '')} {c.get('size', '')} context "
+                       f"{c.get('context', '')} {c.get('mode', '')}".replace("  ", " ").strip())
+    return out
+
+
+def h100_note(records: list[dict]) -> str:
+    """One sentence naming the cells that would not fit an 80 GB H100 (empty where none)."""
+    cells = beyond_h100(records)
+    if not cells:
+        return ""
+    return (f"{', '.join(cells)}: peak above 80 GB, measured on a larger card; would not fit an 80 GB H100")

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from .. import checks  # noqa: E402
-from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
+from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig, status_cell  # noqa: E402
 from .benchmarking_script import MODE_COLUMNS  # noqa: E402
 from .benchmarking_script import frame as bench_frame  # noqa: E402
 
@@ -319,7 +319,8 @@ def paired(df: pd.DataFrame) -> pd.DataFrame:
 
 def _time_cell(row, precision: str) -> Cell:
     status = row[f"status_{precision}"]
-    return Cell(sig(row[f"mean_s_{precision}"] * 1e3)) if status == "ok" else status_cell(status)
+    return (Cell(fmt_mean_std(row[f"mean_s_{precision}"], row[f"std_s_{precision}"], 1e-3)) if status == "ok"
+            else status_cell(status))
 
 
 def casts_note(pairs: pd.DataFrame, records: dict[str, dict]) -> str:
@@ -357,7 +358,8 @@ def speed_table(pairs: pd.DataFrame, title: str, flags: list[dict] | None = None
     sources = sorted(set(pairs["source_fp32"].dropna()) | set(pairs["source_bf16"].dropna()))
     flagged = "; ".join(filter(None, [checks.note(flags or [], sources), casts_note(pairs, records or {})]))
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sources,
-                 note="mean over the measured steps; speed-up = fp32 time / bf16 time (above 1: bf16 is faster)"
+                 note="mean ± sample standard deviation over the measured steps; speed-up = fp32 time / bf16 time "
+                      "(above 1: bf16 is faster)"
                       + (f"; {flagged}" if flagged else ""))
 
 
@@ -457,7 +459,7 @@ def memory_grid(ctx) -> dict | None:
     return (grids.get(ctx.config.get("_grid", "cpu")) or {}).get("autocast_memory")
 
 
-def memory_table(pairs: pd.DataFrame, title: str) -> Table:
+def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = None) -> Table:
     modes = [m for m in MODE_COLUMNS if m in set(pairs["mode"])]
     columns, units = ["implementation", "size", "context"], ["", "", "tokens"]
     for m in modes:
@@ -481,7 +483,9 @@ def memory_table(pairs: pd.DataFrame, title: str) -> Table:
     sources = sorted(set(pairs["source_fp32"].dropna()) | set(pairs["source_bf16"].dropna()))
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sources,
                  note="torch.cuda.max_memory_allocated over the warm-up and measured steps, model and batch included; "
-                      "change = bf16 peak / fp32 peak − 1")
+                      "change = bf16 peak / fp32 peak − 1"
+                      + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
+                                                                      if r.get("_path") in set(sources)])) else ""))
 
 
 def memory_time_table(pairs: pd.DataFrame, title: str) -> Table:
@@ -559,7 +563,8 @@ def memory_part(ctx) -> dict | None:
            "grid": {"sizes": list(grid["sizes"]), "contexts": [str(c) for c in grid["contexts"]],
                     "modes": [MODE_COLUMNS[m] for m in grid["modes"]], "implementations": list(grid["implementations"])}}
     if has_peak:
-        out["table"] = memory_table(pairs, "Peak memory, fp32 against bf16 autocast")
+        records = [r for e in ("benchmarking", "benchmarking_bf16", "autocast_memory") for r in ctx.records(e)]
+        out["table"] = memory_table(pairs, "Peak memory, fp32 against bf16 autocast", records)
         out["analysis"] = memory_analysis(pairs)
         out["pairs"] = pairs
     return out

@@ -63,7 +63,8 @@ def _peak_for(row, peaks: dict[str, float]) -> float:
     return peaks.get(kind, math.nan)
 
 
-def timing_table(df: pd.DataFrame, title: str, flags: list[dict] | None = None) -> Table:
+def timing_table(df: pd.DataFrame, title: str, flags: list[dict] | None = None,
+                 records: list[dict] | None = None) -> Table:
     """Size x context rows; one column per mode (mean ± std), plus the backward phase."""
     df = df.copy()
     scale = 1e-3
@@ -95,7 +96,9 @@ def timing_table(df: pd.DataFrame, title: str, flags: list[dict] | None = None) 
                  note="mean ± sample standard deviation over the measured steps"
                       + ("; the phases of forward + backward are timed inside its steps (synchronized at the "
                          "boundary), while the forward column is a forward-only step timed apart" if has_bwd else "")
-                      + (f"; {flagged}" if (flagged := checks.note(flags or [], df["source"])) else ""))
+                      + (f"; {flagged}" if (flagged := checks.note(flags or [], df["source"])) else "")
+                      + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
+                                                                      if r.get("_path") in set(df["source"])])) else ""))
 
 
 def throughput_table(df: pd.DataFrame, peaks: dict[str, float]) -> Table:
@@ -238,7 +241,8 @@ def build(ctx) -> dict:
         out["analysis"] = {"n_cells": 0}
         return out
     for (impl, precision), g in df.groupby(["implementation", "precision"]):
-        out["tables"].append(timing_table(g, f"Step time, {impl} implementation, {precision}", flags))
+        out["tables"].append(timing_table(g, f"Step time, {impl} implementation, {precision}", flags,
+                                          ctx.records("benchmarking")))
         out["figures"].append(ctx.figure(
             f"benchmarking_time_{impl}_{precision}", plots.time_vs_context(g),
             f"Time per step against context length ({impl} implementation, {precision}); error bars: ±1 std.",

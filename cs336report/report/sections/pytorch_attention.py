@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 
 from ... import accounting  # noqa: E402
 from ...results import other_processes_bytes, record_status  # noqa: E402
+from .. import checks
 from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, sig, status_cell  # noqa: E402
 
 ID = "pytorch_attention"
@@ -260,8 +261,9 @@ def accounting_tables(df: pd.DataFrame) -> dict:
     acc = accounting.naive_attention_memory(B, T, d, b, bool(target["causal"]))
     formulas = [
         ("one score matrix (QKᵀ, B × T × T)", f"{B}·{T}²·{b}", acc["score_matrix"]),
-        ("saved for backward: scores, exp, softmax output, row max and sum",
-         f"3·{B}·{T}²·{b} + 2·{B}·{T}·{b}" + (f" + {T}²" if target["causal"] else ""), acc["saved_for_backward"]),
+        ("saved for backward: exp, softmax output, row max positions and row sum",
+         f"{accounting.NAIVE_SAVED_MATRICES}·{B}·{T}²·{b} + 2·{B}·{T}·{b}" + (f" + {T}²" if target["causal"] else ""),
+         acc["saved_for_backward"]),
         ("inputs Q, K, V", f"3·{B}·{T}·{d}·{b}", acc["inputs"]),
         ("output O and upstream gradient dO", f"2·{B}·{T}·{d}·{b}", acc["output"] + acc["grad_output"]),
         ("in use when backward starts", "saved + Q, K, V + O + dO", acc["before_backward"]),
@@ -271,7 +273,9 @@ def accounting_tables(df: pd.DataFrame) -> dict:
     out: dict = {"is_oom": target["status"] == "oom", "d": d, "seq": T, "batch": B,
                  "phase": target["oom_phase"], "before_backward": fmt_bytes(acc["before_backward"]),
                  "saved": fmt_bytes(acc["saved_for_backward"]), "matrix": fmt_bytes(acc["score_matrix"]),
-                 "n_saved": accounting.NAIVE_SAVED_MATRICES}
+                 "n_saved": accounting.NAIVE_SAVED_MATRICES,
+                 "extension": checks.outside_handout_grid("pytorch_attention", seq=T, d=d),
+                 "handout_seqs": ", ".join(str(v) for v in checks.HANDOUT_GRIDS["pytorch_attention"]["seq"])}
     device = target["gpu_memory_bytes"]
     if device == device:
         rows.append([Cell("device memory (total)"), Cell(str(target["gpu"])), Cell(fmt_bytes(device))])
