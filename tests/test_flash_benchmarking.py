@@ -598,3 +598,20 @@ def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
     assert out["tflops"]["kernels"] == pytest.approx(flops / 3e-5 / 1e12)
     assert out["tflops"]["do_bench"] < out["tflops"]["kernels"]
     assert fb.kernel_only(lambda: None, "cpu", [1.0], flops) == {}
+
+
+def test_the_report_sets_kernel_time_beside_do_bench_time():
+    from cs336report.report import kernel_overhead
+
+    def shape(seq, bench, kernel):
+        passes = {p: {"status": "ok", "stats_s": {"median": bench}, "kernel_s": kernel, "overhead_s": bench - kernel,
+                      "tflops": {"kernels": 1e-12 / kernel}} for p in ("forward", "backward", "forward_backward")}
+        return {"d": 64, "seq": seq, "passes": passes}
+
+    record = {"status": "ok", "_path": "r.json", "config": {"implementation": "triton", "dtype": "bf16"},
+              "data": {"shapes": [shape(128, 9e-5, 1e-5), shape(16384, 2e-3, 1.9e-3)]}}
+    t = kernel_overhead.table([record], 64)
+    assert [r[1].text for r in t.rows] == ["128", "16384"]
+    assert t.rows[0][2].text == "0.0900" and t.rows[0][3].text == "0.0100"  # do_bench, kernels only (ms)
+    assert t.rows[0][-2].text == "89" and t.rows[1][-2].text == "5"  # overhead share
+    assert kernel_overhead.table([record], 128) is None
