@@ -134,14 +134,25 @@ def parse_compute_apps(text: str) -> list[dict]:
     return out
 
 
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def snapshot() -> dict:
-    """GPU processes, host load and the workflow's other running jobs, now."""
+    """GPU processes, host load and the workflow's other running jobs, now. A GPU process that is a
+    warm worker of this package is marked ``worker``: it holds a CUDA context between cells, and
+    when it runs one, that cell's client is among ``workflow_jobs``."""
     try:
         load = list(os.getloadavg())
     except OSError:
         load = None
-    return {"gpu_processes": gpu_processes(), "load_avg": load, "cpu_count": os.cpu_count(),
-            "workflow_jobs": workflow_jobs()}
+    gpu = gpu_processes()
+    for p in gpu or []:
+        p["worker"] = _is_worker(_cmdline(p["pid"]))
+    return {"gpu_processes": gpu, "load_avg": load, "cpu_count": os.cpu_count(), "workflow_jobs": workflow_jobs()}
 
 
 def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
@@ -149,7 +160,8 @@ def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
     jobs of the workflow that ran, and ``shared`` when there was either (the cell's timings are not
     compared with others')."""
     own = {own_pid or os.getpid()}
-    gpu = sorted({p["pid"] for s in (start, end) for p in (s.get("gpu_processes") or []) if p["pid"] not in own})
+    gpu = sorted({p["pid"] for s in (start, end) for p in (s.get("gpu_processes") or [])
+                  if p["pid"] not in own and not p.get("worker")})
     jobs = sorted({j["pid"] for s in (start, end) for j in (s.get("workflow_jobs") or [])})
     return {"start": start, "end": end, "other_gpu_pids": gpu, "other_job_pids": jobs,
             "shared_gpu": bool(gpu), "beside_jobs": bool(jobs), "shared": bool(gpu or jobs)}

@@ -34,6 +34,8 @@ def test_another_process_on_the_gpu_marks_the_cell():
     v = contention.verdict(start, end, own_pid=me)
     assert v["shared_gpu"] and v["shared"] and v["other_gpu_pids"] == [4242]
     assert not contention.verdict(start, start, own_pid=me)["shared"]
+    idle_worker = {"gpu_processes": [{"pid": 4343, "used_bytes": 2**29, "worker": True}], "workflow_jobs": []}
+    assert not contention.verdict(start, idle_worker, own_pid=me)["shared"]
 
 
 def test_nvidia_smi_compute_apps_are_read():
