@@ -214,30 +214,39 @@ def predicted_peak_bytes(spec: ModelSpec, batch: int, context: int, mode: str, g
 # Attention on (B, T, d) inputs, one head, b bytes per value (pytorch_attention).
 # The naive implementation materializes B x T x T matrices; autograd saves two of them for
 # backward: exp(scores - max) (numerator of the division) and the softmax output (left operand
-# of P·V), plus the row max's indices and the row sum (B x T each). The row max is torch.max, as
+# of P·V), plus the row max's int64 indices and the row sum (B x T each). The row max is torch.max, as
 # in the course's reference: amax would keep the scores too (its backward needs its input).
 NAIVE_SAVED_MATRICES = 2
-# A record without ``attention_saved_matrices`` ran the model whose softmax took amax: three.
+# Records made before the softmax took torch.max ran the amax model: three.
 AMAX_SAVED_MATRICES = 3
 
 
-def saved_matrices_of(data: dict | None) -> int:
-    """The naive attention's seq × seq matrices per layer of the model a record's ``data`` ran."""
-    return (data or {}).get("attention_saved_matrices") or AMAX_SAVED_MATRICES
+def saved_matrices_of(data: dict | None, provenance: dict | None = None) -> int:
+    """The naive attention's seq × seq matrices per layer of the model a record ran: its data's
+    ``attention_saved_matrices``; else, for a record that stopped before writing it (an OOM), the
+    current model's where its provenance has a ``code_hash`` (recorded since the softmax took
+    torch.max), and the amax model's three for older records."""
+    if (data or {}).get("attention_saved_matrices"):
+        return data["attention_saved_matrices"]
+    return NAIVE_SAVED_MATRICES if (provenance or {}).get("code_hash") else AMAX_SAVED_MATRICES
 ATTENTION_MEMORY_FORMULA = (
-    "one score matrix = B·T²·b; saved for backward = 2·B·T²·b + 2·B·T·b (+ T² bytes of mask when causal); "
+    "one score matrix = B·T²·b; saved for backward = 2·B·T²·b + B·T·(8 + b) (the row max's int64 positions and "
+    "the row sum; + T² bytes of mask when causal); "
     "inputs Q, K, V = 3·B·T·d·b; output O and upstream gradient dO = B·T·d·b each; "
     "gradients dQ, dK, dV = 3·B·T·d·b"
 )
 
 
 def naive_attention_memory(batch: int, seq: int, d_head: int, bytes_per_value: int = 4,
-                           causal: bool = False) -> dict[str, int]:
+                           causal: bool = False, saved_matrices: int | None = None) -> dict[str, int]:
     """Bytes of naive attention by item; ``before_backward`` is what is alive once the forward returns."""
     B, T, d, b = batch, seq, d_head, bytes_per_value
     matrix = B * T * T * b  # (B, T, T)
     vector = B * T * d * b  # (B, T, d)
-    saved = NAIVE_SAVED_MATRICES * matrix + 2 * B * T * b + (T * T if causal else 0)
+    matrices = saved_matrices or NAIVE_SAVED_MATRICES
+    # amax's backward kept its input and output (one more matrix) and no int64 positions
+    rows = B * T * (8 + b) if matrices == NAIVE_SAVED_MATRICES else 2 * B * T * b
+    saved = matrices * matrix + rows + (T * T if causal else 0)
     out = {
         "score_matrix": matrix,
         "inputs": 3 * vector,

@@ -72,5 +72,6 @@ def test_cells_beyond_an_h100_and_points_beyond_the_handout_are_named():
     assert checks.beyond_h100([big, small, on_h100]) == ["naive fp32 small context 1024 train_step"]
     assert "would not fit an 80 GB H100" in checks.h100_note([big, small])
     assert checks.h100_note([small]) == ""
-    assert checks.outside_handout_grid("pytorch_attention", seq=32768, d=64)
-    assert not checks.outside_handout_grid("pytorch_attention", seq=16384, d=128)
+    assert checks.beyond_handout_grid("pytorch_attention", seq=32768, d=64)
+    assert not checks.beyond_handout_grid("pytorch_attention", seq=16384, d=128)
+    assert not checks.beyond_handout_grid("pytorch_attention", seq=64, d=8)  # a CPU grid is cut down, not extended

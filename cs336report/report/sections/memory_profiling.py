@@ -88,7 +88,7 @@ def frame(parse_records: list[dict], capture_records: list[dict]) -> pd.DataFram
             "size": c.get("size", "?"), "context": int(c.get("context", 0)), "label": _label(c),
             "mode": c.get("mode", "forward"), "grad": c.get("grad", "enabled"),
             "batch": c.get("batch_size"), "model": c.get("model"),
-            "saved_matrices": accounting.saved_matrices_of(cap),
+            "saved_matrices": accounting.saved_matrices_of(cap, r.get("provenance")),
             "peak_alloc": peaks.get("allocated_bytes"), "peak_reserved": peaks.get("reserved_bytes"),
             "before": cap.get("allocated_before_bytes"), "device_bytes": cap.get("device_memory_bytes"),
             "snap": snap, "snap_peak": snap["peak"]["bytes"] if snap else None,
