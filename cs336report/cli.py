@@ -99,7 +99,7 @@ def _publish(args) -> int:
 
     try:
         manifest = publish(args.results, _json_arg(args.config_json), args.out, args.benchmarks, merge=args.merge,
-                           mixed_cards=args.mixed_cards)
+                           mixed_cards=args.mixed_cards, allow_dirty=args.allow_dirty)
     except (OSError, ValueError) as exc:  # a refused record or folder: the message names the file
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -217,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--benchmarks", default="benchmarks", help="Snakemake's benchmark folder of the run")
     p.add_argument("--merge", action="store_true",
                    help="keep the folder's other records; replace only the cells given")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="publish records without a commit, with uncommitted changes or whose code differs from their "
+                        "commit's; the report says so on its first screen")
     p.add_argument("--mixed-cards", action="store_true",
                    help="publish even when the records name more than one GPU")
     p.set_defaults(func=_publish)

@@ -1,15 +1,23 @@
 """Timing and memory measurement, the way a GPU needs it.
 
-Every timed region ends with a device synchronize, so the wall clock (``timeit.default_timer``)
-covers the kernels a step queued and not only their launch. Raw per-step samples are kept;
-statistics are derived from them by one function, :func:`summarize`.
+A step is timed the handout's way: ``timeit.default_timer`` before it and after one
+``torch.cuda.synchronize()`` at its end, so the wall clock covers the kernels the step queued and
+not only their launch, and nothing inside the step waits for the device. Raw per-step samples are
+kept; statistics are derived from them by one function, :func:`summarize`.
 
     times = time_steps(step, warmup=5, measured=10, device="cuda")
     stats = summarize(times["measured_s"])
+
+Beside the wall time of each step, :func:`time_steps` keeps the host's share of it: the time the
+step's Python took to return (``issue_s``, before the synchronize) and, on CUDA, the device's time
+between two events recorded around the step (``gpu_s``). A step whose host time is nearly all of
+its wall time kept the GPU waiting for launches: the cell is host-bound (:func:`host_time`), and
+its time says how fast the host launches kernels, not how fast the GPU runs them.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import timeit
 from contextlib import contextmanager
@@ -23,6 +31,11 @@ from .progress import progress
 # A result whose inter-quartile range exceeds this fraction of the median is flagged noisy.
 NOISE_THRESHOLD = 0.10
 
+# A step whose host (launch) time is at least this fraction of its wall time is host-bound: the
+# device finished each kernel before the host had launched the next, so the synchronize at the
+# step's end waited for almost nothing.
+HOST_BOUND_FRACTION = 0.9
+
 
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
@@ -30,35 +43,93 @@ def synchronize(device: str) -> None:
 
 
 def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, device: str) -> dict:
-    """Run ``step`` ``warmup`` times, then ``measured`` timed times, synchronizing after each.
+    """Run ``step`` ``warmup`` times, then ``measured`` timed times, with one synchronize each, at its end.
 
     ``step`` may return a dict of phase name -> seconds (its own, synchronized, phase timings);
-    those are kept per measured step under ``phases_s``.
+    those are kept per measured step under ``phases_s``. ``issue_s`` is the host time of each
+    measured step (until ``step`` returned, before the synchronize); on CUDA, ``gpu_s`` is the
+    device time between events recorded before and after it.
     """
+    cuda = device.startswith("cuda")
     warmup_s: list[float] = []
     measured_s: list[float] = []
+    issue_s: list[float] = []
+    gpu_s: list[float] = []
     phases: dict[str, list[float]] = {}
     for i in range(warmup + measured):
         if i == 0 and warmup:
             progress(f"warm-up: {warmup} steps")
         if i == warmup:
             progress(f"timing {measured} steps")
+        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
         with region("warmup" if i < warmup else "step"):
             start = timeit.default_timer()
+            if events:
+                events[0].record()
             phase_times = step()
+            if events:
+                events[1].record()
+            issued = timeit.default_timer() - start
             synchronize(device)
             elapsed = timeit.default_timer() - start
         if i < warmup:
             warmup_s.append(elapsed)
             continue
         measured_s.append(elapsed)
+        issue_s.append(issued)
+        if events:
+            gpu_s.append(events[0].elapsed_time(events[1]) / 1e3)
         for name, seconds in (phase_times or {}).items():
             phases.setdefault(name, []).append(seconds)
-    return {"warmup_s": warmup_s, "measured_s": measured_s, "phases_s": phases}
+    out = {"warmup_s": warmup_s, "measured_s": measured_s, "phases_s": phases, "issue_s": issue_s}
+    if cuda:
+        out["gpu_s"] = gpu_s
+    return out
+
+
+def host_time(times: dict) -> dict | None:
+    """Host against device time per step of :func:`time_steps`'s samples: the medians of the wall,
+    host (launch) and, on CUDA, event-timed device time, the host's fraction of the wall time and
+    whether the steps were host-bound (``HOST_BOUND_FRACTION``). None without host samples."""
+    wall, issue = times.get("measured_s") or [], times.get("issue_s") or []
+    if not wall or not issue:
+        return None
+    wall_m, issue_m = statistics.median(wall), statistics.median(issue)
+    gpu = times.get("gpu_s") or []
+    fraction = issue_m / wall_m if wall_m > 0 else math.nan
+    # on a CPU the step runs as it is issued: its host time is its wall time, and says nothing
+    return {"wall_s": wall_m, "host_s": issue_m, "gpu_s": statistics.median(gpu) if gpu else None,
+            "host_fraction": fraction, "host_bound": bool(fraction >= HOST_BOUND_FRACTION) if gpu else None,
+            "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time"}
+
+
+# The op every dtype conversion goes through (``Tensor.to``, ``.float()``, autocast's casts).
+CAST_OP = "aten::_to_copy"
+
+
+def count_casts(step: Callable[[], object], device: str) -> dict:
+    """Dtype conversions one call of ``step`` runs, counted with torch.profiler: the ``aten::_to_copy``
+    calls (each launches one conversion kernel on CUDA) and the elements they wrote. A step under
+    autocast converts each weight that enters a matrix product and the inputs and outputs of the
+    ops autocast keeps in fp32; the same step in fp32 counts the casts the model makes itself."""
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        step()
+        synchronize(device)
+    calls, elements = 0, 0
+    for e in prof.events():
+        if e.name == CAST_OP:
+            calls += 1
+            shape = (e.input_shapes or [[]])[0]
+            elements += math.prod(shape) if shape else 0
+    return {"op": CAST_OP, "calls": calls, "elements": elements}
 
 
 def summarize(samples: list[float]) -> dict:
-    """Mean, std (sample), median, min, max, IQR and a noise flag of raw samples."""
+    """Mean, std (sample), coefficient of variation (std / mean), median, min, max, IQR and a
+    noise flag of raw samples."""
     if not samples:
         raise ValueError("summarize needs at least one sample")
     ordered = sorted(samples)
@@ -69,10 +140,13 @@ def summarize(samples: list[float]) -> dict:
         q1 = q3 = ordered[0]
     median = statistics.median(ordered)
     iqr = q3 - q1
+    mean = statistics.fmean(ordered)
+    std = statistics.stdev(ordered) if n >= 2 else 0.0
     return {
         "n": n,
-        "mean": statistics.fmean(ordered),
-        "std": statistics.stdev(ordered) if n >= 2 else 0.0,
+        "mean": mean,
+        "std": std,
+        "cv": std / mean if mean > 0 else 0.0,
         "median": median,
         "min": ordered[0],
         "max": ordered[-1],

@@ -93,8 +93,12 @@ class RotaryEmbedding(nn.Module):
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Numerically stable softmax written by hand (subtract the max, exponentiate, normalise)."""
-    shifted = x - x.amax(dim=dim, keepdim=True)
+    """Numerically stable softmax written by hand (subtract the max, exponentiate, normalise), as
+    the course's reference writes it: the max is ``torch.max(x, dim, keepdim=True).values``, whose
+    backward keeps the positions of the maxima, not ``x`` (``amax``'s backward keeps its input and
+    output, one more seq × seq matrix per layer). Autograd then keeps two seq × seq matrices per
+    attention: exp(x - max), the division's numerator, and the output, the product with V's operand."""
+    shifted = x - torch.max(x, dim=dim, keepdim=True).values
     exp = torch.exp(shifted)
     return exp / exp.sum(dim=dim, keepdim=True)
 

@@ -160,7 +160,9 @@ def source_info(obj) -> dict:
         digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()[:16] if file else None
     except (TypeError, OSError):
         file, digest = None, None
-    return {"object": f"{obj.__module__}:{obj.__qualname__}", "file": file, "sha256_16": digest}
+    from .results import portable_path  # the machine's folders stay out of the record
+
+    return {"object": f"{obj.__module__}:{obj.__qualname__}", "file": portable_path(file), "sha256_16": digest}
 
 
 def package_source(module_name: str) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from .coverage import expected_cells
-from .results import load, now_iso, record_status, result_stem, save
+from .results import commit_code_hash, load, now_iso, record_status, result_stem, save
 
 PUBLISHED_SUFFIX = ".json.gz"
 
@@ -34,6 +34,9 @@ JOB_CHAINS = {"nsys_parse": ("nsys_profile", "nsys_stats", "nsys_parse")}
 # Cell settings that a config resolves per machine (nsys_profile's ``tool: auto`` becomes nsys
 # where the executable is found), so a folder's config read elsewhere cannot say what they were.
 MACHINE_RESOLVED = {"nsys_profile": frozenset({"profiler"})}
+# How a cell is measured again when noisy, not what it measures: a record made without repeats
+# is a record of the same cell.
+MEASUREMENT_POLICY = frozenset({"repeats", "noisy_cv"})
 
 
 def _benchmark_row(tsv: Path) -> dict:
@@ -66,8 +69,28 @@ def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks", job: 
     return out
 
 
+def provenance_problems(record: dict, commit_hashes: dict[str, str | None] | None = None) -> list[str]:
+    """Why ``record`` does not come from one clean commit: it names no commit, it ran with
+    uncommitted changes, or the hash of the code that ran differs from the hash of the code in the
+    commit it names (compared where this checkout has that commit)."""
+    prov = record.get("provenance") or {}
+    commit, problems = prov.get("git_commit"), []
+    if not commit:
+        problems.append("names no commit")
+    if prov.get("git_dirty") is True:
+        problems.append("ran with uncommitted changes")
+    if commit and prov.get("code_hash"):
+        cache = commit_hashes if commit_hashes is not None else {}
+        if commit not in cache:
+            cache[commit] = commit_code_hash(commit)
+        if cache[commit] is not None and cache[commit] != prov["code_hash"]:
+            problems.append(f"ran code (hash {prov['code_hash']}) that differs from commit {commit[:12]}'s "
+                            f"(hash {cache[commit]})")
+    return problems
+
+
 def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmarks: str | Path = "benchmarks",
-            merge: bool = False, mixed_cards: bool = False) -> Path:
+            merge: bool = False, mixed_cards: bool = False, allow_dirty: bool = False) -> Path:
     """Write ``result_paths`` (and their job timings) as the published folder ``out_dir``.
 
     With ``merge`` the folder's records are kept and only those of the same experiment and cell
@@ -75,7 +98,12 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     the folder's config must then be ``config``, and every record given must have run with the
     settings that config gives its cell. The report compares timings within one card, so
     the published records must all name one GPU (records naming none, from a machine without
-    one, go with any), unless ``mixed_cards``. Every check runs before anything is written.
+    one, go with any), unless ``mixed_cards``. A record merged into a folder must be of the
+    folder's grid (a cell its config gives) and device (a CPU record never joins a GPU folder).
+    A published report comes from one clean commit: a record without a commit, with uncommitted
+    changes or whose code hash differs from its commit's is refused unless ``allow_dirty``, and
+    is then marked (``published.problems``), which the report states on its first screen. Every
+    check runs before anything is written.
     """
     out = Path(out_dir)
     kept: dict[tuple[str, str], str] = {}
@@ -89,10 +117,22 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
         kept = {_cell_key(f): f for f in old_files}
         expected = expected_cells(config)
     records = []
+    hashes: dict[str, str | None] = {}
     for path in result_paths:
         record = load(path)
+        if merge and (out / "manifest.json").exists():
+            _check_grid(record, config, expected, path, out)
         if expected is not None:
             _check_settings(record, expected, path, out)
+        problems = provenance_problems(record, hashes)
+        if problems and not allow_dirty:
+            raise ValueError(f"{path}: {'; '.join(problems)}: a published report comes from one clean commit "
+                             "(commit, rerun and publish again, or --allow-dirty to publish it marked as such)")
+        prov = record.get("provenance") or {}
+        commit_hash, ran_hash = hashes.get(prov.get("git_commit")), prov.get("code_hash")
+        if problems or (commit_hash and ran_hash):
+            record["published"] = {"problems": problems, "allow_dirty": bool(problems),
+                                   "code_matches_commit": commit_hash == ran_hash if commit_hash and ran_hash else None}
         record.pop("_path")
         record["benchmark"] = benchmark_of(path, benchmarks, job_of(record))
         dest = out / record["experiment"] / f"{result_stem(path)}{PUBLISHED_SUFFIX}"
@@ -132,6 +172,23 @@ def _check_whole_jobs(records: list[tuple[dict, Path]]) -> None:
                                  f"publish the job's other result file(s) with it")
 
 
+def _check_grid(record: dict, config: dict, expected: dict | None, path: str | Path, out: Path) -> None:
+    """A record merged into a folder is one of the cells the folder's config gives (whose settings,
+    device included, :func:`_check_settings` then compares): a record of a CPU run or of another grid
+    would sit in the report's tables as if the folder's run had made it."""
+    if expected is None:
+        return
+    cells = expected.get(record.get("experiment"))
+    if cells is not None and record.get("cell") in cells:
+        return
+    device, folder_device = (record.get("config") or {}).get("device"), config.get("_device")
+    if device and folder_device and device.split(":")[0] != folder_device.split(":")[0]:
+        raise ValueError(f"{path}: cell {record['cell']} ran on {device}, the folder {out} holds a {folder_device} "
+                         f"run ({config.get('_grid')} grid); a published folder takes records of its own grid and device only")
+    raise ValueError(f"{path}: cell {record['cell']} of {record.get('experiment')} is not among the cells the "
+                     f"folder's config gives ({config.get('_grid')} grid); a published folder takes its own grid's only")
+
+
 def _check_settings(record: dict, expected: dict | None, path: str | Path, out: Path) -> None:
     """A record merged into a folder ran with the settings the folder's config gives its cell (a
     cell of the same name run under other settings would sit in the report as if it were one of
@@ -141,7 +198,7 @@ def _check_settings(record: dict, expected: dict | None, path: str | Path, out: 
     got = record.get("config")
     if want is None or got is None:
         return
-    skip = MACHINE_RESOLVED.get(record["experiment"], frozenset())
+    skip = MACHINE_RESOLVED.get(record["experiment"], frozenset()) | MEASUREMENT_POLICY
     differs = sorted(k for k in set(want) | set(got) if k not in skip and want.get(k) != got.get(k))
     if differs:
         def value(d, k):

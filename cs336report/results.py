@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -173,6 +174,71 @@ def _nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
+PACKAGE_DIR = Path(__file__).resolve().parent
+# The code a record's numbers depend on: the package's Python files (templates and workflow
+# files shape the report and the schedule, not the measurement).
+CODE_GLOB = "**/*.py"
+
+
+def code_files_hash(files: dict[str, bytes]) -> str:
+    """sha256 over (package-relative path, content) pairs, in path order: the same code gives the
+    same hash from a checkout, a copy without .git, or a commit's tree."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
+    return h.hexdigest()[:16]
+
+
+def code_hash(package_dir: str | Path = PACKAGE_DIR) -> str:
+    """The hash (:func:`code_files_hash`) of the package's Python files as they are on disk."""
+    root = Path(package_dir)
+    return code_files_hash({p.relative_to(root).as_posix(): p.read_bytes() for p in root.glob(CODE_GLOB)
+                            if "__pycache__" not in p.parts})
+
+
+def commit_code_hash(commit: str, repo: str | Path | None = None) -> str | None:
+    """The hash of the package's Python files in ``commit``'s tree (None without git, or where the
+    package does not sit at the top of a git checkout that has that commit)."""
+    repo = Path(repo or PACKAGE_DIR.parent)
+    name = PACKAGE_DIR.name
+    listing = _git_in(repo, "ls-tree", "-r", "--name-only", commit, "--", name)
+    if not listing:
+        return None
+    files = {}
+    for path in listing.splitlines():
+        if not path.endswith(".py"):
+            continue
+        try:
+            blob = subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True, timeout=10, cwd=repo)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if blob.returncode != 0:
+            return None
+        files[path[len(name) + 1:]] = blob.stdout
+    return code_files_hash(files) if files else None
+
+
+def _git_in(cwd: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def portable_path(path: str | None) -> str | None:
+    """A file named without the machine's folders: relative to the import root it lies under
+    (``cs336report/model.py``, ``mypkg/model.py``), else to the working folder, else its name."""
+    if not path or not os.path.isabs(path):
+        return path
+    resolved = os.path.realpath(path)
+    roots = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
+    for root in roots + [os.path.realpath(os.getcwd())]:
+        if resolved.startswith(root.rstrip(os.sep) + os.sep):
+            return os.path.relpath(resolved, root)
+    return os.path.basename(path)
+
+
 def _git_state() -> dict:
     """The commit of the code that ran. A copy of the tree shipped elsewhere (a GPU node) names its
     commit in CS336REPORT_GIT_COMMIT; that name wins over whatever .git the copy sits in, whose HEAD
@@ -181,7 +247,7 @@ def _git_state() -> dict:
     head = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if head and (not named or head == named) else None
     return {"git_commit": named or head, "git_commit_from": "CS336REPORT_GIT_COMMIT" if named else ("git" if head else None),
-            "git_dirty": dirty}
+            "git_dirty": dirty, "code_hash": code_hash()}
 
 
 def provenance(device: str) -> dict:
@@ -207,7 +273,7 @@ def provenance(device: str) -> dict:
         **_git_state(),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-        "argv": sys.argv,
+        "argv": [portable_path(a) if os.path.isabs(a) else a for a in sys.argv],
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

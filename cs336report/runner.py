@@ -7,6 +7,15 @@ workflow goes on, and the report shows the cell as such. A cell that runs a user
 runs with its named attention and softmax functions wrapped in profiler ranges
 (:func:`cs336report.models.instrumented`).
 
+Every record says who else used the machine while it ran (``contention``, see
+:mod:`cs336report.contention`): the processes that held the GPU and the workflow's other jobs at
+its start and end, and ``shared`` when there were any.
+
+A cell whose steps vary more than its ``noisy_cv`` allows (coefficient of variation of the
+whole-step times) is measured again ``repeats`` times, each in a fresh process of its own
+(:func:`repeat_in_fresh_processes`); the record keeps each repeat's statistics and the spread of
+the repeats' means (``data.repeats``).
+
 Every record says which process ran it: ``process: {pid, cells_before}``, where
 ``cells_before`` counts the cells this process ran before this one (0 for a process started for
 the cell; a warm worker, :mod:`cs336report.worker`, runs many).
@@ -20,16 +29,19 @@ cell builds afresh.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from . import experiments
-from .measure import is_out_of_memory, release_memory
+from . import contention, experiments
+from .measure import is_out_of_memory, release_memory, summarize
 from .models import instrumented
-from .results import SCHEMA, now_iso, provenance, save
+from .results import SCHEMA, load, now_iso, provenance, save
 
 _cells_run = 0  # cells this process has run (started) so far
 
@@ -49,6 +61,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
     status, error, data = "ok", None, {}
     print(f"[cs336report] {experiment}/{name}: started on {device} (pid {process['pid']}, "
           f"cell {process['cells_before'] + 1} of this process)", file=sys.stderr, flush=True)
+    before = contention.snapshot()
     try:
         with instrumented(cell):  # a user's attention/softmax in profiler ranges, restored after
             run = experiments.runner(experiment)
@@ -65,6 +78,9 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         if shared is not None:
             shared.clear()  # what the job built may be half-made; the next cell builds its own
         release_memory(device)
+    used = contention.verdict(before, contention.snapshot())
+    if status == "ok" and needs_repeats(cell, data):
+        data["repeats"] = repeat_in_fresh_processes(experiment, name, cell, data)
     record = {
         "schema": SCHEMA,
         "experiment": experiment,
@@ -75,6 +91,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         "data": data,
         "provenance": provenance(device),
         "process": process,
+        "contention": used,
         **({"job": job} if job else {}),
         "started_at": started,
         "finished_at": now_iso(),
@@ -90,3 +107,33 @@ def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]
     shared: dict = {}
     info = {"name": job, "cells": [name for name, _, _ in cells]}
     return [run_cell(experiment, name, cell, out, shared=shared, job=info) for name, cell, out in cells]
+
+
+def needs_repeats(cell: dict, data: dict) -> bool:
+    """True where the cell asks for repeats and its whole-step times vary more than ``noisy_cv``."""
+    cv = ((data or {}).get("stats_s") or {}).get("cv")
+    return bool(cell.get("repeats")) and cv is not None and cv > cell.get("noisy_cv", 0.0)
+
+
+def repeat_in_fresh_processes(experiment: str, name: str, cell: dict, data: dict) -> dict:
+    """Run ``cell`` ``cell['repeats']`` more times, each in a new Python process (its own CUDA
+    context, allocator and compiled kernels), and return each run's whole-step statistics (this
+    process's first) with the statistics of the runs' means: the spread between independent runs,
+    which the spread of steps inside one run does not show."""
+    again = {**cell, "repeats": 0}  # a repeat does not repeat itself
+    runs = [{"pid": os.getpid(), "stats_s": data["stats_s"], "status": "ok"}]
+    with tempfile.TemporaryDirectory(prefix="cs336report-repeat-") as tmp:
+        for i in range(cell["repeats"]):
+            out = Path(tmp) / f"{i}.json"
+            cmd = [sys.executable, "-m", "cs336report", "run", experiment, "--name", name,
+                   "--cell", json.dumps(again, sort_keys=True), "--out", str(out), "--no-worker"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 or not out.exists():
+                runs.append({"status": "error", "error": (proc.stderr.strip().splitlines() or ["no result"])[-1]})
+                continue
+            rec = load(out)
+            runs.append({"pid": rec["process"]["pid"], "status": rec["status"],
+                         "stats_s": (rec["data"] or {}).get("stats_s"), "contention": rec.get("contention")})
+    means = [r["stats_s"]["mean"] for r in runs if r.get("stats_s")]
+    return {"reason": f"cv {data['stats_s']['cv']:.3f} > noisy_cv {cell.get('noisy_cv', 0.0):g}",
+            "runs": runs, "means_s": means, "stats_s": summarize(means)}

@@ -10,7 +10,7 @@ def tiny_config(**run) -> Config:
     with open(DEFAULT_CONFIG) as fh:
         raw = yaml.safe_load(fh)
     raw["sizes"]["micro"] = {"d_model": 32, "d_ff": 64, "num_layers": 1, "num_heads": 2, "vocab_size": 100}
-    raw["run"].update(warmup_steps=1, measured_steps=3, **run)
+    raw["run"].update(warmup_steps=1, measured_steps=3, **{"repeats": 0, **run})
     raw["grids"]["cpu"]["benchmarking"].update(sizes=["micro"], contexts=[8, 16])
     raw["grids"]["cpu"]["benchmarking_warmup"].update(size="micro", context=8, warmups=[0, 2])
     raw["grids"]["cpu"]["roofline"] = {"matmul_size": 64, "copy_mib": 1, "repeats": 2}

@@ -298,7 +298,9 @@ def test_compiled_attention_keeps_fewer_matrices_and_counts_its_compilation(tmp_
     eager = attention.run(experiments.cells("pytorch_attention", cfg)["naive-fp32-d8-s32"])
     assert data["compile"]["graphs"] >= 1 and data["compile"]["graph_breaks"] == 0
     assert data["compile"]["first_call_s"] > data["forward_stats_s"]["mean"]
-    assert 0 < data["saved_activation_bytes"] <= eager["saved_activation_bytes"]
+    # with the course's softmax (torch.max) the eager attention keeps two matrices, as a compiled one
+    # does; Inductor may keep a row vector more
+    assert 0 < data["saved_activation_bytes"] <= 1.05 * eager["saved_activation_bytes"]
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -454,7 +456,8 @@ def test_memory_columns_leave_out_what_an_earlier_cell_of_the_process_still_held
     assert row["baseline_bytes"] == base
     assert row["before_bwd_bytes"] == r["data"]["memory_before_backward_bytes"] - base
     assert row["peak_bytes"] == r["data"]["peak"]["allocated_bytes"] - base
-    formula = accounting.naive_attention_memory(8, 16384, 128)["before_backward"]
+    formula = accounting.naive_attention_memory(8, 16384, 128, saved_matrices=accounting.saved_matrices_of(
+        r["data"], r["provenance"]))["before_backward"]  # the record ran the amax softmax: three matrices
     assert row["before_bwd_bytes"] == pytest.approx(formula, rel=0.01)  # 1.00× the formula, not 3.6×
     assert "1 of these cells began with up to 64.1 GiB still allocated" in attention_section.memory_notes(df)
 

@@ -579,3 +579,39 @@ def test_target_sentence_says_when_the_card_is_not_the_targets(tmp_path):
     assert (f"{lb['entry']['label']}'s own kernels take {lb['entry']['forward']} ms in the forward and "
             f"{lb['entry']['backward']} ms in the backward, against {lb['best']['forward']} ms") in md
     assert f"Ours takes {lb['best']['gap']['total']} ms more GPU time per call" in md
+
+
+def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
+    """On CUDA each pass also gets its kernels' own time, the overhead per call and both FLOP rates."""
+    from cs336report import kernel_times as kt
+    from cs336report.experiments import flash_benchmarking as fb
+
+    seen = []
+    monkeypatch.setattr(kt, "kernel_times", lambda fn, steps: seen.append(steps) or {
+        "fwd_kernel": {"ms": 0.02, "calls": 1.0}, "bwd_kernel": {"ms": 0.01, "calls": 2.0}})
+    flops = fb.attention_flops(4, 4096, 64, True, "forward_backward")
+    assert flops == 3.5 * 2 * 4 * 4096 * 4096 * 64
+    out = fb.kernel_only(lambda: None, "cuda", [0.00009, 0.0001, 0.00011], flops)
+    assert seen == [fb.KERNEL_CALLS]
+    assert out["kernel_s"] == pytest.approx(3e-5)
+    assert out["overhead_s"] == pytest.approx(1e-4 - 3e-5)
+    assert out["tflops"]["kernels"] == pytest.approx(flops / 3e-5 / 1e12)
+    assert out["tflops"]["do_bench"] < out["tflops"]["kernels"]
+    assert fb.kernel_only(lambda: None, "cpu", [1.0], flops) == {}
+
+
+def test_the_report_sets_kernel_time_beside_do_bench_time():
+    from cs336report.report import kernel_overhead
+
+    def shape(seq, bench, kernel):
+        passes = {p: {"status": "ok", "stats_s": {"median": bench}, "kernel_s": kernel, "overhead_s": bench - kernel,
+                      "tflops": {"kernels": 1e-12 / kernel}} for p in ("forward", "backward", "forward_backward")}
+        return {"d": 64, "seq": seq, "passes": passes}
+
+    record = {"status": "ok", "_path": "r.json", "config": {"implementation": "triton", "dtype": "bf16"},
+              "data": {"shapes": [shape(128, 9e-5, 1e-5), shape(16384, 2e-3, 1.9e-3)]}}
+    t = kernel_overhead.table([record], 64)
+    assert [r[1].text for r in t.rows] == ["128", "16384"]
+    assert t.rows[0][2].text == "0.0900" and t.rows[0][3].text == "0.0100"  # do_bench, kernels only (ms)
+    assert t.rows[0][-2].text == "89" and t.rows[1][-2].text == "5"  # overhead share
+    assert kernel_overhead.table([record], 128) is None

@@ -231,7 +231,7 @@ def test_predicted_peak_parts():
     assert nograd["total"] == 4 * n + logits
     assert fwd["total"] - nograd["total"] == accounting.saved_activation_bytes(spec, 4, 128)["total"]
     acts = accounting.saved_activation_bytes(spec, 4, 512)["total"]
-    assert train["total"] == max(12 * n + acts + 3 * 4 * 4 * 512 * spec.vocab_size, 16 * n)
+    assert train["total"] == max(12 * n + acts + 3 * 4 * 4 * 512 * spec.vocab_size, 20 * n)  # + foreach AdamW temporary
     assert round(16 * n / 2**30, 1) == 50.8  # the handout's 16 bytes/parameter floor for 2.7B
 
 
@@ -424,7 +424,8 @@ def test_section_numbers_come_from_the_snapshots(parsed, tmp_path):
     assert a["largest"]["size"] == fmt_bytes(4 * 64 * 10000 * 4) and a["largest"]["what"].startswith("B·T·V × fp32")
     # accounting: measured / predicted from the formula
     spec = ModelSpec(**FIXTURE_MODEL)
-    pred = accounting.predicted_peak_bytes(spec, 4, 64, "train_step")["total"]
+    pred = accounting.predicted_peak_bytes(spec, 4, 64, "train_step",  # the fixture ran the amax softmax
+                                           saved_matrices=accounting.AMAX_SAVED_MATRICES)["total"]
     acc = {(r[1].text, r[2].text, r[3].text): r for r in out["accounting_table"].rows}
     assert acc[("fp32", "64", "train step (AdamW)")][-1].text == sig(train["peak"]["bytes"] / pred)
     # rise and fall from the trace's own times

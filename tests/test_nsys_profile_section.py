@@ -294,7 +294,7 @@ def test_published_report_states_both_comparisons_apart(tmp_path):
     section = md.split('<a id="evidence-nsys_profile"></a>', 1)[1].split("<a id=", 1)[0]
     a = build(records, extra=bench, out=tmp_path)["timing"]
     assert f"their medians differ by {a['range']['median_abs']} (median)" in section
-    assert f"its median forward time is {a['slowdown']['ratio']}× benchmarking's" in section
+    assert f"its median forward-phase time is {a['slowdown']['ratio']}× benchmarking's" in section
     assert "own overhead" not in section and "step range differs from the Python timer" not in section
 
 

@@ -18,7 +18,8 @@ def workdir(workdir, tmp_path):
 
 
 def test_publish_then_render_without_running_experiments(workdir):
-    (workdir / "pub.yaml").write_text("published: {dir: pubdata, render: false}\n")
+    # the copy of the tree has no .git: its records name no commit
+    (workdir / "pub.yaml").write_text("published: {dir: pubdata, render: false, allow_dirty: true}\n")
     run = snakemake(workdir, "publish", "--configfile", "workflow/config/default.yaml", "pub.yaml")
     assert run.returncode == 0, run.stderr[-2000:]
     manifest = json.loads((workdir / "pubdata/manifest.json").read_text())
@@ -63,7 +64,7 @@ def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
 
 def _record(experiment: str, cell: str, **data) -> dict:
     return {"schema": "cs336report.result/1", "experiment": experiment, "cell": cell, "status": "ok", "error": None,
-            "config": {"size": "small", "context": 128}, "data": data, "provenance": {"device": "cpu"}, "wall_s": 1.0}
+            "config": {"size": "small", "context": 128}, "data": data, "provenance": {"device": "cpu", "git_commit": "0" * 40, "git_dirty": False}, "wall_s": 1.0}
 
 
 @pytest.fixture
@@ -166,7 +167,7 @@ def test_merging_records_of_another_card_is_refused_before_anything_is_written(r
 
     def on(card, cell, times):
         record = _record("benchmarking", cell, times=times)
-        record["provenance"] = {"device": "cuda", "gpu": card}
+        record["provenance"] = {**record["provenance"], "device": "cuda", "gpu": card}
         return str(save(record, tmp_path / card.replace(" ", "_") / f"{cell}.json"))
 
     out = tmp_path / "pub"

@@ -36,7 +36,8 @@ def test_named_commit_wins_over_the_checkout_it_runs_in(monkeypatch):
     # a tree shipped to another machine names its commit; a stale .git there must not replace it
     monkeypatch.setenv("CS336REPORT_GIT_COMMIT", "f" * 40)
     shipped = results._git_state()
-    assert shipped == {"git_commit": "f" * 40, "git_commit_from": "CS336REPORT_GIT_COMMIT", "git_dirty": None}
+    assert shipped == {"git_commit": "f" * 40, "git_commit_from": "CS336REPORT_GIT_COMMIT", "git_dirty": None,
+                       "code_hash": results.code_hash()}
     monkeypatch.setenv("CS336REPORT_GIT_COMMIT", head)
     assert results._git_state()["git_dirty"] == own["git_dirty"]  # .git at the named commit: its status counts
 

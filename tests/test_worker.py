@@ -195,7 +195,7 @@ def test_worker_record_has_the_structure_of_a_fresh_process_record(cwd):
     assert warm["process"]["pid"] != p.pid and warm["process"]["pid"] in worker_pids(cwd)
     # the provenance names the client's command line, as a fresh process's does (plus --no-worker)
     assert warm["provenance"].pop("argv") == fresh["provenance"].pop("argv")[:-1] == [
-        str(REPO / "cs336report" / "__main__.py"), "run", "benchmarking", "--name", name, "--cell", json.dumps(c),
+        "cs336report/__main__.py", "run", "benchmarking", "--name", name, "--cell", json.dumps(c),
         "--out", str(out.relative_to(cwd)), "--log", str(log.relative_to(cwd))]
     assert warm["provenance"] == fresh["provenance"]
     assert shape(warm) == shape(fresh)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import accounting
 from ..compiling import compile_fn, first_call
 from ..measure import PhaseTimer, is_out_of_memory, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from ..model import scaled_dot_product_attention
@@ -223,6 +224,7 @@ def _measure(cell: dict, data: dict, phase: _Phase) -> None:
         memory_before_forward_bytes=before_forward, memory_before_backward_bytes=before,
         activation_bytes_before_backward=None if before is None else before - before_forward,
         saved_activation_bytes=saved.activation_bytes, saved_input_bytes=saved.input_bytes,
+        attention_saved_matrices=accounting.NAIVE_SAVED_MATRICES,
         saved_tensors=saved.tensors,
     )
 

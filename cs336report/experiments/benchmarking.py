@@ -2,9 +2,17 @@
 
 One cell is one (implementation, precision, size, context, mode). The model is built on the
 target device, a fixed random batch is drawn, ``warmup_steps`` untimed steps run, then
-``measured_steps`` timed steps, each ending in a device synchronize. Inside a step the
-forward, backward and optimizer phases are timed separately (each also synchronized), so
-the forward and backward columns of the report come from the same steps as the totals.
+``measured_steps`` timed steps, timed the handout's way: the wall clock around each whole step,
+with one device synchronize, at its end (``times_s``, ``stats_s``: the step time the report
+quotes). Then the same number of steps runs again with the forward, backward and optimizer
+phases each timed between two synchronizations (``phase_times_s``, ``phase_stats_s``): the phase
+breakdown, whose synchronizations make its steps a little longer (``phased_step_stats_s``), so it
+is never the step time.
+
+Beside the times, the record keeps the host's share of a step (``host``: launch time against
+wall and event-timed device time, and whether the cell is host-bound) and the dtype conversions
+one step runs (``casts``, counted with torch.profiler), which tell why a bf16 step of a small
+model is no faster than an fp32 one.
 
     python -m cs336report run benchmarking --cell '{"size": "small", ...}' --out result.json
 """
@@ -17,7 +25,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from .. import accounting
-from ..measure import PhaseTimer, peak_memory, reset_peak_memory, summarize, time_steps
+from ..measure import PhaseTimer, count_casts, host_time, peak_memory, reset_peak_memory, summarize, time_steps
 from ..annotate import region
 from ..compiling import compile_fn, first_call
 from ..kernel_times import kernel_times
@@ -25,6 +33,11 @@ from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 
 MODES = ("forward", "forward_backward", "train_step")
+# Steps run before the phase breakdown's timed steps (the model is warm by then).
+PHASE_WARMUP = 1
+# A cell whose whole-step coefficient of variation exceeds this is measured again in fresh
+# processes, where the config asks for repeats (run.repeats, run.noisy_cv).
+NOISY_CV = 0.05
 
 
 def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, impl: str, **extra) -> dict:
@@ -35,6 +48,8 @@ def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, im
     """
     run = cfg.run
     source = {"model_source": cfg.model_source} if getattr(cfg, "model_source", None) else {}
+    if run.get("repeats"):  # noisy cells are measured again in fresh processes (cs336report.runner)
+        source.update(repeats=run["repeats"], noisy_cv=run.get("noisy_cv", NOISY_CV))
     return {
         "device": cfg.device,
         "size": size,
@@ -196,10 +211,13 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         if earlier:
             compiled["earlier_first_calls"] = earlier
     reset_peak_memory(device)
-    times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], device)
+    # the headline: whole steps, one synchronize each, at the step's end (the handout's method)
+    times = time_steps(lambda: step(phases=False), cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
+    # the breakdown: as many steps again, each phase between two synchronizations
+    phased = time_steps(step, PHASE_WARMUP, cell["measured_steps"], device)
     flops = accounting.step_flops(spec, batch, context, mode)
-    extra = {}
+    extra = {"casts": count_casts(lambda: step(phases=False), device)}
     if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
         whole = time_steps(lambda: step(phases=False), 0, cell["whole_steps"], device)["measured_s"]
         extra.update(whole_steps_s=whole, whole_step_stats_s=summarize(whole))
@@ -209,12 +227,17 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),
         "params_expected": accounting.param_count(spec),
+        "attention_saved_matrices": accounting.NAIVE_SAVED_MATRICES,
         "flops_per_step": flops,
         "flop_formula": accounting.FLOP_FORMULA,
         "grad_mode": "enabled",
+        "timing": "whole steps, one synchronize per step at its end; phases timed in separate steps",
         "times_s": times,
         "stats_s": stats,
-        "phase_stats_s": {name: summarize(v) for name, v in times["phases_s"].items()},
+        "host": host_time(times),
+        "phase_times_s": phased,
+        "phased_step_stats_s": summarize(phased["measured_s"]),
+        "phase_stats_s": {name: summarize(v) for name, v in phased["phases_s"].items()},
         "tflops": flops / stats["mean"] / 1e12,
         "peak_memory": peak_memory(device),
         "compile": compiled,

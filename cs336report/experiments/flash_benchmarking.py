@@ -11,7 +11,16 @@ upstream gradient are drawn before any timing; then three passes are timed:
 
 On CUDA the timer is ``triton.testing.do_bench`` (CUDA events, L2 flushed before each call,
 raw per-call times kept with ``return_mode="all"``); on a CPU the same warm-up/repetition rule
-is applied with ``timeit.default_timer``. After the timings, one instrumented forward and
+is applied with ``timeit.default_timer``. do_bench's events enclose the host's work of a call
+too: at short sequences a call's kernels finish before the host has launched the next one, and
+the time is the per-call host overhead (Python, autograd, the autotuner's cache lookup, kernel
+launches), not the kernels. So on CUDA each pass is also run ``KERNEL_CALLS`` times under
+torch.profiler (:func:`kernel_only`), which gives the GPU time of its kernels alone
+(``kernel_s``), the overhead per call (``overhead_s``: do_bench's median less the kernels) and
+the FLOP rate of both (``tflops``). torch.profiler is chosen over do_bench's CUDA-graph variant
+because it times the calls as they run here: the backward pass through autograd and the
+autotuned Triton launches cannot all be captured in a graph, and a graph would hide the very
+overhead the comparison is meant to name. After the timings, one instrumented forward and
 backward reads the CUDA allocator's peak. A pass that runs out of memory, or a backend that
 cannot run the shape, is recorded as such and the cell goes on with the next shape.
 
@@ -23,6 +32,7 @@ The leaderboard row, which shares these attention functions and timers, is
 
 from __future__ import annotations
 
+import statistics
 import timeit
 import warnings
 from contextlib import nullcontext
@@ -46,6 +56,34 @@ SDPA_BACKENDS = {
 UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend")
 # A CPU timing keeps at least this many samples, however long one call takes.
 CPU_MIN_SAMPLES = 5
+# Calls of a pass profiled for its kernels' own GPU time (CUDA).
+KERNEL_CALLS = 5
+# FLOPs of a pass, in units of the forward's two matrix products (QK^T and PV): FlashAttention-2's
+# backward runs five (it recomputes QK^T), so backward = 2.5 x forward.
+PASS_FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "forward_backward": 3.5}
+
+
+def attention_flops(batch: int, seq: int, d: int, causal: bool, pass_name: str) -> float:
+    """Matmul FLOPs of one pass: 2 x 2·B·T²·d forward, halved when causal (the masked half is skipped)."""
+    forward = 4 * batch * seq * seq * d * (0.5 if causal else 1.0)
+    return forward * PASS_FLOP_FACTOR[pass_name]
+
+
+def kernel_only(fn: Callable, device: str, times_s: list[float], flops: float) -> dict:
+    """The kernels' own GPU time per call of ``fn`` (torch.profiler, ``KERNEL_CALLS`` calls), beside
+    the median of do_bench's ``times_s``: their difference is the per-call overhead, and the FLOP
+    rate is given for both. Empty on a CPU (no device kernels to separate)."""
+    if not device.startswith("cuda"):
+        return {}
+    from ..kernel_times import kernel_times
+
+    kernels = kernel_times(fn, KERNEL_CALLS)
+    kernel_s = sum(k["ms"] for k in kernels.values()) / 1e3
+    bench_s = statistics.median(times_s)
+    return {"kernel_s": kernel_s, "kernel_calls": sum(k["calls"] for k in kernels.values()),
+            "overhead_s": max(bench_s - kernel_s, 0.0), "flops": flops,
+            "tflops": {"kernels": flops / kernel_s / 1e12 if kernel_s > 0 else None,
+                       "do_bench": flops / bench_s / 1e12 if bench_s > 0 else None}}
 
 
 # ----------------------------------------------------------------------------- attention functions
@@ -279,23 +317,25 @@ def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict) -> dict:
     q, k, v, do = inputs["tensors"]
     grads = [q, k, v]
 
-    def timed(fn):
+    def timed(fn, pass_name):
         def measure():
             times = bench(fn, device, warmup_ms, rep_ms, grad_to_none=grads)
-            return {"times_s": times, "stats_s": summarize(times)}
+            flops = attention_flops(cell["batch"], seq, d, cell.get("causal", True), pass_name)
+            return {"times_s": times, "stats_s": summarize(times), **kernel_only(fn, device, times, flops)}
         return measure
 
-    entry["passes"]["forward"] = _attempt(timed(lambda: attn(q, k, v)), device)
+    entry["passes"]["forward"] = _attempt(timed(lambda: attn(q, k, v), "forward"), device)
 
     def backward_alone():
         o = attn(q, k, v)
         try:
-            return timed(lambda: o.backward(do, retain_graph=True))()
+            return timed(lambda: o.backward(do, retain_graph=True), "backward")()
         finally:
             del o
 
     entry["passes"]["backward"] = _attempt(backward_alone, device)
-    entry["passes"]["forward_backward"] = _attempt(timed(lambda: attn(q, k, v).backward(do)), device)
+    entry["passes"]["forward_backward"] = _attempt(timed(lambda: attn(q, k, v).backward(do), "forward_backward"),
+                                                   device)
     if device.startswith("cuda") and any(p["status"] == "ok" for p in entry["passes"].values()):
         memory = _attempt(lambda: {"bytes": memory_profile(attn, q, k, v, do, device)}, device)
         entry["memory"] = memory.get("bytes") if memory["status"] == "ok" else {"status": memory["status"]}

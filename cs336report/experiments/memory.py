@@ -193,6 +193,7 @@ def capture(cell: dict, memory) -> dict:
         "model": model_info,
         "params": n_params,
         "params_expected": accounting.param_count(spec),
+        "attention_saved_matrices": accounting.NAIVE_SAVED_MATRICES,
         "grad_mode": cell.get("grad", "enabled"),
         "recorded_steps": cell["measured_steps"],
         "step_times_s": times,

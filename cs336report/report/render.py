@@ -25,7 +25,8 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells
-from ..results import load, record_status
+from ..results import load, portable_path, record_status
+from .checks import cut_down_grid
 from .cost import cost_of
 from .sections import SECTIONS
 from .tables import MD_SOURCES_INLINE, Cell, Table, status_cell
@@ -146,7 +147,29 @@ def _provenance(records: list[dict]) -> dict:
     out = {k: ", ".join(str(v) for v in vals if v is not None) or "–" for k, vals in seen.items()}
     out["model"] = _model_provenance(records)
     out["commits"] = _commits(records)
+    out["unclean"] = unclean_records(records)
     return out
+
+
+def unclean_records(records: list[dict]) -> dict | None:
+    """How many records do not come from one clean commit: no commit named, uncommitted changes,
+    or code whose hash differs from the commit's (found by publish); None where all do."""
+    commits = {(r.get("provenance") or {}).get("git_commit") for r in records} - {None}
+    counts = {
+        "no_commit": sum(not (r.get("provenance") or {}).get("git_commit") for r in records),
+        "dirty": sum((r.get("provenance") or {}).get("git_dirty") is True for r in records),
+        "code_differs": sum((r.get("published") or {}).get("code_matches_commit") is False for r in records),
+        "commits": len(commits),
+    }
+    parts = [f"{counts['no_commit']} result(s) name no commit" if counts["no_commit"] else "",
+             f"{counts['dirty']} ran with uncommitted changes" if counts["dirty"] else "",
+             f"{counts['code_differs']} ran code that differs from the commit they name" if counts["code_differs"] else "",
+             f"the results name {len(commits)} commits" if len(commits) > 1 else ""]
+    if not any(parts):
+        return None
+    counts["text"] = ("Not from one clean commit: " + "; ".join(p for p in parts if p)
+                      + ". These numbers cannot be reproduced from one commit of the code.")
+    return counts
 
 
 def _commits(records: list[dict]) -> str:
@@ -182,7 +205,7 @@ def _model_provenance(records: list[dict]) -> dict:
                info.get("implementation"))
         models.setdefault(key, {
             "kind": info.get("kind"), "object": info.get("object"), "factory": info.get("factory"),
-            "implementation": info.get("implementation"), "file": info.get("file") or "unknown",
+            "implementation": info.get("implementation"), "file": portable_path(info.get("file")) or "unknown",
             "sha256_16": info.get("sha256_16") or "unknown", "package": package or None,
             "functions": {role: f.get("path") for role, f in (info.get("functions") or {}).items()},
         })
@@ -300,7 +323,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
     provenance, cost = _provenance(records), cost_of(records, gpu_run=device == "cuda")
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
     targets = (targets_table({s["id"]: s["data"] for s in sections}, cost, provenance["gpu"],
-                             n_not_run if expected else None) if device == "cuda" else None)
+                             n_not_run if expected else None, cut_down_grid(config)) if device == "cuda" else None)
     return {
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

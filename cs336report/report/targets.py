@@ -35,11 +35,13 @@ def _verdict(met: bool, gpu: str | None) -> Cell:
 
 
 def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
-                  n_not_run: int | None) -> Table | None:
+                  n_not_run: int | None, cut_down: list[str] | None = None) -> Table | None:
     """The targets whose measurements this report holds; None when it holds none.
 
     ``n_not_run`` is how many configured cells have no result; None when the config does not
     say which cells there are, and then the whole-report cost is left out (it could be partial).
+    ``cut_down`` lists where the configured grid is smaller than the handout's
+    (:func:`cs336report.report.checks.cut_down_grid`); the cost verdict then says so.
     """
     rows, sources = [], []
     lb = (sections.get("flash_benchmarking") or {}).get("leaderboard") or {}
@@ -62,6 +64,8 @@ def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
         verdict = _verdict(cost["total_s"] <= COST_TARGET_S, gpu)
         if n_not_run:  # the cells that did not run would only add to the total
             verdict = Cell(f"{verdict.text}; {n_not_run} configured cell{'s' if n_not_run != 1 else ''} not run")
+        if cut_down:  # a smaller grid than the handout's costs less: the verdict is for that grid only
+            verdict = Cell(f"{verdict.text}; on a cut-down grid ({', '.join(cut_down)}), not the handout's")
         rows.append([Cell("The whole report, every job one after another"), Cell(f"≤ {COST_TARGET_S // 60} min"),
                      Cell(f"{cost['total']} ({cost['total_s'] / 60:.0f} min) of job time"), Cell(str(gpu)), verdict])
     if not rows:

@@ -13,6 +13,7 @@ rule pytorch_attention:
         "benchmarks/pytorch_attention/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:

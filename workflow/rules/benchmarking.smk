@@ -13,6 +13,7 @@ rule benchmarking:
         "benchmarks/benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -32,6 +33,7 @@ rule benchmarking_warmup:
         "benchmarks/benchmarking_warmup/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -51,6 +53,7 @@ rule roofline:
         "benchmarks/roofline/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:

@@ -34,6 +34,9 @@ GPU = 1 if CFG.device == "cuda" else 0
 # On a cluster each job has its own GPU: no limit here.
 if "gpu" not in workflow.global_resources and not config.get("jobs_elsewhere", False):
     workflow.register_resource("gpu", 1)
+# A job that measures takes every core Snakemake is given (threads: TIMED), so however many
+# cores it has, no parse or render job runs beside a timed cell: Snakemake schedules by cores.
+TIMED = workflow.cores
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 

@@ -13,6 +13,7 @@ rule ddp_bucketed_benchmarking:
         "benchmarks/ddp_bucketed_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=distributed_gpus("ddp_bucketed_benchmarking"),
     params:

@@ -13,6 +13,7 @@ rule ddp_overlap_individual_parameters_benchmarking:
         "benchmarks/ddp_overlap_individual_parameters_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=distributed_gpus("ddp_overlap_individual_parameters_benchmarking"),
     params:

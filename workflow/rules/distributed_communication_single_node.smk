@@ -13,6 +13,7 @@ rule distributed_communication_single_node:
         "benchmarks/distributed_communication_single_node/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=distributed_gpus("distributed_communication_single_node"),
     params:

@@ -13,6 +13,7 @@ rule flash_benchmarking:
         "benchmarks/flash_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -32,6 +33,7 @@ rule flash_leaderboard:
         "benchmarks/flash_leaderboard/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:

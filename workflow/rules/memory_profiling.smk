@@ -14,6 +14,7 @@ rule memory_profiling:
         "benchmarks/memory_profiling/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:

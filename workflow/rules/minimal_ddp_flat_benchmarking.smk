@@ -13,6 +13,7 @@ rule minimal_ddp_flat_benchmarking:
         "benchmarks/minimal_ddp_flat_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=distributed_gpus("minimal_ddp_flat_benchmarking"),
     params:

@@ -12,6 +12,7 @@ rule mixed_precision_accumulation:
         "logs/mixed_precision_accumulation/{cell}.log",
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=cell_gpu("mixed_precision_accumulation"),
     params:
@@ -29,6 +30,7 @@ rule autocast_dtypes:
         "logs/autocast_dtypes/{cell}.log",
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=cell_gpu("autocast_dtypes"),
     params:
@@ -46,6 +48,7 @@ rule norm_sensitivity:
         "logs/norm_sensitivity/{cell}.log",
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=cell_gpu("norm_sensitivity"),
     params:
@@ -67,6 +70,7 @@ rule benchmarking_bf16:
         "benchmarks/benchmarking_bf16/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -86,6 +90,7 @@ rule autocast_memory:
         "benchmarks/autocast_memory/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -103,6 +108,7 @@ rule autocast_saved_tensors:
         "logs/autocast_saved_tensors/{cell}.log",
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:

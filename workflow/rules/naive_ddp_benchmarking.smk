@@ -13,6 +13,7 @@ rule naive_ddp_benchmarking:
         "benchmarks/naive_ddp_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=distributed_gpus("naive_ddp_benchmarking"),
     params:

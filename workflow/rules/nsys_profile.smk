@@ -14,6 +14,7 @@ rule nsys_profile:
         "benchmarks/nsys_profile/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:

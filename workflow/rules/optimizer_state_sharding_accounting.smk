@@ -15,6 +15,7 @@ rule optimizer_state_sharding_accounting:
         "benchmarks/optimizer_state_sharding_accounting/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=distributed_gpus("optimizer_state_sharding_accounting"),
     params:

@@ -64,8 +64,10 @@ rule publish:
     params:
         config=settings_file("publish", "config", resolved_config()),
         out=lambda wildcards, output: os.path.dirname(output[0]),
+        allow_dirty="--allow-dirty" if CFG.data["published"].get("allow_dirty") else "",
     shell:
-        '"$CS336REPORT_PYTHON" -m cs336report publish {input.results} --config-json @{params.config} --out {params.out} > {log} 2>&1'
+        '"$CS336REPORT_PYTHON" -m cs336report publish {input.results} --config-json @{params.config} --out {params.out} '
+        "{params.allow_dirty} > {log} 2>&1"
 
 
 # The writeup for upload: the answers (summary and answers; the print stylesheet leaves out the

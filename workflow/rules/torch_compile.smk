@@ -16,6 +16,7 @@ rule compiled_attention:
         "benchmarks/compiled_attention/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -52,6 +53,7 @@ rule compiled_model:
         or "(?!)",
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -80,6 +82,7 @@ rule compiled_model_eager:
         or "(?!)",
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:
@@ -100,6 +103,7 @@ rule optimized_step:
         "benchmarks/optimized_step/{cell}.tsv"
     conda:
         CONDA_ENV
+    threads: TIMED
     resources:
         gpu=GPU,
     params:

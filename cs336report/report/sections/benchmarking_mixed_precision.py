@@ -20,8 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .. import checks  # noqa: E402
 from ..plots import legend_outside  # noqa: E402
-from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
+from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig, status_cell  # noqa: E402
 
 # The 16-bit formats' machine epsilon and largest finite value (torch.finfo's eps and max; IEEE 754
 # binary16, and bfloat16's 8-bit significand): constants, so that rendering needs no torch.
@@ -324,10 +325,25 @@ def paired(df: pd.DataFrame) -> pd.DataFrame:
 
 def _time_cell(row, precision: str) -> Cell:
     status = row[f"status_{precision}"]
-    return Cell(sig(row[f"mean_s_{precision}"] * 1e3)) if status == "ok" else status_cell(status)
+    return (Cell(fmt_mean_std(row[f"mean_s_{precision}"], row[f"std_s_{precision}"], 1e-3)) if status == "ok"
+            else status_cell(status))
 
 
-def speed_table(pairs: pd.DataFrame, title: str) -> Table:
+def casts_note(pairs: pd.DataFrame, records: dict[str, dict]) -> str:
+    """The dtype conversions one step runs in bf16 and in fp32 (torch.profiler's aten::_to_copy
+    calls), at each size's shortest context, forward: the casts autocast adds."""
+    parts = []
+    for size, g in pairs[pairs["mode"] == "forward"].groupby("size", observed=True, sort=False):
+        r = g.sort_values("context").iloc[0]
+        casts = [((records.get(r[f"source_{p}"]) or {}).get("data") or {}).get("casts") for p in ("fp32", "bf16")]
+        if all(casts):
+            parts.append(f"{size}: {casts[1]['calls']} in bf16 against {casts[0]['calls']} in fp32")
+    return ("dtype conversions per forward step (aten::_to_copy calls, shortest context): " + ", ".join(parts)
+            if parts else "")
+
+
+def speed_table(pairs: pd.DataFrame, title: str, flags: list[dict] | None = None,
+                records: dict[str, dict] | None = None) -> Table:
     modes = [m for m in MODE_COLUMNS if m in set(pairs["mode"])]
     columns, units = ["size", "context"], ["", "tokens"]
     for m in modes:
@@ -346,8 +362,11 @@ def speed_table(pairs: pd.DataFrame, title: str) -> Table:
                     Cell(sig(r["speedup"])) if r["speedup"] == r["speedup"] else status_cell("missing")]
         rows.append(row)
     sources = sorted(set(pairs["source_fp32"].dropna()) | set(pairs["source_bf16"].dropna()))
+    flagged = "; ".join(filter(None, [checks.note(flags or [], sources), casts_note(pairs, records or {})]))
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sources,
-                 note="mean over the measured steps; speed-up = fp32 time / bf16 time (above 1: bf16 is faster)")
+                 note="mean ± sample standard deviation over the measured steps; speed-up = fp32 time / bf16 time "
+                      "(above 1: bf16 is faster)"
+                      + (f"; {flagged}" if flagged else ""))
 
 
 def speedup_plot(pairs: pd.DataFrame):
@@ -374,13 +393,18 @@ def speedup_plot(pairs: pd.DataFrame):
     return fig
 
 
-def speed_analysis(pairs: pd.DataFrame) -> dict:
-    ok = pairs[pairs["speedup"].notna()]
+def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict:
+    """The speed-up sentences' numbers, over the pairs whose two cells :func:`checks.defensible` lets compare."""
+    fair = [checks.defensible(flags or [], a, b) for a, b in zip(pairs["source_fp32"], pairs["source_bf16"])]
+    ok = pairs[pairs["speedup"].notna() & pd.Series(fair, index=pairs.index, dtype=bool)]
     out: dict = {"modes": [], "n": int(len(ok)), "n_pairs": int(len(pairs))}
     if ok.empty:
         return out
-    out["slower"] = [f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]} ({sig(r['speedup'])}×)"
-                     for _, r in ok[ok["speedup"] < 1].iterrows()]
+    bound = {src for f in flags or [] if f["kind"] == "host_bound" for src in f["sources"]}
+    every = pairs[pairs["speedup"].notna()]
+    out["slower"] = [f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]} ({sig(r['speedup'])}×"
+                     + ("; host-bound" if {r["source_fp32"], r["source_bf16"]} & bound else "") + ")"
+                     for _, r in every[every["speedup"] < 1].iterrows()]
     for mode in [m for m in MODE_COLUMNS if m in set(ok["mode"])]:
         g = ok[ok["mode"] == mode]
         best, worst = g.loc[g["speedup"].idxmax()], g.loc[g["speedup"].idxmin()]
@@ -425,13 +449,16 @@ def speed_part(ctx) -> dict | None:
     order = [str(size) for size in df["size"].cat.categories]  # by model scale, as benchmarking_script orders them
     pairs = pairs.assign(size=pd.Categorical(pairs["size"].astype(str), categories=order, ordered=True))
     pairs = pairs.sort_values(["implementation", "size", "context"])
-    tables = [speed_table(g, f"Step time, fp32 against bf16 autocast ({impl} implementation)")
+    timed = [r for e in ("benchmarking", "benchmarking_bf16") for r in ctx.records(e)]
+    flags = checks.timing_flags(timed)
+    by_path = {r.get("_path"): r for r in timed}
+    tables = [speed_table(g, f"Step time, fp32 against bf16 autocast ({impl} implementation)", flags, by_path)
               for impl, g in pairs.groupby("implementation")]
     figures = [ctx.figure(f"mixed_precision_speedup_{impl}", speedup_plot(g),
                           f"Speed-up of bf16 autocast over fp32 against model size ({impl} implementation); "
                           "dotted: no speed-up.")
                for impl, g in pairs.groupby("implementation")]
-    return {"tables": tables, "figures": figures, "analysis": speed_analysis(pairs),
+    return {"tables": tables, "figures": figures, "analysis": speed_analysis(pairs, flags), "flags": flags,
             "settings": ctx.settings("benchmarking_bf16")}
 
 
@@ -440,7 +467,7 @@ def memory_grid(ctx) -> dict | None:
     return (grids.get(ctx.config.get("_grid", "cpu")) or {}).get("autocast_memory")
 
 
-def memory_table(pairs: pd.DataFrame, title: str) -> Table:
+def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = None) -> Table:
     modes = [m for m in MODE_COLUMNS if m in set(pairs["mode"])]
     columns, units = ["implementation", "size", "context"], ["", "", "tokens"]
     for m in modes:
@@ -464,7 +491,9 @@ def memory_table(pairs: pd.DataFrame, title: str) -> Table:
     sources = sorted(set(pairs["source_fp32"].dropna()) | set(pairs["source_bf16"].dropna()))
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sources,
                  note="torch.cuda.max_memory_allocated over the warm-up and measured steps, model and batch included; "
-                      "change = bf16 peak / fp32 peak − 1")
+                      "change = bf16 peak / fp32 peak − 1"
+                      + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
+                                                                      if r.get("_path") in set(sources)])) else ""))
 
 
 def memory_time_table(pairs: pd.DataFrame, title: str) -> Table:
@@ -542,7 +571,8 @@ def memory_part(ctx) -> dict | None:
            "grid": {"sizes": list(grid["sizes"]), "contexts": [str(c) for c in grid["contexts"]],
                     "modes": [MODE_COLUMNS[m] for m in grid["modes"]], "implementations": list(grid["implementations"])}}
     if has_peak:
-        out["table"] = memory_table(pairs, "Peak memory, fp32 against bf16 autocast")
+        records = [r for e in ("benchmarking", "benchmarking_bf16", "autocast_memory") for r in ctx.records(e)]
+        out["table"] = memory_table(pairs, "Peak memory, fp32 against bf16 autocast", records)
         out["analysis"] = memory_analysis(pairs)
         out["pairs"] = pairs
     return out

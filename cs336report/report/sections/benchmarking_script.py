@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from ... import accounting
-from .. import answer_parts, plots
+from .. import answer_parts, checks, plots
 from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
 
 ID = "benchmarking_script"
@@ -65,7 +65,8 @@ def _peak_for(row, peaks: dict[str, float]) -> float:
     return peaks.get(kind, math.nan)
 
 
-def timing_table(df: pd.DataFrame, title: str) -> Table:
+def timing_table(df: pd.DataFrame, title: str, flags: list[dict] | None = None,
+                 records: list[dict] | None = None) -> Table:
     """Size x context rows; one column per mode (mean ± std), plus the backward phase."""
     df = df.copy()
     scale = 1e-3
@@ -96,7 +97,10 @@ def timing_table(df: pd.DataFrame, title: str) -> Table:
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]),
                  note="mean ± sample standard deviation over the measured steps"
                       + ("; the phases of forward + backward are timed inside its steps (synchronized at the "
-                         "boundary), while the forward column is a forward-only step timed apart" if has_bwd else ""))
+                         "boundary), while the forward column is a forward-only step timed apart" if has_bwd else "")
+                      + (f"; {flagged}" if (flagged := checks.note(flags or [], df["source"])) else "")
+                      + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
+                                                                      if r.get("_path") in set(df["source"])])) else ""))
 
 
 def throughput_table(df: pd.DataFrame, peaks: dict[str, float]) -> Table:
@@ -161,8 +165,10 @@ def warmup_table(wf: pd.DataFrame) -> Table:
     )
 
 
-def analysis(df: pd.DataFrame, wf: pd.DataFrame) -> dict:
-    """Numbers the section's sentences quote, all computed from the results."""
+def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None) -> dict:
+    """Numbers the section's sentences quote, all computed from the results; a comparison of two
+    cells that :func:`checks.defensible` refuses is not drawn."""
+    flags = flags or []
     ok = df[df["status"] == "ok"].copy()
     out: dict = {"n_cells": len(df), "n_ok": len(ok), "failed": [], "context_scaling": [], "size_scaling": []}
     for _, r in df[df["status"] != "ok"].iterrows():
@@ -180,7 +186,7 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame) -> dict:
     scaling = []
     for (size, mode), g in ok.groupby(["size", "mode"], observed=True):
         g = g.sort_values("context")
-        if len(g) >= 2:
+        if len(g) >= 2 and checks.defensible(flags, g.iloc[0]["source"], g.iloc[-1]["source"]):
             lo, hi = g.iloc[0], g.iloc[-1]
             scaling.append({"size": str(size), "mode": MODE_COLUMNS[mode], "ctx_lo": int(lo["context"]),
                             "ctx_hi": int(hi["context"]), "ctx_ratio": sig(hi["context"] / lo["context"]),
@@ -189,7 +195,7 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame) -> dict:
     sizes = []
     for (context, mode), g in ok.groupby(["context", "mode"]):
         g = g.sort_values("params")
-        if len(g) >= 2 and mode == "forward":
+        if len(g) >= 2 and mode == "forward" and checks.defensible(flags, g.iloc[0]["source"], g.iloc[-1]["source"]):
             lo, hi = g.iloc[0], g.iloc[-1]
             sizes.append({"context": int(context), "small": str(lo["size"]), "large": str(hi["size"]),
                           "param_ratio": sig(hi["params"] / lo["params"]), "time_ratio": sig(hi["mean_s"] / lo["mean_s"])})
@@ -230,12 +236,15 @@ def build(ctx) -> dict:
     wf = frame(ctx.records("benchmarking_warmup"))
     roofline = ctx.records("roofline")
     peaks = _peaks(roofline)
-    out = {"tables": [], "figures": [], "roofline": roofline_table(roofline), "settings": ctx.settings("benchmarking")}
+    flags = checks.timing_flags(ctx.records("benchmarking"))
+    out = {"tables": [], "figures": [], "roofline": roofline_table(roofline), "settings": ctx.settings("benchmarking"),
+           "flags": flags}
     if df.empty:
         out["analysis"] = {"n_cells": 0}
         return out
     for (impl, precision), g in df.groupby(["implementation", "precision"]):
-        out["tables"].append(timing_table(g, f"Step time, {impl} implementation, {precision}"))
+        out["tables"].append(timing_table(g, f"Step time, {impl} implementation, {precision}", flags,
+                                          ctx.records("benchmarking")))
         out["figures"].append(ctx.figure(
             f"benchmarking_time_{impl}_{precision}", plots.time_vs_context(g),
             f"Time per step against context length ({impl} implementation, {precision}); error bars: ±1 std.",
@@ -247,6 +256,6 @@ def build(ctx) -> dict:
         out["figures_warmup"] = [ctx.figure("benchmarking_warmup", plots.warmup_steps(wf[wf["status"] == "ok"]),
                                             "Every step's time for each number of warm-up steps; dashed: end of warm-up.")]
         out["warmup_cell"] = f"{wf['size'].iloc[0]}, context {wf['context'].iloc[0]}, {MODE_COLUMNS[wf['mode'].iloc[0]]}"
-    out["analysis"] = analysis(df, wf)
+    out["analysis"] = analysis(df, wf, flags)
     out["answer"] = answer_parts.benchmarking_script(df)
     return out

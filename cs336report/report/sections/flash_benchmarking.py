@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...experiments.flash_names import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS, PASSES
 from .. import answer_parts
+from .. import kernel_overhead
 from ..tables import Cell, Table, fmt_bytes, sig, status_cell
 from ..targets import LEADERBOARD_TARGET_MS, on_target_card
 
@@ -651,6 +652,8 @@ def build(ctx) -> dict:
         ))
     a = analysis(df, mem)
     out["analysis"] = a
+    if (kernels := kernel_overhead.table(records, a["focus_d"])) is not None:
+        out["tables"].append(kernels)
     if a["speedup_rows"]:
         out["speedup_table"] = speedup_table(a["speedup_rows"], a["ref"]["label"], a["focus_d"],
                                              sorted(set(df["source"])))

@@ -91,6 +91,7 @@ def frame(parse_records: list[dict], capture_records: list[dict]) -> pd.DataFram
             "size": c.get("size", "?"), "context": int(c.get("context", 0)), "label": _label(c),
             "mode": c.get("mode", "forward"), "grad": c.get("grad", "enabled"),
             "batch": c.get("batch_size"), "model": c.get("model"),
+            "saved_matrices": accounting.saved_matrices_of(cap, r.get("provenance")),
             "peak_alloc": peaks.get("allocated_bytes"), "peak_reserved": peaks.get("reserved_bytes"),
             "before": cap.get("allocated_before_bytes"), "device_bytes": cap.get("device_memory_bytes"),
             "snap": snap, "snap_peak": snap["peak"]["bytes"] if snap else None,
@@ -425,7 +426,8 @@ def accounting_rows(df: pd.DataFrame) -> list[dict]:
             continue
         spec = _spec(r)
         impl = r["implementation"] if r["implementation"] in ("naive", "native") else "naive"
-        pred = accounting.predicted_peak_bytes(spec, int(r["batch"]), int(r["context"]), r["mode"], r["grad"], impl)
+        pred = accounting.predicted_peak_bytes(spec, int(r["batch"]), int(r["context"]), r["mode"], r["grad"], impl,
+                                               r["precision"], "foreach", r["saved_matrices"])
         measured = r["peak"] if r["status"] == "ok" else None
         out.append({"row": r, "pred": pred, "measured": measured,
                     "ratio": measured / pred["total"] if measured else None})

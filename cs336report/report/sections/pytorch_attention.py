@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 
 from ... import accounting  # noqa: E402
 from ...results import other_processes_bytes, record_status  # noqa: E402
+from .. import checks  # noqa: E402
 from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, sig, status_cell  # noqa: E402
 
@@ -39,7 +40,7 @@ FRAME_COLUMNS = [
     "variant", "dtype", "d", "seq", "batch", "causal", "status", "error", "oom_phase", "fwd_mean_s", "fwd_std_s",
     "fwd_median_s", "bwd_mean_s", "bwd_std_s", "bwd_median_s", "before_bwd_bytes", "activation_bytes", "peak_bytes",
     "saved_bytes", "matrix_bytes", "baseline_bytes", "others_bytes", "first_call_s", "setup_s", "cache_hits",
-    "graph_breaks", "gpu_memory_bytes", "gpu", "source",
+    "graph_breaks", "gpu_memory_bytes", "gpu", "source", "saved_matrices",
 ]
 
 
@@ -80,6 +81,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "bwd_mean_s": _stat(d, "backward_stats_s", "mean"), "bwd_std_s": _stat(d, "backward_stats_s", "std"),
             "bwd_median_s": _stat(d, "backward_stats_s", "median"),
             "before_bwd_bytes": _own(d.get("memory_before_backward_bytes"), baseline),
+            "saved_matrices": accounting.saved_matrices_of(d, r.get("provenance")),
             "activation_bytes": _bytes(d.get("activation_bytes_before_backward")),
             "peak_bytes": _own(peak.get("allocated_bytes"), baseline),
             "saved_bytes": _bytes(d.get("saved_activation_bytes")),
@@ -260,11 +262,13 @@ def accounting_tables(df: pd.DataFrame) -> dict:
         return {}
     b = DTYPE_BYTES[target["dtype"]]
     B, T, d = int(target["batch"]), int(target["seq"]), int(target["d"])
-    acc = accounting.naive_attention_memory(B, T, d, b, bool(target["causal"]))
+    acc = accounting.naive_attention_memory(B, T, d, b, bool(target["causal"]), int(target["saved_matrices"]))
     formulas = [
         ("one score matrix (QKᵀ, B × T × T)", f"{B}·{T}²·{b}", acc["score_matrix"]),
-        ("saved for backward: scores, exp, softmax output, row max and sum",
-         f"3·{B}·{T}²·{b} + 2·{B}·{T}·{b}" + (f" + {T}²" if target["causal"] else ""), acc["saved_for_backward"]),
+        ("saved for backward: exp, softmax output, row max positions and row sum",
+         (f"2·{B}·{T}²·{b} + {B}·{T}·(8 + {b})" if int(target["saved_matrices"]) == accounting.NAIVE_SAVED_MATRICES
+          else f"{int(target['saved_matrices'])}·{B}·{T}²·{b} + 2·{B}·{T}·{b}") + (f" + {T}²" if target["causal"] else ""),
+         acc["saved_for_backward"]),
         ("inputs Q, K, V", f"3·{B}·{T}·{d}·{b}", acc["inputs"]),
         ("output O and upstream gradient dO", f"2·{B}·{T}·{d}·{b}", acc["output"] + acc["grad_output"]),
         ("in use when backward starts", "saved + Q, K, V + O + dO", acc["before_backward"]),
@@ -274,7 +278,9 @@ def accounting_tables(df: pd.DataFrame) -> dict:
     out: dict = {"is_oom": target["status"] == "oom", "d": d, "seq": T, "batch": B,
                  "phase": target["oom_phase"], "before_backward": fmt_bytes(acc["before_backward"]),
                  "saved": fmt_bytes(acc["saved_for_backward"]), "matrix": fmt_bytes(acc["score_matrix"]),
-                 "n_saved": accounting.NAIVE_SAVED_MATRICES}
+                 "n_saved": int(target["saved_matrices"]),
+                 "extension": checks.beyond_handout_grid("pytorch_attention", seq=T, d=d),
+                 "handout_seqs": ", ".join(str(v) for v in checks.HANDOUT_GRIDS["pytorch_attention"]["seq"])}
     device = target["gpu_memory_bytes"]
     if device == device:
         rows.append([Cell("device memory (total)"), Cell(str(target["gpu"])), Cell(fmt_bytes(device))])
@@ -293,7 +299,7 @@ def measured_against_formula(fit, oom_seq: int, device: float) -> dict:
     """The largest cell that fit: predicted against measured memory, and its peak scaled to ``oom_seq``."""
     b = DTYPE_BYTES[fit["dtype"]]
     B, T, d = int(fit["batch"]), int(fit["seq"]), int(fit["d"])
-    acc = accounting.naive_attention_memory(B, T, d, b, bool(fit["causal"]))
+    acc = accounting.naive_attention_memory(B, T, d, b, bool(fit["causal"]), int(fit["saved_matrices"]))
     rows = [[Cell("saved for backward"), Cell(fmt_bytes(acc["saved_for_backward"])),
              bytes_cell(fit["saved_bytes"], "ok")],
             [Cell("in use before backward"), Cell(fmt_bytes(acc["before_backward"])),

@@ -1,0 +1,167 @@
+"""Who else used the machine while a cell was timed.
+
+At the start and at the end of a cell, :func:`snapshot` records the processes that held the GPU
+(NVML through pynvml where it imports, else ``nvidia-smi --query-compute-apps``), the host's load
+average and the other processes of this package that were running (other jobs of the same
+workflow, in the same working folder: a parse or a render beside a timed cell changes its time). :func:`verdict` turns the two
+snapshots into the cell's mark: a cell that shared the GPU, or ran beside other jobs of the
+workflow, is ``shared`` and is left out of the report's comparisons.
+
+    before = snapshot()
+    ...  # the cell
+    contention = verdict(before, snapshot())
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# The command line of a job of this workflow names the package (python -m cs336report ...).
+JOB_MARK = "cs336report"
+
+
+def _own_lineage() -> set[int]:
+    """This process and its ancestors (the shell and the Snakemake that started it)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4, after the command name in parentheses
+    return pids
+
+
+def _descendants(pid: int) -> set[int]:
+    """Processes this one started, and theirs (a profiler it runs, a repeat of its cell)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, ppid in parent.items() if ppid in frontier and child not in out}
+        out |= frontier
+    return out
+
+
+def workflow_jobs() -> list[dict] | None:
+    """Other running processes whose command line names this package and that run in this
+    process's working folder (other jobs of the same workflow; another checkout's run is not one),
+    without this process, its ancestors and its descendants; None where the process table cannot
+    be read (no /proc)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    mine = _own_lineage() | _descendants(os.getpid())
+    here = os.path.realpath(os.getcwd())
+    jobs = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode("utf-8", "replace") for a in argv if a]
+        try:
+            if os.readlink(entry / "cwd") != here:
+                continue
+        except OSError:
+            continue
+        if any(JOB_MARK in w for w in words) and not _is_worker(words) and not _is_own_client(words):
+            jobs.append({"pid": int(entry.name), "command": " ".join(Path(w).name if "/" in w else w for w in words[:6])})
+    return sorted(jobs, key=lambda j: j["pid"])
+
+
+def _is_worker(words: list[str]) -> bool:
+    """A warm worker (:mod:`cs336report.worker`) runs the cells its clients hand over; each of those
+    clients waits as a process of its own for as long as its cell runs, and is counted instead."""
+    return "cs336report.worker" in words and "serve" in words
+
+
+def _is_own_client(words: list[str]) -> bool:
+    """The client that handed this process the cell it runs (a worker runs it under the client's
+    ``sys.argv``)."""
+    argv = [str(a) for a in sys.argv[1:]]
+    return bool(argv) and len(words) > len(argv) and words[-len(argv):] == argv
+
+
+def gpu_processes() -> list[dict] | None:
+    """Processes holding a CUDA context on the GPUs (pid, used bytes), from NVML or nvidia-smi; None
+    where neither answers (no GPU)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            out = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    out.append({"pid": int(p.pid), "used_bytes": int(p.usedGpuMemory or 0), "gpu": i})
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    try:
+        res = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if res.returncode != 0:
+        return None
+    return parse_compute_apps(res.stdout)
+
+
+def parse_compute_apps(text: str) -> list[dict]:
+    """``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`` lines (MiB)."""
+    out = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            used = float(parts[1]) if parts[1].replace(".", "", 1).isdigit() else 0.0
+            out.append({"pid": int(parts[0]), "used_bytes": int(used * 2**20)})
+    return out
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def snapshot() -> dict:
+    """GPU processes, host load and the workflow's other running jobs, now. A GPU process that is a
+    warm worker of this package is marked ``worker``: it holds a CUDA context between cells, and
+    when it runs one, that cell's client is among ``workflow_jobs``."""
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    gpu = gpu_processes()
+    for p in gpu or []:
+        p["worker"] = _is_worker(_cmdline(p["pid"]))
+    return {"gpu_processes": gpu, "load_avg": load, "cpu_count": os.cpu_count(), "workflow_jobs": workflow_jobs()}
+
+
+def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
+    """The cell's mark from its two snapshots: the other processes that held the GPU, the other
+    jobs of the workflow that ran, and ``shared`` when there was either (the cell's timings are not
+    compared with others')."""
+    own = {own_pid or os.getpid()}
+    gpu = sorted({p["pid"] for s in (start, end) for p in (s.get("gpu_processes") or [])
+                  if p["pid"] not in own and not p.get("worker")})
+    jobs = sorted({j["pid"] for s in (start, end) for j in (s.get("workflow_jobs") or [])})
+    return {"start": start, "end": end, "other_gpu_pids": gpu, "other_job_pids": jobs,
+            "shared_gpu": bool(gpu), "beside_jobs": bool(jobs), "shared": bool(gpu or jobs)}

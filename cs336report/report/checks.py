@@ -1,0 +1,192 @@
+"""Which timings a sentence may compare: flags over the result records, derived once.
+
+:func:`timing_flags` reads the records of Transformer timings (any record whose cell has a size,
+context and mode and whose data has ``stats_s``) and returns one flag per problem:
+
+* ``shared``: another process held the GPU, or other jobs of the workflow ran, while the cell was
+  timed (``contention``);
+* ``host_bound``: the host's launch time was nearly all of the step (``data.host``), so the time
+  measures the host;
+* ``noisy``: the coefficient of variation of the step times (across repeats, where the cell was
+  repeated) exceeds ``NOISY_CV``;
+* orderings the work forbids (by mean times): ``longer_context_faster`` (same
+  model, precision and mode), ``train_step_faster_than_forward_backward`` (a train step runs
+  forward + backward and more), ``forward_slower_than_forward_backward``.
+
+A sentence that compares two cells asks :func:`defensible` first; a table lists the flags of its
+cells with :func:`note`.
+
+    flags = timing_flags(records)
+    if defensible(flags, row_a["source"], row_b["source"]):
+        ...
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+# A comparison drawn from a cell whose step times vary more than this is not drawn.
+NOISY_CV = 0.10
+
+KINDS = {
+    "shared": "shared the GPU or ran beside other jobs",
+    "host_bound": "host-bound (launches, not kernels, set the time)",
+    "noisy": "step times vary too much to compare",
+    "longer_context_faster": "faster at a longer context than at a shorter one",
+    "train_step_faster_than_forward_backward": "train step faster than its forward + backward",
+    "forward_slower_than_forward_backward": "forward slower than forward + backward",
+}
+# Flags that make a cell's time unfit for any comparison (an ordering flag concerns its pair only).
+CELL_KINDS = ("shared", "host_bound", "noisy")
+
+
+def _stats(record: dict) -> dict | None:
+    data = record.get("data") or {}
+    repeats = (data.get("repeats") or {}).get("stats_s")
+    return repeats or data.get("stats_s")
+
+
+def _timed(records: list[dict]) -> list[dict]:
+    out = []
+    for r in records:
+        c = r.get("config") or {}
+        if r.get("status") == "ok" and {"size", "context", "mode"} <= set(c) and _stats(r):
+            out.append(r)
+    return out
+
+
+def _name(r: dict) -> str:
+    c = r["config"]
+    return f"{r['experiment']} {c.get('implementation', '')} {c.get('precision', '')} {c['size']}, context {c['context']}, {c['mode']}"
+
+
+def _clearly_below(a: dict, b: dict) -> bool:
+    """``a``'s mean time lies below ``b``'s, where ``a`` does at least ``b``'s work: within the
+    spreads or not, the two cannot be put in the order the work gives them."""
+    return _stats(a)["mean"] < _stats(b)["mean"]
+
+
+def timing_flags(records: list[dict], noisy_cv: float = NOISY_CV) -> list[dict]:
+    """Flags over ``records`` (see the module docstring): ``{kind, text, sources, cells}``, sources
+    being the records' ``_path``."""
+    timed = _timed(records)
+    flags: list[dict] = []
+
+    def flag(kind: str, *rs: dict) -> None:
+        flags.append({"kind": kind, "text": KINDS[kind], "sources": [r.get("_path") for r in rs],
+                      "cells": [_name(r) for r in rs]})
+
+    for r in timed:
+        data = r.get("data") or {}
+        if (r.get("contention") or {}).get("shared"):
+            flag("shared", r)
+        if (data.get("host") or {}).get("host_bound"):
+            flag("host_bound", r)
+        if _stats(r).get("cv", 0.0) > noisy_cv:
+            flag("noisy", r)
+    groups: dict[tuple, list[dict]] = {}
+    for r in timed:
+        c = r["config"]
+        model = tuple(sorted((k, str(v)) for k, v in c.items() if k not in ("context", "mode")))
+        groups.setdefault((r["experiment"], model), []).append(r)
+    for rs in groups.values():
+        for a, b in combinations(rs, 2):
+            ca, cb = a["config"], b["config"]
+            if ca["mode"] == cb["mode"] and ca["context"] != cb["context"]:
+                short, long_ = (a, b) if ca["context"] < cb["context"] else (b, a)
+                if _clearly_below(long_, short):
+                    flag("longer_context_faster", short, long_)
+            if ca["context"] == cb["context"]:
+                by_mode = {ca["mode"]: a, cb["mode"]: b}
+                fb = by_mode.get("forward_backward")
+                if fb and "train_step" in by_mode and _clearly_below(by_mode["train_step"], fb):
+                    flag("train_step_faster_than_forward_backward", fb, by_mode["train_step"])
+                if fb and "forward" in by_mode and _clearly_below(fb, by_mode["forward"]):
+                    flag("forward_slower_than_forward_backward", by_mode["forward"], fb)
+    return flags
+
+
+def defensible(flags: list[dict], *sources: str) -> bool:
+    """May a sentence compare the records at ``sources``? Not where any of them is shared,
+    host-bound or noisy, nor where a flagged ordering involves two of them."""
+    given = set(sources)
+    for f in flags:
+        involved = given & set(f["sources"])
+        if f["kind"] in CELL_KINDS and involved:
+            return False
+        if f["kind"] not in CELL_KINDS and len(involved) >= 2:
+            return False
+    return True
+
+
+def note(flags: list[dict], sources) -> str:
+    """One sentence listing the flags of the records at ``sources`` (empty where none)."""
+    wanted = set(sources)
+    parts = [f"{' and '.join(f['cells'])}: {f['text']}" for f in flags if wanted & set(f["sources"])]
+    return ("flagged, and left out of the comparisons in the text: " + "; ".join(parts)) if parts else ""
+
+
+def cut_down_grid(config: dict, handout: dict | None = None) -> list[str]:
+    """Where ``config``'s GPU grid is smaller than the handout's (the GPU grid of the default
+    config): an experiment left out, or a list of sizes, contexts, modes, ... that holds only part
+    of the handout's. A verdict on the whole report (its cost) holds for that grid only."""
+    if handout is None:
+        import yaml
+
+        from ..config import DEFAULT_CONFIG
+
+        handout = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    want = (handout.get("grids") or {}).get("gpu") or {}
+    have = (config.get("grids") or {}).get("gpu") or {}
+    out = []
+    for experiment, grid in want.items():
+        if not isinstance(grid, dict):
+            continue
+        lists = {k: v for k, v in grid.items() if isinstance(v, list)}
+        mine = have.get(experiment)
+        if not lists:  # settings only (compile_threads): nothing to cut down
+            continue
+        if not isinstance(mine, dict):
+            out.append(f"{experiment} not run")
+            continue
+        for key, values in grid.items():
+            if isinstance(values, list) and isinstance(mine.get(key), list):
+                kept = [v for v in values if v in mine[key]]
+                if len(kept) < len(values):
+                    out.append(f"{experiment} {key}: {len(kept)} of {len(values)}")
+    return out
+
+
+# The handout's own grids where a report goes beyond them (a point outside is an extension).
+HANDOUT_GRIDS = {"pytorch_attention": {"d": (16, 32, 64, 128), "seq": (256, 1024, 4096, 8192, 16384)}}
+# The card the handout's sizes are meant for, in bytes (80 GB).
+H100_BYTES = 80 * 10**9
+
+
+def beyond_handout_grid(experiment: str, **point) -> bool:
+    """Whether ``point`` (e.g. seq=32768, d=64) lies beyond the largest values of the handout's grid
+    of ``experiment`` (a smaller grid, as on a CPU, is a cut-down grid, not an extension)."""
+    grid = HANDOUT_GRIDS.get(experiment) or {}
+    return any(key in grid and value > max(grid[key]) for key, value in point.items())
+
+
+def beyond_h100(records: list[dict]) -> list[str]:
+    """Cells whose measured peak (allocated bytes) exceeds an 80 GB H100, measured on a larger card:
+    they ran here but would not fit the card the handout targets."""
+    out = []
+    for r in records:
+        peak = ((r.get("data") or {}).get("peak_memory") or {}).get("allocated_bytes")
+        card = (r.get("provenance") or {}).get("gpu_memory_bytes")
+        if r.get("status") == "ok" and peak and card and card > H100_BYTES and peak > H100_BYTES:
+            c = r.get("config") or {}
+            out.append(f"{c.get('implementation', '')} {c.get('precision', '')} {c.get('size', '')} context "
+                       f"{c.get('context', '')} {c.get('mode', '')}".replace("  ", " ").strip())
+    return out
+
+
+def h100_note(records: list[dict]) -> str:
+    """One sentence naming the cells that would not fit an 80 GB H100 (empty where none)."""
+    cells = beyond_h100(records)
+    if not cells:
+        return ""
+    return (f"{', '.join(cells)}: peak above 80 GB, measured on a larger card; would not fit an 80 GB H100")

@@ -1,0 +1,60 @@
+"""Who else used the machine while a cell ran, and noisy cells measured again in fresh processes."""
+
+import os
+import signal
+import subprocess
+import sys
+
+from cs336report import contention
+from cs336report.runner import run_cell
+from helpers import cell
+
+
+def test_a_cell_beside_another_job_of_the_workflow_is_marked_shared(tmp_path):
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
+    alone = run_cell("benchmarking", name, c, tmp_path / "alone.json")
+    assert alone["contention"]["shared"] is False, alone["contention"]
+    # a job the workflow started beside this one: not a descendant of this process
+    line = f"{sys.executable} -c 'import time; time.sleep(60)' cs336report parse-nsys >/dev/null 2>&1 & echo $!"
+    other = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True).stdout)
+    try:
+        beside = run_cell("benchmarking", name, c, tmp_path / "beside.json")
+    finally:
+        os.kill(other, signal.SIGKILL)
+    assert beside["contention"]["shared"] is True
+    assert other in beside["contention"]["other_job_pids"]
+    start = beside["contention"]["start"]
+    assert start["load_avg"] is None or len(start["load_avg"]) == 3
+
+
+def test_another_process_on_the_gpu_marks_the_cell():
+    me = 1000
+    start = {"gpu_processes": [{"pid": me, "used_bytes": 1}], "workflow_jobs": []}
+    end = {"gpu_processes": [{"pid": me, "used_bytes": 1}, {"pid": 4242, "used_bytes": 2**30}], "workflow_jobs": []}
+    v = contention.verdict(start, end, own_pid=me)
+    assert v["shared_gpu"] and v["shared"] and v["other_gpu_pids"] == [4242]
+    assert not contention.verdict(start, start, own_pid=me)["shared"]
+    idle_worker = {"gpu_processes": [{"pid": 4343, "used_bytes": 2**29, "worker": True}], "workflow_jobs": []}
+    assert not contention.verdict(start, idle_worker, own_pid=me)["shared"]
+
+
+def test_nvidia_smi_compute_apps_are_read():
+    apps = contention.parse_compute_apps("1234, 512\n5678, [N/A]\n")
+    assert apps == [{"pid": 1234, "used_bytes": 512 * 2**20}, {"pid": 5678, "used_bytes": 0}]
+
+
+def test_a_noisy_cell_is_repeated_in_fresh_processes(tmp_path):
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward", repeats=2, noisy_cv=1e-9)
+    assert c["repeats"] == 2
+    record = run_cell("benchmarking", name, c, tmp_path / "r.json")
+    rep = record["data"]["repeats"]
+    assert [r["status"] for r in rep["runs"]] == ["ok", "ok", "ok"]
+    pids = {r["pid"] for r in rep["runs"]}
+    assert len(pids) == 3  # each repeat in a process of its own
+    assert rep["stats_s"]["n"] == 3 and rep["stats_s"]["cv"] >= 0
+    assert rep["means_s"][0] == record["data"]["stats_s"]["mean"]
+
+
+def test_a_steady_cell_is_not_repeated(tmp_path):
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward", repeats=2, noisy_cv=1e9)
+    assert "repeats" not in run_cell("benchmarking", name, c, tmp_path / "r.json")["data"]

@@ -1,0 +1,86 @@
+"""Records say which code made them, without the machine's paths; publish takes one clean commit."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cs336report import results
+from cs336report.publish import publish
+from cs336report.report.render import unclean_records
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_records_hold_no_absolute_path(tmp_path):
+    from cs336report.runner import run_cell
+    from helpers import cell
+
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
+    record = run_cell("benchmarking", name, c, tmp_path / "r.json")
+    record.pop("_path", None)
+    text = json.dumps(record)
+    for folder in {str(REPO), os.getcwd(), str(tmp_path)}:
+        assert folder not in text
+    assert record["data"]["model"]["file"] == "cs336report/model.py"
+    assert len(record["provenance"]["code_hash"]) == 16
+
+
+def test_code_hash_needs_no_git_and_matches_the_commit(tmp_path):
+    pkg = tmp_path / "repo" / "cs336report"
+    shutil.copytree(results.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    assert results.code_hash(pkg) == results.code_hash()  # a copy without .git hashes the same
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "repo")]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "c"], check=True)
+    sha = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert results.commit_code_hash(sha, tmp_path / "repo") == results.code_hash(pkg)
+    (pkg / "model.py").write_text((pkg / "model.py").read_text() + "\n# edited\n")
+    assert results.commit_code_hash(sha, tmp_path / "repo") != results.code_hash(pkg)
+
+
+def _record(tmp_path, name, **prov):
+    rec = {"schema": results.SCHEMA, "experiment": "benchmarking", "cell": name, "status": "ok", "error": None,
+           "config": {"device": "cpu"}, "data": {}, "provenance": {"device": "cpu", **prov}}
+    return str(results.save(rec, tmp_path / "results" / "benchmarking" / f"{name}.json"))
+
+
+def test_publish_refuses_records_that_are_not_from_one_clean_commit(tmp_path, monkeypatch):
+    import cs336report.publish as pub
+
+    monkeypatch.setattr(pub, "commit_code_hash", lambda commit: "feedfacefeedface")
+    clean = _record(tmp_path, "a", git_commit="1" * 40, git_dirty=False, code_hash="feedfacefeedface")
+    none = _record(tmp_path, "b", git_commit=None)
+    dirty = _record(tmp_path, "c", git_commit="1" * 40, git_dirty=True)
+    differs = _record(tmp_path, "d", git_commit="1" * 40, git_dirty=False, code_hash="0123456789abcdef")
+    publish([clean], {"device": "cpu"}, tmp_path / "ok")
+    for path, why in ((none, "names no commit"), (dirty, "uncommitted changes"), (differs, "differs from commit")):
+        with pytest.raises(ValueError, match=why):
+            publish([path], {"device": "cpu"}, tmp_path / "refused")
+    manifest = publish([clean, none, dirty, differs], {"device": "cpu"}, tmp_path / "marked", allow_dirty=True)
+    records = [results.load(f) for f in json.loads(manifest.read_text())["files"]]
+    unclean = unclean_records(records)
+    assert (unclean["no_commit"], unclean["dirty"], unclean["code_differs"]) == (1, 1, 1)
+    assert "Not from one clean commit" in unclean["text"]
+    assert unclean_records([results.load(f) for f in json.loads((tmp_path / "ok/manifest.json").read_text())["files"]]) is None
+
+
+def test_merge_refuses_a_cpu_record_in_a_gpu_folder(tmp_path):
+    from cs336report.runner import run_cell
+    from helpers import cell
+
+    config = json.loads((REPO / "report/data/config.json").read_text())
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "manifest.json").write_text(json.dumps({"files": []}))
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
+    path = tmp_path / "results" / "benchmarking" / f"{name}.json"
+    run_cell("benchmarking", name, c, path)
+    with pytest.raises(ValueError, match="ran on cpu"):
+        publish([str(path)], config, folder, merge=True, allow_dirty=True)
+    assert json.loads((folder / "manifest.json").read_text())["files"] == []
