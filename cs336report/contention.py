@@ -23,9 +23,9 @@ from pathlib import Path
 JOB_MARK = "cs336report"
 
 
-def _own_lineage() -> set[int]:
-    """This process and its ancestors (the shell and the Snakemake that started it)."""
-    pids, pid = set(), os.getpid()
+def _own_lineage(pid: int | None = None) -> set[int]:
+    """A process (this one by default) and its ancestors (the shell and the Snakemake that started it)."""
+    pids, pid = set(), os.getpid() if pid is None else pid
     while pid > 1 and pid not in pids:
         pids.add(pid)
         try:
@@ -63,7 +63,7 @@ def workflow_jobs() -> list[dict] | None:
         return None
     mine = _own_lineage() | _descendants(os.getpid())
     here = os.path.realpath(os.getcwd())
-    jobs = []
+    found = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit() or int(entry.name) in mine:
             continue
@@ -77,9 +77,15 @@ def workflow_jobs() -> list[dict] | None:
                 continue
         except OSError:
             continue
-        if any(JOB_MARK in w for w in words) and not _is_worker(words) and not _is_own_client(words):
-            jobs.append({"pid": int(entry.name), "command": " ".join(Path(w).name if "/" in w else w for w in words[:6])})
-    return sorted(jobs, key=lambda j: j["pid"])
+        if any(JOB_MARK in w for w in words) and not _is_worker(words):
+            found[int(entry.name)] = words
+    # In a warm worker, the job of this cell is its client and the shell that started the client:
+    # the client's own lineage is this cell's job, not another one.
+    for pid in [pid for pid, words in found.items() if _is_own_client(words)]:
+        for own in _own_lineage(pid):
+            found.pop(own, None)
+    return [{"pid": pid, "command": " ".join(Path(w).name if "/" in w else w for w in words[:6])}
+            for pid, words in sorted(found.items())]
 
 
 def _is_worker(words: list[str]) -> bool:
@@ -158,8 +164,9 @@ def snapshot() -> dict:
 def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
     """The cell's mark from its two snapshots: the other processes that held the GPU, the other
     jobs of the workflow that ran, and ``shared`` when there was either (the cell's timings are not
-    compared with others')."""
-    own = {own_pid or os.getpid()}
+    compared with others'). This process's ancestors are not other users: a cell's repeats run in
+    processes it starts and waits for, which keeps its CUDA context meanwhile."""
+    own = {own_pid or os.getpid()} | (_own_lineage() if own_pid is None else set())
     gpu = sorted({p["pid"] for s in (start, end) for p in (s.get("gpu_processes") or [])
                   if p["pid"] not in own and not p.get("worker")})
     jobs = sorted({j["pid"] for s in (start, end) for j in (s.get("workflow_jobs") or [])})

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from cs336report import contention
 from cs336report.runner import run_cell
@@ -58,3 +59,42 @@ def test_a_noisy_cell_is_repeated_in_fresh_processes(tmp_path):
 def test_a_steady_cell_is_not_repeated(tmp_path):
     name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward", repeats=2, noisy_cv=1e9)
     assert "repeats" not in run_cell("benchmarking", name, c, tmp_path / "r.json")["data"]
+
+
+def test_a_warm_workers_cell_does_not_count_its_own_job(tmp_path, monkeypatch):
+    """In a warm worker, the cell's job is the client that handed it over and the shell that started
+    the client; both name the package, and neither is another job (seen on an H100: every cell of a
+    worker was marked shared by its own job's shell)."""
+    argv = ["-m", "cs336report", "run", "benchmarking", "--name", f"cell-{os.getpid()}", "--out", str(tmp_path / "x")]
+    client = " ".join([sys.executable, "-c", "'import time; time.sleep(60)'", *argv])
+    # a job's shell as Snakemake starts it, not a descendant of this process (the fork's parent exits)
+    line = f'sh -c "{client}; true # cs336report run" >/dev/null 2>&1 & echo $!'
+    shell = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True).stdout)
+    try:
+        kids = set()
+        for _ in range(100):  # the shell's child, the client, appears
+            kids = contention._descendants(shell)
+            if kids:
+                break
+            time.sleep(0.05)
+        monkeypatch.setattr(sys, "argv", ["cs336report", *argv[1:]])
+        assert contention._is_own_client(contention._cmdline(next(iter(kids))))
+        pids = {j["pid"] for j in contention.workflow_jobs()}
+        assert shell not in pids and not (kids & pids)
+        monkeypatch.setattr(sys, "argv", ["cs336report", "run", "benchmarking", "--name", "another-cell"])
+        pids = {j["pid"] for j in contention.workflow_jobs()}
+        assert shell in pids and kids & pids  # another cell's job is one
+    finally:
+        for pid in contention._descendants(shell) | {shell}:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_process_that_started_a_repeat_is_not_another_gpu_user():
+    """A repeat of a noisy cell runs in a process its cell's process starts and waits for; that
+    parent holds its CUDA context meanwhile, and is not another user of the GPU."""
+    parent = os.getppid()
+    snap = {"gpu_processes": [{"pid": os.getpid(), "used_bytes": 1}, {"pid": parent, "used_bytes": 2**30}],
+            "workflow_jobs": []}
+    assert not contention.verdict(snap, snap)["shared"]
+    stranger = {"gpu_processes": [*snap["gpu_processes"], {"pid": 999999, "used_bytes": 1}], "workflow_jobs": []}
+    assert contention.verdict(snap, stranger)["other_gpu_pids"] == [999999]
