@@ -329,6 +329,8 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
         "provenance": provenance, "run": _run_line(records, provenance), "sections": sections, "targets": targets,
+        # the user's own model, where one was configured: sentences that name an implementation follow it
+        "user_model": next((m for m in provenance["model"]["models"] if m.get("kind") == "user"), None),
         "points": {"total": sum(s["points"] for s in sections),
                    "answered": sum(s["points"] for s in sections if s["ran"])},
         "appendix_table": _appendix(records, expected, coverage),
