@@ -124,12 +124,12 @@ def _nsys_stats(args) -> int:
 
 
 def _parse_nsys(args) -> int:
-    from .nsys_step import parse_stats
+    from .nsys_step import CellNameError, parse_stats
     from .parsers.nsys import NsysParseError
 
     try:
         record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name)
-    except (NsysParseError, FileNotFoundError) as exc:
+    except (NsysParseError, FileNotFoundError, CellNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("prefix", help="the --output PREFIX given to nsys stats, or a folder of exports")
     p.add_argument("--out", required=True, help="result JSON to write")
     p.add_argument("--run", help="the profiled run's run.json (status, cell, Python timer)")
-    p.add_argument("--name", help="cell name (default: from the run, else the folder name)")
+    p.add_argument("--name", help="cell name (default: from the run, else the folder name); without --run "
+                   "it gives the cell's settings: <implementation>-<precision>-<size>-ctx<N>-<mode>")
     p.set_defaults(func=_parse_nsys)
 
     p = sub.add_parser("parse-snapshot", help="parse a CUDA memory snapshot pickle into a result JSON")

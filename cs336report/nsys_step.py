@@ -5,8 +5,9 @@ Rule ``nsys_parse``, command ``parse-nsys``: the exports are read by
 :func:`cs336report.parsers.kernel_ranges.summarise`; the record adds the Python timer's
 measurements (the profiled run's measured and warm-up steps) and the wall times of the
 profiled run and of the export. It works on exports brought from another machine too
-(``python -m cs336report parse-nsys PREFIX --out FILE``), whose record then has an empty
-config and no wall time.
+(``python -m cs336report parse-nsys PREFIX --out FILE``): the cell's settings are then read
+from its name, which must follow :func:`cs336report.experiments.benchmarking.cell_name`, and
+the record has no wall time.
 """
 
 from __future__ import annotations
@@ -14,12 +15,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .config import DEFAULT_CONFIG, load_file
+from .experiments.benchmarking import CELL_NAME_FORM, cell_from_name
 from .parsers import nsys
 from .parsers.kernel_ranges import summarise
 from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX
 from .results import SCHEMA, load, now_iso, save
 
-__all__ = ["parse_stats"]
+__all__ = ["CellNameError", "parse_stats"]
+
+
+class CellNameError(ValueError):
+    """Exports parsed without their run's record under a name that does not spell out the cell."""
+
+
+def _model_of(size: str) -> dict:
+    """``{"model": shape}`` of a size named in the default config's size table, else nothing."""
+    sizes = load_file(DEFAULT_CONFIG).get("sizes") or {}
+    return {"model": dict(sizes[size])} if size in sizes else {}
 
 
 def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None = None,
@@ -27,16 +40,27 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
     """Parse the ``PREFIX_<report>.csv`` exports into the result record of one profiled cell.
 
     ``run_path`` is the profiled run's ``run.json`` (status, cell, Python timer, provenance);
-    without it (exports from elsewhere) the record has an empty config. A malformed export
-    raises :class:`cs336report.parsers.nsys.NsysParseError` naming the file and line.
+    without it (exports from elsewhere) the cell's settings come from its name (``name``, else
+    the export's directory or file name), which must read as
+    ``<implementation>-<precision>-<size>-ctx<N>-<mode>``; any other name raises
+    :class:`CellNameError` before anything is written. The model's shape then comes from the
+    default config's size table; the batch size is not known. A malformed export raises
+    :class:`cs336report.parsers.nsys.NsysParseError` naming the file and line.
     """
     prefix = Path(prefix)
     run = load(run_path) if run_path else None
+    cell_id = name or (run["cell"] if run else prefix.parent.name if prefix.name == STATS_PREFIX else prefix.stem)
+    named = None if run else cell_from_name(cell_id)
+    if not run and named is None:
+        raise CellNameError(
+            f"cell name {cell_id!r} does not say which cell was profiled; pass the profiled run's "
+            f"record (--run RUN.json) or name the cell as {CELL_NAME_FORM} (--name, e.g. "
+            f"naive-fp32-small-ctx128-forward)")
     run_dir = Path(run_path).parent if run_path else None
     export_path = prefix.parent / EXPORT_FILE
     export = json.loads(export_path.read_text()) if export_path.exists() else {}
     launch = json.loads((run_dir / LAUNCH_FILE).read_text()) if run_dir and (run_dir / LAUNCH_FILE).exists() else {}
-    cell = dict(run["config"]) if run else {}
+    cell = dict(run["config"]) if run else {**named, **_model_of(named["size"])}
     cell.pop("profile_dir", None)
     status, error, data = (run["status"], run.get("error"), {}) if run else ("ok", None, {})
     source = export.get("source") or "nsys"
@@ -69,7 +93,7 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
                                                 "the profiled run's record: where they were measured is unknown"}
     record = {
         "schema": SCHEMA, "experiment": run["experiment"] if run else "nsys_profile",
-        "cell": name or (run["cell"] if run else prefix.parent.name if prefix.name == STATS_PREFIX else prefix.stem),
+        "cell": cell_id,
         "status": status, "error": error, "config": cell, "data": data, "provenance": provenance,
         "started_at": run.get("started_at") if run else now_iso(), "finished_at": now_iso(),
         "wall_s": run.get("wall_s", 0.0) if run else 0.0,

@@ -198,11 +198,11 @@ def _run_record(tmp_path, status="ok", error=None, mode="forward"):
     return tmp_path / "prof" / "run.json"
 
 
-def _copy_exports(tmp_path, mode):
-    (tmp_path / "stats").mkdir(parents=True, exist_ok=True)
+def _copy_exports(tmp_path, mode, folder="stats"):
+    (tmp_path / folder).mkdir(parents=True, exist_ok=True)
     for f in REAL.glob(f"small_ctx128_{mode}_*.csv"):
-        shutil.copy(f, tmp_path / "stats" / f.name.replace(f"small_ctx128_{mode}", "stats"))
-    return tmp_path / "stats" / "stats"
+        shutil.copy(f, tmp_path / folder / f.name.replace(f"small_ctx128_{mode}", "stats"))
+    return tmp_path / folder / "stats"
 
 
 def test_parse_stats_writes_a_result_record(tmp_path):
@@ -247,9 +247,9 @@ def test_parse_stats_of_a_malformed_export_names_file_and_line(tmp_path):
 def test_parse_nsys_command_line(tmp_path, capsys):
     from cs336report.cli import main
 
-    prefix = _copy_exports(tmp_path, "train_step")
+    prefix = _copy_exports(tmp_path, "train_step", folder="naive-fp32-small-ctx128-train_step")
     assert main(["parse-nsys", str(prefix), "--out", str(tmp_path / "r.json")]) == 0
     record = load(tmp_path / "r.json")
     assert record["status"] == "ok" and record["cell"] == prefix.parent.name
-    assert main(["parse-nsys", str(tmp_path / "nothing" / "x"), "--out", str(tmp_path / "r2.json")]) == 2
+    assert main(["parse-nsys", str(tmp_path / "naive-fp32-small-ctx128-forward" / "stats"), "--out", str(tmp_path / "r2.json")]) == 2
     assert "no nsys stats exports" in capsys.readouterr().err

@@ -1,18 +1,45 @@
 """A report of records parsed from exports made elsewhere: no job time to account for."""
 
-from cs336report.nsys_step import parse_stats
+import pytest
+
+from cs336report.cli import main
+from cs336report.nsys_step import CellNameError, parse_stats
 from cs336report.report.render import render_report
-from cs336report.results import load, save
+from cs336report.results import load
 from test_kernel_ranges import REAL, small_cell
 
 
 def test_records_whose_wall_times_are_all_zero_render(tmp_path):
-    record = parse_stats(REAL / "small_ctx128_forward", tmp_path / "parsed.json", name="small-ctx128-forward")
+    record = parse_stats(REAL / "small_ctx128_forward", tmp_path / "parsed.json",
+                         name="naive-fp32-small-ctx128-forward")
     assert record["wall_s"] == 0.0
-    record = load(tmp_path / "parsed.json")
-    record["config"] = small_cell("forward")  # the cell it was profiled with, as its run record would say
-    save(record, tmp_path / "parsed.json")
     render_report([tmp_path / "parsed.json"], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "All jobs together took 0 ns of job time" in md
     assert "min goal for the whole report" not in md
+
+
+def test_a_record_parsed_with_only_a_cell_name_renders(tmp_path):
+    out = tmp_path / "parsed.json"
+    assert main(["parse-nsys", str(REAL / "small_ctx128_train_step"), "--out", str(out),
+                 "--name", "naive-fp32-small-ctx128-train_step"]) == 0
+    record = load(out)
+    profiled = small_cell("train_step")
+    assert {k: record["config"][k] for k in ("implementation", "precision", "size", "context", "mode", "model")} \
+        == {k: profiled[k] for k in ("implementation", "precision", "size", "context", "mode")} \
+        | {"model": {k: v for k, v in profiled["model"].items() if k not in ("vocab_size", "rope_theta")}}
+    render_report([out], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "per forward pass in small (12 layers)" in md  # the size and its shape, from the name
+    assert (tmp_path / "out" / "figures" / "nsys_profile_classes.png").exists()
+
+
+def test_a_name_that_does_not_spell_out_the_cell_is_refused_before_writing(tmp_path, capsys):
+    out = tmp_path / "parsed.json"
+    with pytest.raises(CellNameError, match=r"'small-ctx128-forward'.*--run RUN\.json.*--name"):
+        parse_stats(REAL / "small_ctx128_forward", out, name="small-ctx128-forward")
+    assert main(["parse-nsys", str(REAL / "small_ctx128_forward"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "'small_ctx128_forward'" in err
+    assert "<implementation>-<precision>-<size>-ctx<N>-<mode>" in err
+    assert not out.exists()

@@ -20,6 +20,7 @@ model is no faster than an fp32 one.
 from __future__ import annotations
 
 import json
+import re
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -73,6 +74,27 @@ def cell_name(cell: dict) -> str:
     if "warmup_study" in cell:
         name += f"-w{cell['warmup_steps']}"
     return name
+
+
+CELL_NAME_FORM = "<implementation>-<precision>-<size>-ctx<N>-<mode>"
+_CELL_NAME = re.compile(r"(?P<implementation>[^-]+)-(?P<precision>[^-]+)-(?P<size>.+)-ctx(?P<context>\d+)"
+                        r"-(?P<mode>" + "|".join(MODES) + r")(?:-w(?P<warmup_steps>\d+))?")
+
+
+def cell_from_name(name: str) -> dict | None:
+    """The settings a name written by :func:`cell_name` spells out, or None when it is not one.
+
+    Gives implementation, precision, size, context and mode (and warmup_steps for a warm-up
+    study's ``-wN``); the model's shape and the batch are not part of the name.
+    """
+    m = _CELL_NAME.fullmatch(name)
+    if not m:
+        return None
+    cell = {k: v for k, v in m.groupdict().items() if v is not None}
+    cell["context"] = int(cell["context"])
+    if "warmup_steps" in cell:
+        cell["warmup_steps"] = int(cell["warmup_steps"])
+    return cell
 
 
 def grid_cells(cfg, grid: dict) -> list[dict]:

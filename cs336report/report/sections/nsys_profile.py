@@ -580,6 +580,8 @@ def attention_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table, 
             mm_scores = mm_value = None
             matmul_ns = sdpa.loc[sdpa["class"] == "gemm", "per_step_ns"].sum()
         soft_ns = soft["per_step_ns"].sum()
+        if not r["model"] or not _num(r["batch"]):
+            continue  # parsed without its run's record: the batch, so the FLOPs, are unknown
         spec = ModelSpec(**r["model"])
         flops = accounting.attention_flops(spec, int(r["batch"]), int(r["context"]))
         if matmul_ns <= 0:
