@@ -329,6 +329,8 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
         "provenance": provenance, "run": _run_line(records, provenance), "sections": sections, "targets": targets,
+        # a user's model (kind "user"), named by the sentences that would otherwise describe the built-ins
+        "user_model": next((m for m in provenance["model"]["models"] if m["kind"] == "user"), None),
         "points": {"total": sum(s["points"] for s in sections),
                    "answered": sum(s["points"] for s in sections if s["ran"])},
         "appendix_table": _appendix(records, expected, coverage),
