@@ -308,7 +308,8 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
             "n_commits": len(commits), "n_records": len(records)}
 
 
-def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
+def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None) -> dict:
+    """The templates' context; record links are relative to ``links_from`` (default: the report folder)."""
     from .sections import HANDOUT
 
     ctx = RenderContext(records, config, figures_dir)
@@ -318,7 +319,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path) -> dict:
                 if "_expected" in config else expected_cells(config))
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     modules = {m.ID: m for m in SECTIONS}
-    sections = [_section(p, modules.get(p.id), ctx, coverage, figures_dir.parent) for p in HANDOUT]
+    sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
     device = config.get("_device", "cpu")
     provenance, cost = _provenance(records), cost_of(records, gpu_run=device == "cuda")
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
@@ -351,14 +352,17 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def render_report(result_paths: list[str], config: dict, out_dir: str | Path) -> dict:
+def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
+                  links_from: str | Path | None = None) -> dict:
+    """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
+    folders start from, where the pages will be read (default: ``out_dir``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    context = build_context(records, config, figures)
+    context = build_context(records, config, figures, Path(links_from) if links_from else None)
     envs = environments()
     pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
              "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
