@@ -38,14 +38,14 @@ def compare(rendered: str, committed: str, rendered_name: str, committed_name: s
                                      committed_name, rendered_name, n=context, lineterm=""))
 
 
-def rerender(data_dir: str | Path, out_dir: str | Path, link_dir: str | Path | None = None) -> Path:
-    """Render the published folder ``data_dir`` into ``out_dir``, its links to records relative to
-    ``link_dir`` (the committed report's folder); return the Markdown file."""
+def rerender(data_dir: str | Path, out_dir: str | Path, links_from: str | Path | None = None) -> Path:
+    """Render the published folder ``data_dir`` into ``out_dir``, its links to record folders
+    relative to ``links_from`` (where the committed report sits); return the Markdown file."""
     from .publish import published_files
     from .report.render import render_report
 
     files, config = published_files(data_dir)
-    render_report(files, config, out_dir, link_dir=link_dir)
+    render_report(files, config, out_dir, links_from)
     return Path(out_dir) / "report.md"
 
 
@@ -54,7 +54,7 @@ def check(data_dir: str | Path = "report/data", report: str | Path = "report/rep
     """0 when a fresh render of ``data_dir`` matches ``report`` (masked), else 1 with the diff."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cs336report-rerender-") as tmp:
-        rendered = rerender(data_dir, keep or tmp, link_dir=Path(report).parent)
+        rendered = rerender(data_dir, keep or tmp, links_from=Path(report).parent)
         diff = compare(rendered.read_text(), Path(report).read_text(), f"rendered from {data_dir}", str(report))
     took = time.monotonic() - start
     if not diff:

@@ -96,7 +96,10 @@ def parse_step(snapshot: str | os.PathLike, out: str | os.PathLike, result: str 
     else:
         from .results import provenance as current
 
-        provenance = current("cpu")
+        # a snapshot with no capture record was written by code this run cannot name: the
+        # parser's machine is recorded, but not its code hash, which would claim the snapshot's
+        # model is this checkout's (accounting.saved_matrices_of reads it so)
+        provenance = {k: v for k, v in current("cpu").items() if k != "code_hash"}
     record = {
         "schema": SCHEMA,
         "experiment": EXPERIMENT,

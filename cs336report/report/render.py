@@ -308,9 +308,8 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
             "n_commits": len(commits), "n_records": len(records)}
 
 
-def build_context(records: list[dict], config: dict, figures_dir: Path, link_dir: Path | None = None) -> dict:
-    """The templates' variables. Links to record folders are relative to ``link_dir``, the folder
-    the report is read from (by default the one it is written to, beside ``figures_dir``)."""
+def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None) -> dict:
+    """The templates' context; record links are relative to ``links_from`` (default: the report folder)."""
     from .sections import HANDOUT
 
     ctx = RenderContext(records, config, figures_dir)
@@ -320,7 +319,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, link_dir
                 if "_expected" in config else expected_cells(config))
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     modules = {m.ID: m for m in SECTIONS}
-    sections = [_section(p, modules.get(p.id), ctx, coverage, link_dir or figures_dir.parent) for p in HANDOUT]
+    sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
     device = config.get("_device", "cpu")
     provenance, cost = _provenance(records), cost_of(records, gpu_run=device == "cuda")
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
@@ -331,8 +330,8 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, link_dir
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
         "provenance": provenance, "run": _run_line(records, provenance), "sections": sections, "targets": targets,
-        # the user's own model, where one was configured: sentences that name an implementation follow it
-        "user_model": next((m for m in provenance["model"]["models"] if m.get("kind") == "user"), None),
+        # a user's model (kind "user"), named by the sentences that would otherwise describe the built-ins
+        "user_model": next((m for m in provenance["model"]["models"] if m["kind"] == "user"), None),
         "points": {"total": sum(s["points"] for s in sections),
                    "answered": sum(s["points"] for s in sections if s["ran"])},
         "appendix_table": _appendix(records, expected, coverage),
@@ -354,16 +353,16 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
-                  link_dir: str | Path | None = None) -> dict:
-    """Write the report pages into ``out_dir``; ``link_dir``: where they will be read from, when
-    that is elsewhere (a render made only to be compared with the committed one)."""
+                  links_from: str | Path | None = None) -> dict:
+    """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
+    folders start from, where the pages will be read (default: ``out_dir``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    context = build_context(records, config, figures, Path(link_dir) if link_dir else None)
+    context = build_context(records, config, figures, Path(links_from) if links_from else None)
     envs = environments()
     pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
              "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}

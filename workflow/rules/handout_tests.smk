@@ -2,10 +2,17 @@
 # sharded_optimizer): the student's own tests/ with student.checkout, else cs336report's suite of
 # the same cases through the built-in adapters. Each test's outcome goes into the record, and the
 # JUnit XML beside it.
-import glob
+from pathlib import Path
 
-# pytest runs the suite's test modules without their being imported: inputs of their own.
-HANDOUT_SUITE = sorted(glob.glob("cs336report/handout_suite/*.py"))
+from cs336report.experiments.handout_tests import OUR_FILES
+
+# pytest runs the suite's test modules without the cell's code importing them: they, and the
+# modules they import, are inputs of their own.
+HANDOUT_SUITE = code(
+    *sorted(
+        {f"handout_suite.{Path(f).stem}" for files in OUR_FILES.values() for f in files}
+    )
+)
 
 
 rule handout_tests:
