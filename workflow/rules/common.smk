@@ -15,6 +15,7 @@ os.environ.update(
 from cs336report import experiments
 from cs336report.codeinputs import closure
 from cs336report.config import Config
+from snakemake.exceptions import WorkflowError
 
 # Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error
 # names the file that set the key. device: cuda must find CUDA here, unless the jobs run elsewhere
@@ -36,7 +37,11 @@ if "gpu" not in workflow.global_resources and not config.get("jobs_elsewhere", F
     workflow.register_resource("gpu", 1)
 # A job that measures takes every core Snakemake is given (threads: TIMED), so however many
 # cores it has, no parse or render job runs beside a timed cell: Snakemake schedules by cores.
-TIMED = workflow.cores
+# Commands that run no job (--unlock, --report, --lint) give no --cores: one thread stands in.
+try:
+    TIMED = workflow.cores
+except WorkflowError:
+    TIMED = 1
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 
