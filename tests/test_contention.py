@@ -1,5 +1,6 @@
 """Who else used the machine while a cell ran, and noisy cells measured again in fresh processes."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -44,9 +45,21 @@ def test_nvidia_smi_compute_apps_are_read():
     assert apps == [{"pid": 1234, "used_bytes": 512 * 2**20}, {"pid": 5678, "used_bytes": 0}]
 
 
+def test_cpu_cells_are_never_repeated_and_gpu_cells_carry_the_runs_repeats():
+    from cs336report.experiments import benchmarking
+
+    from helpers import tiny_config
+
+    assert "repeats" not in cell("benchmarking", "naive-fp32-micro-ctx8-forward", repeats=2)[1]
+    cfg = dataclasses.replace(tiny_config(repeats=2, noisy_cv=0.03), device="cuda")
+    c = benchmarking.transformer_cell(cfg, "micro", 8, "forward", "fp32", "naive")
+    assert (c["repeats"], c["noisy_cv"]) == (2, 0.03)
+
+
 def test_a_noisy_cell_is_repeated_in_fresh_processes(tmp_path):
-    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward", repeats=2, noisy_cv=1e-9)
-    assert c["repeats"] == 2
+    # the runner repeats whatever cell asks for it (GPU cells do; a CPU cell is given the keys here)
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
+    c = {**c, "repeats": 2, "noisy_cv": 1e-9}
     record = run_cell("benchmarking", name, c, tmp_path / "r.json")
     rep = record["data"]["repeats"]
     assert [r["status"] for r in rep["runs"]] == ["ok", "ok", "ok"]
@@ -57,7 +70,8 @@ def test_a_noisy_cell_is_repeated_in_fresh_processes(tmp_path):
 
 
 def test_a_steady_cell_is_not_repeated(tmp_path):
-    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward", repeats=2, noisy_cv=1e9)
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
+    c = {**c, "repeats": 2, "noisy_cv": 1e9}
     assert "repeats" not in run_cell("benchmarking", name, c, tmp_path / "r.json")["data"]
 
 

@@ -33,7 +33,7 @@ def test_cpu_report_has_every_section_and_measured_numbers(workdir):
     html = (workdir / "report/cpu/index.html").read_text()
     assert "CPU run: no CUDA device was available" in md
     assert '<h2 id="benchmarking_script">' in html and "## benchmarking\\_script" in md
-    result = json.loads((workdir / "results/benchmarking/naive-fp32-mini-ctx64-forward.json").read_text())
+    result = json.loads((workdir / "results/benchmarking/naive-fp32-mini-ctx128-forward.json").read_text())
     stats = result["data"]["stats_s"]
     assert fmt_mean_std(stats["mean"], stats["std"], 1e-3) in md
     assert result["provenance"]["device"] == "cpu"
@@ -56,9 +56,9 @@ def test_changing_one_size_reruns_its_cells_and_the_report_only(workdir):
     counts = job_counts(run.stdout + run.stderr)
     mini_cells = [p for p in (workdir / "results/benchmarking").glob("*-mini-*.json")]
     profiled = {rule: len(list((workdir / "results" / rule).glob("*-mini-*"))) for rule in
-                ("nsys_profile", "nsys_stats", "nsys_parse", "benchmarking_bf16", "autocast_memory",
-                 "autocast_saved_tensors")}
-    assert counts == {"benchmarking": len(mini_cells), "benchmarking_warmup": 4, "report": 1,
+                ("benchmarking_warmup", "nsys_profile", "nsys_stats", "nsys_parse", "benchmarking_bf16",
+                 "autocast_memory", "autocast_saved_tensors")}
+    assert counts == {"benchmarking": len(mini_cells), "report": 1,
                       **{rule: n for rule, n in profiled.items() if n}}
 
 
@@ -120,7 +120,7 @@ def test_cpu_report_has_the_nsys_profile_section_from_torch_profiler(workdir):
     md = (workdir / "report/cpu/report.md").read_text()
     section = md.split('<a id="evidence-nsys_profile"></a>', 1)[1].split("<a id=", 1)[0]
     assert "Profiler used: torch.profiler" in section and "PyTorch operators timed on the CPU" in section
-    result = json.loads((workdir / "results/nsys_parse/naive-fp32-mini-ctx64-forward.json").read_text())
+    result = json.loads((workdir / "results/nsys_parse/naive-fp32-mini-ctx32-forward.json").read_text())
     data = result["data"]
     assert result["status"] == "ok" and data["source"] == "torch.profiler" and data["exact"]
     assert all(check["ok"] for check in data["checks"]["range_instances"].values())
@@ -172,7 +172,7 @@ def test_cpu_report_has_the_mixed_precision_sections(workdir):
                ["data"]["rows"] if row["component"] == "ln output") for t in ("fp16", "bf16")]
     assert f"| LayerNorm output | {ln[0]} | {ln[1]} |" in section
     assert "torch keeps no peak-memory counter for the CPU" in section
-    bf16 = json.loads((workdir / "results/benchmarking_bf16/naive-bf16-mini-ctx64-forward.json").read_text())
+    bf16 = json.loads((workdir / "results/benchmarking_bf16/naive-bf16-mini-ctx32-forward.json").read_text())
     assert sig(bf16["data"]["stats_s"]["mean"] * 1e3) in section
     assert not list((workdir / "results/benchmarking_bf16").glob("*-fp32-*"))  # fp32 comes from benchmarking
     census = json.loads((workdir / "results/autocast_saved_tensors/native-mini-census.json").read_text())
