@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,16 +55,26 @@ def _with_defaults(validator_cls):
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
 
 
-def load_schema(path: Path = SCHEMA_PATH) -> dict:
+# libyaml's loader where PyYAML was built with it (several times faster on the schema), else PyYAML's own
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_text(path: str, mtime_ns: int) -> dict:
     with open(path) as fh:
-        return yaml.safe_load(fh)
+        return yaml.load(fh, Loader=_SAFE_LOADER)
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    """The config schema (read once per process while the file is unchanged; a copy each call)."""
+    return copy.deepcopy(_schema_text(str(path), Path(path).stat().st_mtime_ns))
 
 
 def load_file(path: str | Path) -> dict:
     """The mapping of a YAML config file, or ConfigError naming the file (broken YAML, empty file)."""
     try:
         with open(path) as fh:
-            raw = yaml.safe_load(fh)
+            raw = yaml.load(fh, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -134,6 +145,12 @@ def validate(raw: dict, schema: dict | None = None, source: str = "config", file
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     schema = schema or load_schema()
     instance = copy.deepcopy(raw)
+    # An experiment set to null in a grid is not run there: a config file laid over another (Snakemake's
+    # --configfile merge) cannot delete a key, only give it a new value.
+    for grid in (instance.get("grids") or {}).values():
+        if isinstance(grid, dict):
+            for name in [name for name, value in grid.items() if value is None]:
+                del grid[name]
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:

@@ -26,6 +26,16 @@ def test_device_auto_picks_the_grid(raw):
     assert set(cpu.grid("benchmarking")["sizes"]) <= {"tiny", "mini"}
 
 
+def test_an_experiment_set_to_null_is_not_run_in_that_grid(raw):
+    from cs336report import experiments
+
+    assert experiments.cells("compiled_model", Config.from_dict(raw, cuda_available=False))
+    raw["grids"]["cpu"]["compiled_model"] = None
+    cpu = Config.from_dict(raw, cuda_available=False)
+    assert cpu.grid("compiled_model") is None and experiments.cells("compiled_model", cpu) == {}
+    assert experiments.cells("compiled_model", Config.from_dict(raw, cuda_available=True))  # the GPU grid keeps it
+
+
 def test_unknown_key_is_named_with_the_nearest_valid_key_on_one_line(raw):
     raw["run"]["warmup_stpes"] = 3
     with pytest.raises(ConfigError) as err:
