@@ -69,7 +69,7 @@ def test_section_reads_the_cpu_records(tmp_path):
     assert data["ok"] and a["same_weights"] and not a["cuda"]
     assert a["sharded"]["goal_met"] and a["zero"]["goal_met"]  # state saving within 5 % of 8·P·(1 − 1/N)
     assert a["sent_ratio"] == "1.50"  # all-reduce + broadcast against reduce-scatter + all-gather
-    assert len(data["memory_table"].rows) == 6  # 3 optimizers x 2 ranks
+    assert len(data["memory_table"].rows) == 3  # 3 optimizers, each the largest of its 2 ranks
     assert {t["goal"][:9] for t in data["targets"]} == {"optimizer", "time per "}
 
 

@@ -69,7 +69,7 @@ def allreduce_table(df: pd.DataFrame) -> Table:
         head = [Cell(r["backend"]), Cell(str(r["world_size"]))]
         if r["status"] != "ok":
             why = r["error"] or status_cell(r["status"]).text
-            rows.append(head + [status_cell(r["status"])] + [Cell(why, r["status"])] + [Cell("–")] * 5)
+            rows.append(head + [status_cell(r["status"])] + [Cell(why, r["status"])] + [Cell("–")] * 4)
             continue
         peak = r["peak_gb_s"]
         rows.append(head + [Cell(sig(r["size_mb"])),
@@ -77,16 +77,18 @@ def allreduce_table(df: pd.DataFrame) -> Table:
                                  + (" noisy" if r["noisy"] else "")),
                             Cell(sig(r["algbw_gb_s"])), Cell(sig(r["busbw_gb_s"])),
                             Cell(fmt_pct(r["busbw_gb_s"] / peak) if peak else "–"),
-                            Cell(r["interconnect"] or "–"), Cell("yes" if r["correct"] else "NO")])
+                            Cell("yes" if r["correct"] else "NO")])
+    links = sorted({str(x) for x in df["interconnect"].dropna() if x})
     return Table(title="All-reduce of fp32 tensors",
                  columns=["backend", "processes", "size", "latency median (mean ± std)", "algorithm bandwidth",
-                          "bus bandwidth", "of the link", "link", "sum correct"],
-                 units=["", "", "MB", "ms", "GB/s", "GB/s", "", "", ""], rows=rows,
+                          "bus bandwidth", "of the link", "sum correct"],
+                 units=["", "", "MB", "ms", "GB/s", "GB/s", "", ""], rows=rows,
                  sources=sorted(set(df["source"])),
                  note="latency: per call the slowest rank's time, median over the timed calls; algorithm "
                       "bandwidth = bytes / latency; bus bandwidth = algorithm bandwidth × 2(n−1)/n (NCCL's "
                       "definition); of the link: bus bandwidth over the NVLink bandwidth per direction between "
-                      "GPU 0 and GPU 1 (nvidia-smi nvlink -s, summed over links); Gloo runs over loopback TCP")
+                      "GPU 0 and GPU 1 (nvidia-smi nvlink -s, summed over links"
+                      + (f"; link: {', '.join(links)}" if links else "") + "); Gloo runs over loopback TCP")
 
 
 def allreduce_plot(df: pd.DataFrame):
@@ -151,7 +153,7 @@ def steps_table(df: pd.DataFrame, title: str) -> Table:
     for _, r in df.iterrows():
         if r["status"] != "ok":
             rows.append([Cell(variant_label(r)), status_cell(r["status"]), Cell(r["error"], r["status"])]
-                        + [Cell("–")] * 6)
+                        + [Cell("–")] * 5)
             continue
         ms = lambda k: sig(r[k] * 1e3)  # noqa: E731
         rows.append([Cell(variant_label(r)),
@@ -159,12 +161,11 @@ def steps_table(df: pd.DataFrame, title: str) -> Table:
                           + (" noisy" if r["step_noisy"] else "")),
                      Cell(ms("forward_median")), Cell(ms("backward_median")), Cell(ms("sync_median")),
                      Cell(fmt_pct(r["sync_share"])), Cell(ms("optimizer_median")),
-                     Cell(str(int(r["calls"])) if r["calls"] == r["calls"] and r["calls"] is not None else "–"),
-                     Cell(fmt_bytes(r["peak_bytes"]) if r["peak_bytes"] == r["peak_bytes"] and r["peak_bytes"] else "–")])
+                     Cell(str(int(r["calls"])) if r["calls"] == r["calls"] and r["calls"] is not None else "–")])
     return Table(title=title,
                  columns=["variant", "step median (mean ± std)", "forward", "backward", "gradient sync after backward",
-                          "sync share of step", "optimizer", "all-reduce calls", "peak memory (a rank)"],
-                 units=["", "ms", "ms", "ms", "ms", "", "ms", "", ""], rows=rows, sources=sorted(set(df["source"])),
+                          "sync share of step", "optimizer", "all-reduce calls"],
+                 units=["", "ms", "ms", "ms", "ms", "", "ms", ""], rows=rows, sources=sorted(set(df["source"])),
                  note="per step the slowest rank's time, median over the measured steps; forward and backward end "
                       "at a synchronize of the compute stream, so all-reduces started during backward run on; "
                       "gradient sync: finish_gradient_synchronization() until the device is idle (naive, flat: "

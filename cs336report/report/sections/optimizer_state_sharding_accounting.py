@@ -58,19 +58,25 @@ def _b(x) -> str:
 
 
 def memory_table(df: pd.DataFrame) -> Table:
+    """One row per optimizer: each number the largest over its ranks (they differ by a shard's few bytes)."""
     rows = []
-    for _, r in df.sort_values(["optimizer", "rank"], key=lambda s: s.map(ORDER.index) if s.name == "optimizer" else s).iterrows():
-        a = r["analytic"]
-        state_expected = a[{"adamw": "unsharded", "sharded": "sharded", "zero": "zero1"}[r["optimizer"]]]["optimizer_state"]
-        rows.append([Cell(LABELS[r["optimizer"]]), Cell(str(r["rank"])), Cell(_b(r["after_init_peak"])),
-                     Cell(_b(r["before_step_peak"])), Cell(_b(r["after_step_peak"])), Cell(_b(r["t_parameters"])),
-                     Cell(_b(r["t_gradients"])), Cell(f"{_b(r['t_optimizer_state'])} ({_b(state_expected)})"),
-                     Cell(f"{_b(r['t_saved_activations'])} ({_b(a['saved_activations'] + a['logits'])})")])
+    for opt in [o for o in ORDER if o in set(df["optimizer"])]:
+        g = df[df["optimizer"] == opt]
+        a = g["analytic"].iloc[0]
+        state_expected = a[{"adamw": "unsharded", "sharded": "sharded", "zero": "zero1"}[opt]]["optimizer_state"]
+        top = {col: g[col].max() for col in ("after_init_peak", "before_step_peak", "after_step_peak", "t_parameters",
+                                             "t_gradients", "t_optimizer_state", "t_saved_activations")}
+        rows.append([Cell(LABELS[opt]), Cell(_b(top["after_init_peak"])), Cell(_b(top["before_step_peak"])),
+                     Cell(_b(top["after_step_peak"])), Cell(_b(top["t_parameters"])), Cell(_b(top["t_gradients"])),
+                     Cell(f"{_b(top['t_optimizer_state'])} ({_b(state_expected)})"),
+                     Cell(f"{_b(top['t_saved_activations'])} ({_b(a['saved_activations'] + a['logits'])})")])
+    ranks = int(df.groupby("optimizer")["rank"].nunique().max())
     return Table(title="Peak memory per rank and what it holds",
-                 columns=["optimizer", "rank", "after model init", "before optimizer step", "after optimizer step",
-                          "parameters", "gradients", "optimizer state (analytic)", "saved activations (analytic)"],
+                 columns=["optimizer", "after model init", "before step", "after step", "parameters", "gradients",
+                          "optimizer state (analytic)", "saved activations (analytic)"],
                  rows=rows, sources=sorted(set(df["source"])),
-                 note="peaks: torch.cuda.max_memory_allocated, reset before each region (model construction; "
+                 note=f"each number the largest of the {ranks} ranks'; "
+                      "peaks: torch.cuda.max_memory_allocated, reset before each region (model construction; "
                       "forward, backward and gradient all-reduce; the optimizer step), in the last measured step; "
                       "parts: bytes of the tensors themselves; analytic: optimizer state 8 B per parameter (÷ world "
                       "size when sharded, as equal shards), saved activations by the reference architecture's count "
