@@ -4,9 +4,6 @@ its forward and train-step cells; the records, the cost appendix and the compile
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,18 +33,14 @@ def _tiny_cells() -> list[tuple[str, dict]]:
     return [(n, cells[n]) for n in names]
 
 
-def test_a_compiled_job_compiles_the_model_once_for_its_forward_and_train_step(tmp_path):
-    cells = _tiny_cells()
-    assert [c["mode"] for _, c in cells] == ["forward", "train_step"]
-    outs = [tmp_path / f"{name}.json" for name, _ in cells]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-m", "cs336report", "run-job", "compiled_model", "--job", "j",
-                          "--cells", json.dumps(cells), "--out", *map(str, outs)],
-                         capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    forward, train = (json.loads(p.read_text()) for p in outs)
+@pytest.mark.slow
+def test_a_compiled_job_compiles_the_model_once_for_its_forward_and_train_step(workdir):
+    """The CPU workflow's compiled_model job (``run-job``): one process, the forward cell first."""
+    assert [c["mode"] for _, c in _tiny_cells()] == ["forward", "train_step"]  # the job's order
+    records = [json.loads(p.read_text()) for p in sorted((workdir / "results/compiled_model").glob("*-compiled.json"))]
+    forward, train = sorted(records, key=lambda r: r["config"]["mode"] != "forward")
     assert forward["status"] == train["status"] == "ok", (forward["error"], train["error"])
-    assert forward["job"] == train["job"] == {"name": "j", "cells": [name for name, _ in cells]}
+    assert forward["job"] == train["job"] and forward["job"]["cells"] == [forward["cell"], train["cell"]]
     assert forward["process"]["pid"] == train["process"]["pid"]
     assert [forward["process"]["cells_before"], train["process"]["cells_before"]] == [0, 1]
     first, second = forward["data"]["compile"], train["data"]["compile"]

@@ -216,8 +216,8 @@ def test_missing_lists_the_result_files_of_the_configured_cells_a_folder_lacks(t
     assert main(["missing", str(tmp_path / "pub")]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == targets
-    assert (f"{n_missing} of {len(expected)} configured cells have no record, 1 ran out of memory while other "
-            "processes held part of the card (to run again)") in err
+    assert (f"{n_missing} of {len(expected)} configured cells have no record, 1 to run again (out of memory while "
+            "other processes held part of the card, or not run for want of GPUs)") in err
 
 
 def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsys):

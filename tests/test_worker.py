@@ -368,14 +368,21 @@ def test_reset_puts_the_process_state_back():
 def test_workflow_cells_ran_in_one_worker_that_stopped_at_the_end(workdir):
     records = [json.loads(p.read_text()) for p in sorted((workdir / "results").glob("*/*.json"))
                if p.parent.name in ("benchmarking", "roofline", "pytorch_attention", "benchmarking_bf16")]
-    processes = {r["process"]["pid"] for r in records}
-    assert len(processes) == 1 and len(records) > 10
-    assert sorted(r["process"]["cells_before"] for r in records) == sorted(
-        {r["process"]["cells_before"] for r in records})  # each its own turn in that process
+    assert len(records) > 10
+    log = (workdir / SOCKETS / "worker.log").read_text()
+    started = re.findall(r"worker (\d+): listening on", log)
+    idled = re.findall(r"worker (\d+): idle for [\d.]+ s; exiting", log)
+    # one worker served the cells; a later one only where the one before sat idle past its timeout
+    # (a long job of its own process between two worker cells, e.g. a compile on a loaded machine)
+    assert {str(r["process"]["pid"]) for r in records} <= set(started)
+    assert idled == started[:-1] and started[-1] not in idled
+    for pid in started:  # each cell its own turn in its process
+        turns = [r["process"]["cells_before"] for r in records if str(r["process"]["pid"]) == pid]
+        assert len(turns) == len(set(turns))
     warmup = [json.loads(p.read_text())["process"] for p in (workdir / "results/benchmarking_warmup").glob("*.json")]
     assert warmup and all(p["cells_before"] == 0 for p in warmup) and len({p["pid"] for p in warmup}) == len(warmup)
     assert not worker_pids(workdir) and not list((workdir / SOCKETS).glob("*.sock"))
-    assert "asked to stop; exiting" in (workdir / SOCKETS / "worker.log").read_text()
+    assert f"worker {started[-1]}: asked to stop; exiting" in log
 
 
 @pytest.mark.slow
