@@ -104,6 +104,17 @@ def test_students_cells_beside_ours_and_only_with_a_checkout(student_cfg):
         assert not [n for n in experiment.cells(plain) if n.startswith("student")]
 
 
+def test_the_workflow_schedules_the_students_cells():
+    from test_student import dry_run
+
+    code, output = dry_run("tests/fixtures/student_config.yaml")
+    assert code == 0, output[-2000:]
+    for path in ("ddp_overlap_individual_parameters_benchmarking/student_individual-tiny-ctx32-w2",
+                 "ddp_bucketed_benchmarking/student_bucketed-1mb-tiny-ctx32-w2",
+                 "optimizer_state_sharding_accounting/student-tiny-ctx32-b4-w2"):
+        assert f"results/{path}.json" in output
+
+
 def test_a_hook_that_raises_is_not_implemented_naming_it():
     impl = student.implementation("ddp_bucketed", entry(STUDENT_REPO))
     hook = student.hook(impl, "ddp_bucketed_on_after_backward")
