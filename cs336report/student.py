@@ -30,6 +30,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -224,3 +225,37 @@ def call(impl: Implementation, *args, **kwargs):
         raise AdapterNotImplemented(f"{piece.adapter} returned {type(out).__name__}, not {KINDS[piece.kind]} "
                                     f"({impl.provenance})")
     return out
+
+
+def hook(impl: Implementation, name: str):
+    """The handout's hook adapter ``name`` of ``impl`` (``ddp_bucketed_on_after_backward``, ...), to be
+    called as ``hook(ddp_model, optimizer)``; NotImplementedError becomes :class:`AdapterNotImplemented`
+    naming the hook."""
+    function = impl.hooks[name]
+    who = impl.provenance if impl.provenance == BUILTIN else impl.provenance.rsplit(":", 1)[0]
+    provenance = who if who == BUILTIN else f"{who}:{name}"
+
+    def run(ddp_model, optimizer):
+        try:
+            return function(ddp_model, optimizer)
+        except NotImplementedError as exc:
+            detail = f": {exc}" if str(exc) else ""
+            raise AdapterNotImplemented(f"{name} raises NotImplementedError{detail} ({provenance})") from None
+
+    return run
+
+
+@contextmanager
+def adapter_errors():
+    """Around code that runs the student's pieces in other processes (the launched ranks of a
+    distributed cell): a failure that names the status ``not_implemented`` (a rank's
+    AdapterNotImplemented, passed on by :func:`cs336report.distributed.launch.launch`) is raised
+    here as :class:`AdapterNotImplemented` with the rank's own message, naming the adapter."""
+    try:
+        yield
+    except AdapterNotImplemented:
+        raise
+    except Exception as exc:
+        if getattr(exc, "result_status", None) != "not_implemented":
+            raise
+        raise AdapterNotImplemented(getattr(exc, "message", None) or str(exc)) from None

@@ -1,5 +1,5 @@
 """The launcher: ranks join one group, results come back in rank order, a failing rank's own
-error (and whether it was an OOM) reaches the caller, and a GPU cell that cannot have its GPUs
+error (whether it was an OOM, the status it names) reaches the caller, and a GPU cell that cannot have its GPUs
 says so before starting anything."""
 
 import pytest
@@ -42,3 +42,23 @@ def test_nccl_without_enough_gpus_is_refused_before_start():
     needed = torch.cuda.device_count() + 1
     with pytest.raises(NotEnoughDevices, match=f"needs {needed} GPUs"):
         launch(_all_reduce_rank, needed, backend="nccl", args=(0,))
+
+
+def _not_implemented_on_every_rank(rank, world_size, device):
+    from cs336report.student import AdapterNotImplemented
+
+    raise AdapterNotImplemented("get_ddp_bucketed raises NotImplementedError (repo:get_ddp_bucketed)")
+
+
+def test_a_ranks_result_status_reaches_the_caller():
+    from cs336report.student import AdapterNotImplemented, adapter_errors
+
+    with pytest.raises(RankFailed) as info:
+        launch(_not_implemented_on_every_rank, 2, backend="gloo", timeout_s=30)
+    assert info.value.result_status == "not_implemented" and info.value.kind == "AdapterNotImplemented"
+    with pytest.raises(AdapterNotImplemented, match=r"^get_ddp_bucketed raises NotImplementedError \(repo:"):
+        with adapter_errors():  # as the distributed experiments run their ranks
+            raise info.value
+    with pytest.raises(RankFailed):  # any other failure passes through as it was
+        with adapter_errors():
+            raise RankFailed(0, "ZeroDivisionError", "division by zero", "", False)

@@ -9,7 +9,9 @@ on the CPU with its share of the cores' threads, so the same code runs anywhere.
 
 A rank that raises ends the cell: the other ranks are terminated (they may be waiting in a
 collective) and :class:`RankFailed` carries the first failing rank's own error, its traceback and
-whether it ran out of memory, so the runner records the cell as "oom" or "error" like any other.
+whether it ran out of memory, so the runner records the cell as "oom" or "error" like any other;
+a rank's exception that names a ``result_status`` (a student's adapter that is not implemented:
+"not_implemented") passes it on.
 A cell that needs more GPUs than the job sees raises :class:`NotEnoughDevices` before any process
 starts.
 
@@ -54,9 +56,11 @@ class NotEnoughDevices(RuntimeError):
 class RankFailed(RuntimeError):
     """A rank raised. The message is that rank's own (so an OOM reads as one), prefixed by the rank."""
 
-    def __init__(self, rank: int, kind: str, message: str, traceback_text: str, oom: bool):
+    def __init__(self, rank: int, kind: str, message: str, traceback_text: str, oom: bool,
+                 result_status: str | None = None):
         super().__init__(f"rank {rank}: {kind}: {message}")
-        self.rank, self.kind, self.traceback_text, self.oom = rank, kind, traceback_text, oom
+        self.rank, self.kind, self.message, self.traceback_text, self.oom = rank, kind, message, traceback_text, oom
+        self.result_status = result_status  # the status the rank's exception names, if any
 
 
 def free_port() -> int:
@@ -94,7 +98,8 @@ def _rank_entry(rank: int, fn: Callable, world_size: int, backend: str, port: in
         text = str(exc).strip()
         oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower()
         failure = {"kind": type(exc).__name__, "message": text.splitlines()[0] if text else "",
-                   "traceback": traceback.format_exc(), "oom": oom, "time": time.time()}
+                   "traceback": traceback.format_exc(), "oom": oom, "time": time.time(),
+                   "result_status": getattr(exc, "result_status", None)}
         (out / f"failed-{rank}.pkl").write_bytes(pickle.dumps(failure))
         raise
     dist.barrier()
@@ -147,7 +152,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", ar
                 raise RankFailed(getattr(exc, "error_index", -1), type(exc).__name__, str(exc).strip(),
                                  "", False) from None
             rank, f = first
-            raise RankFailed(rank, f["kind"], f["message"], f["traceback"], f["oom"]) from None
+            raise RankFailed(rank, f["kind"], f["message"], f["traceback"], f["oom"], f.get("result_status")) from None
         return [pickle.loads((outdir / f"rank-{r}.pkl").read_bytes()) for r in range(world_size)]
     finally:
         shutil.rmtree(outdir, ignore_errors=True)

@@ -3,7 +3,11 @@
 ddp_bucketed_benchmarking).
 
 One cell is one DDP variant (``naive``, ``flat``, ``individual``, ``bucketed`` with a bucket size,
-or ``torch_ddp``: PyTorch's own DistributedDataParallel with ``bucket_cap_mb``) on one model. Each
+or ``torch_ddp``: PyTorch's own DistributedDataParallel with ``bucket_cap_mb``) on one model; with a
+student checkout also ``student_individual`` and ``student_bucketed``: the student's wrappers
+through the handout's adapters (:mod:`cs336report.student`), driven as the handout's tests drive
+them (``on_train_batch_start`` before the step, untimed like ``zero_grad``; ``on_after_backward``
+as the ``sync`` phase; AdamW over the wrapper's parameters). Each
 of ``world_size`` ranks builds the model (same seed; the wrapper broadcasts rank 0's anyway) and
 takes its slice of one fixed global batch; AdamW, fp32. A step is timed in phases, each ending
 with a synchronize:
@@ -15,7 +19,9 @@ with a synchronize:
   unfinished (PyTorch DDP waits inside backward, so its ``sync`` is empty);
 - the optimizer step.
 
-Each rank times itself; rank 0 gathers every rank's samples (``all_gather_object``), kept raw.
+Each rank times itself; rank 0 gathers every rank's samples (``all_gather_object``), kept raw,
+with a checksum of each rank's parameters after the last step (equal when the gradients were
+synchronized). The record names whose wrapper ran (``provenance``, ``wrapper``: its class).
 With ``profile_steps`` on CUDA, that many more steps run under torch.profiler without the inner
 synchronizations, and rank 0 keeps every kernel of the last one with its stream, start and
 duration (the timeline of the overlap evidence).
@@ -38,13 +44,18 @@ from ..models import build_model
 from .ddp import VARIANTS, trainable
 from .launch import launch
 
-DDP_VARIANTS = (*VARIANTS, "torch_ddp")
+# The student's wrappers: variant -> the resolver's piece (cs336report.student.PIECES)
+STUDENT_VARIANTS = {"student_individual": "ddp_individual_parameters", "student_bucketed": "ddp_bucketed"}
+DDP_VARIANTS = (*VARIANTS, "torch_ddp", *STUDENT_VARIANTS)
 
 
 def ddp_cell(cfg, grid: dict, variant: str, bucket_size_mb: float | None = None, profile_steps: int = 0) -> dict:
-    """A cell of one DDP variant under a problem's grid (the keys of the schema's ``ddp_training``)."""
+    """A cell of one DDP variant under a problem's grid (the keys of the schema's ``ddp_training``);
+    a student variant's cell carries ``student`` (the checked ``student`` key: its checkout and hash)."""
     if variant not in DDP_VARIANTS:
         raise ValueError(f"variant must be one of {DDP_VARIANTS}, not {variant!r}")
+    if variant in STUDENT_VARIANTS and not cfg.student:
+        raise ValueError(f"variant {variant!r} runs the student's code: set student.checkout")
     backend = grid.get("backend", "auto")
     if backend == "auto":
         backend = "nccl" if cfg.device == "cuda" else "gloo"
@@ -53,6 +64,8 @@ def ddp_cell(cfg, grid: dict, variant: str, bucket_size_mb: float | None = None,
                 variant=variant, bucket_size_mb=bucket_size_mb, batch_size=grid["batch_size"],
                 warmup_steps=grid["warmup_steps"], measured_steps=grid["measured_steps"],
                 profile_steps=profile_steps, timeout_s=grid["timeout_s"])
+    if variant in STUDENT_VARIANTS:
+        cell["student"] = cfg.student
     return cell
 
 
@@ -61,19 +74,48 @@ def ddp_cell_name(cell: dict) -> str:
     return f"{cell['variant']}{bucket}-{cell['size']}-ctx{cell['context']}-w{cell['world_size']}"
 
 
+def _student_wrapper(cell: dict):
+    """The student's piece of a student variant, from the resolver; AdapterNotImplemented if it is not there."""
+    from .. import student as resolver
+
+    found = resolver.implementation(STUDENT_VARIANTS[cell["variant"]], cell.get("student"))
+    if not found:
+        raise found.error()
+    return found
+
+
+def _wrap_student(model, cell: dict):
+    """The student's wrapper through their adapters, as :func:`_wrap` returns ours: the handout's
+    hooks ``(ddp_model, optimizer)`` finish the synchronization and start each step."""
+    from .. import student as resolver
+
+    impl = _student_wrapper(cell)
+    args = (cell["bucket_size_mb"],) if cell["variant"] == "student_bucketed" else ()
+    wrapped = resolver.call(impl, model, *args)
+    hooks = {name.rsplit("_on_", 1)[1]: resolver.hook(impl, name) for name in impl.hooks}
+    after, start = hooks["after_backward"], hooks.get("train_batch_start")
+    return (wrapped, lambda opt: after(wrapped, opt), start and (lambda opt: start(wrapped, opt)), None,
+            impl.provenance)
+
+
 def _wrap(model, cell: dict, device: torch.device):
-    """The wrapped model and the call that finishes its gradient synchronization."""
+    """The wrapped model, ``finish(optimizer)`` that finishes its gradient synchronization,
+    ``start(optimizer)`` run before each step (or None), the all-reduce calls of a step (None where
+    unknown: the student's) and whose wrapper it is."""
     variant = cell["variant"]
+    if variant in STUDENT_VARIANTS:
+        return _wrap_student(model, cell)
     if variant == "torch_ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                           bucket_cap_mb=cell["bucket_size_mb"])
-        return wrapped, lambda: None, None
+        return wrapped, lambda opt: None, None, None, "built-in"
     cls = VARIANTS[variant]
     wrapped = cls(model, cell["bucket_size_mb"]) if variant == "bucketed" else cls(model)
     calls = {"naive": len(trainable(model)), "flat": 1, "individual": len(trainable(model))}.get(variant)
-    return wrapped, wrapped.finish_gradient_synchronization, calls if calls else len(wrapped.buckets)
+    return (wrapped, lambda opt: wrapped.finish_gradient_synchronization(), None,
+            calls if calls else len(wrapped.buckets), "built-in")
 
 
 def _profile_last_step(step, steps: int) -> dict:
@@ -120,7 +162,7 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
     set_tf32(cell["tf32"])
     torch.manual_seed(cell["seed"])
     model, model_info = build_model({**cell, "device": dev})
-    wrapped, finish, calls = _wrap(model, cell, device)
+    wrapped, finish, start, calls, provenance = _wrap(model, cell, device)
     spec = ModelSpec(**cell["model"])
     batch, context = cell["batch_size"], cell["context"]
     g = torch.Generator().manual_seed(cell["seed"])
@@ -128,7 +170,8 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
     targets = torch.randint(0, spec.vocab_size, (batch, context), generator=g)
     mine = slice(rank * batch // world_size, (rank + 1) * batch // world_size)
     x, y = tokens[mine].to(device), targets[mine].to(device)  # (batch / world_size, seq)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    student = cell["variant"] in STUDENT_VARIANTS  # the handout's tests build the optimizer on the wrapper
+    optimizer = torch.optim.AdamW((wrapped if student else model).parameters(), lr=1e-4)
 
     def compute_done():
         if cuda:
@@ -140,6 +183,8 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
 
     def step(phases: bool = True) -> dict:
         mark = compute_done if phases else (lambda: None)
+        if start is not None:
+            start(optimizer)
         optimizer.zero_grad(set_to_none=True)
         all_done()
         t = [timeit.default_timer()]
@@ -147,7 +192,7 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
         mark(), t.append(timeit.default_timer())
         loss.backward()
         mark(), t.append(timeit.default_timer())
-        finish()
+        finish(optimizer)
         (all_done if phases else (lambda: None))(), t.append(timeit.default_timer())
         optimizer.step()
         all_done(), t.append(timeit.default_timer())
@@ -160,7 +205,8 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
     measured = [step() for _ in range(cell["measured_steps"])]
     mine_out = {"rank": rank, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
                 "warmup": warmup, "measured": measured,
-                "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if cuda else None}
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
+                "param_checksum": float(sum(p.detach().double().sum() for p in model.parameters()))}
     profile = _profile_last_step(step, cell["profile_steps"]) if cuda and cell["profile_steps"] else None
     gathered: list = [None] * world_size
     dist.all_gather_object(gathered, mine_out)
@@ -168,7 +214,8 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
         return {}
     grad_bytes = sum(p.numel() * p.element_size() for p in trainable(model))
     return {"ranks": gathered, "profile": profile, "model": model_info, "grad_bytes": grad_bytes,
-            "params": sum(p.numel() for p in model.parameters()), "allreduce_calls": calls}
+            "params": sum(p.numel() for p in model.parameters()), "allreduce_calls": calls,
+            "provenance": provenance, "wrapper": f"{type(wrapped).__module__}.{type(wrapped).__qualname__}"}
 
 
 def slowest(ranks: list[dict], phase: str, key: str = "measured") -> list[float]:
@@ -180,7 +227,13 @@ def run_ddp(cell: dict) -> dict:
     """Measure one DDP cell; returns the ``data`` of its record."""
     from .link import describe
 
-    out = launch(_rank, cell["world_size"], backend=cell["backend"], args=(cell,), timeout_s=cell["timeout_s"])[0]
+    from ..student import adapter_errors
+
+    if cell["variant"] in STUDENT_VARIANTS:
+        _student_wrapper(cell)  # a missing adapter fails here, before any process starts
+    with adapter_errors():
+        out = launch(_rank, cell["world_size"], backend=cell["backend"], args=(cell,),
+                     timeout_s=cell["timeout_s"])[0]
     ranks = out["ranks"]
     stats = {phase: summarize(slowest(ranks, phase)) for phase in ("step", "forward", "backward", "sync", "optimizer")}
     note = "CUDA only: kernel timelines need GPU kernels" if cell["profile_steps"] and out["profile"] is None else None

@@ -15,7 +15,10 @@ def cells(cfg) -> dict[str, dict]:
     grid = cfg.grid(NAME)
     if not grid:
         return {}
-    found = [ddp_cell(cfg, grid, v, profile_steps=grid["profile_steps"]) for v in grid["variants"]]
+    variants = list(grid["variants"])
+    if cfg.student and "individual" in variants:  # the student's, beside ours
+        variants.append("student_individual")
+    found = [ddp_cell(cfg, grid, v, profile_steps=grid["profile_steps"]) for v in variants]
     return {ddp_cell_name(c): c for c in found}
 
 

@@ -3,7 +3,9 @@ without optimizer-state sharding, PyTorch's ZeroRedundancyOptimizer as the refer
 
 One cell is one optimizer (``adamw``: plain AdamW on every rank; ``sharded``: our
 :class:`~cs336report.distributed.sharded_optimizer.ShardedOptimizer`; ``zero``:
-``torch.distributed.optim.ZeroRedundancyOptimizer``) on one model, run by ``world_size`` ranks of one
+``torch.distributed.optim.ZeroRedundancyOptimizer``; with a student checkout also ``student``: the
+student's ``get_sharded_optimizer(params, AdamW, lr=...)`` through the handout's adapters, see
+:mod:`cs336report.student`) on one model, run by ``world_size`` ranks of one
 node (NCCL, one GPU each; Gloo on the CPU). Every rank builds the same model (same seed, then
 rank 0's weights broadcast), takes its share of the global batch, and trains: forward and backward,
 the gradients averaged (one asynchronous all-reduce per parameter, waited for together: the same
@@ -15,7 +17,10 @@ step") and during the optimizer step ("directly after it"), each with the alloca
 that point; after model initialization its peak. Beside the allocator's numbers the bytes of the
 tensors themselves: parameters, gradients, this rank's optimizer state, and the activations saved
 for backward (counted once per storage with saved_tensors_hooks, parameters left out); and the
-state the first optimizer step allocated. Rank 0's record holds every rank's results.
+state the first optimizer step allocated. A rank's optimizer state is that of the optimizer and of
+every optimizer it holds as an attribute (the wrapped one), each tensor once, and the parameters it
+owns are those with state. Rank 0's record holds every rank's results, with the optimizer's class
+and whose code it is (``provenance``).
 
     python -m cs336report run optimizer_state_sharding_accounting --cell '{...}' --out result.json
 """
@@ -32,13 +37,14 @@ import torch.distributed as dist
 from .. import accounting
 from ..accounting_distributed import data_parallel_bytes
 from ..distributed.launch import launch
-from ..distributed.sharded_optimizer import ShardedOptimizer, state_bytes, tensor_bytes
+from ..distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
 from ..measure import PhaseTimer, summarize, synchronize, time_steps
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
+from ..student import adapter_errors
 from .benchmarking import set_tf32, transformer_cell
 
-OPTIMIZERS = ("adamw", "sharded", "zero")
+OPTIMIZERS = ("adamw", "sharded", "zero", "student")
 LR = 1e-4
 
 
@@ -51,31 +57,77 @@ def cells(cfg) -> dict[str, dict]:
         raise ValueError(f"optimizer_state_sharding_accounting: global_batch {global_batch} is not a multiple "
                          f"of world_size {world}")
     out = {}
-    for optimizer in grid["optimizers"]:
+    optimizers = list(grid["optimizers"])
+    if cfg.student and "sharded" in optimizers:  # the student's sharded optimizer beside ours
+        optimizers.insert(optimizers.index("sharded") + 1, "student")
+    for optimizer in optimizers:
         cell = transformer_cell(cfg, grid["size"], grid["context"], "train_step", "fp32", cfg.run["implementation"],
                                 optimizer=optimizer, world_size=world, global_batch=global_batch,
                                 backend="nccl" if cfg.device == "cuda" else "gloo")
         cell.update(batch_size=global_batch // world,
                     warmup_steps=grid.get("warmup_steps", cfg.run["warmup_steps"]),
                     measured_steps=grid.get("measured_steps", cfg.run["measured_steps"]))
+        if optimizer == "student":
+            cell["student"] = cfg.student
         out[f"{optimizer}-{grid['size']}-ctx{grid['context']}-b{global_batch}-w{world}"] = cell
     return out
 
 
-def make_optimizer(name: str, params):
-    """The optimizer of a cell, and the optimizer object that holds this rank's state."""
+def student_optimizer(student: dict | None):
+    """The student's sharded optimizer adapter from the resolver; AdapterNotImplemented if it is not there."""
+    from .. import student as resolver
+
+    if not student:
+        raise ValueError("optimizer 'student' runs the student's code: set student.checkout")
+    found = resolver.implementation("sharded_optimizer", student)
+    if not found:
+        raise found.error()
+    return found
+
+
+def make_optimizer(name: str, params, student: dict | None = None):
+    """The optimizer of a cell, and the optimizers that hold this rank's state (see :func:`holders`)."""
     if name == "adamw":
         opt = torch.optim.AdamW(params, lr=LR)
-        return opt, lambda: opt
+        return opt, lambda: [opt]
     if name == "sharded":
         opt = ShardedOptimizer(params, torch.optim.AdamW, lr=LR)
-        return opt, lambda: opt.optimizer
+        return opt, lambda: [o for o in (opt.optimizer,) if o is not None]
     if name == "zero":
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=LR)
-        return opt, lambda: opt.optim
+        return opt, lambda: [opt.optim]
+    if name == "student":  # as the handout's tests build it
+        from .. import student as resolver
+
+        opt = resolver.call(student_optimizer(student), params, torch.optim.AdamW, lr=LR)
+        return opt, lambda: holders(opt)
     raise ValueError(f"cell field 'optimizer' is {name!r}, expected one of {OPTIMIZERS}")
+
+
+def holders(optimizer) -> list:
+    """``optimizer`` and the optimizers it holds as attributes (alone, or in a list, tuple or dict):
+    where a sharded optimizer of unknown make keeps this rank's state."""
+    found = [optimizer]
+    for value in vars(optimizer).values():
+        values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        found += [v for v in values if isinstance(v, torch.optim.Optimizer) and v is not optimizer]
+    return found
+
+
+def held_state(optimizers: list) -> tuple[int, int]:
+    """Bytes of the optimizers' per-parameter state tensors (each storage once) and the parameter
+    elements that have state (each parameter once)."""
+    storages, params = {}, {}
+    for opt in optimizers:
+        for p, state in opt.state.items():
+            tensors = [v for v in state.values() if torch.is_tensor(v)]
+            if tensors:
+                params[id(p)] = p.numel()
+            for t in tensors:
+                storages[(t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())] = tensor_bytes(t)
+    return sum(storages.values()), sum(params.values())
 
 
 def _allocated(device) -> dict | None:
@@ -133,7 +185,7 @@ def _rank(rank: int, world: int, device, cell: dict) -> dict:
     shape = (cell["batch_size"], cell["context"])  # (batch per rank, seq)
     tokens = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
     targets = torch.randint(0, spec.vocab_size, shape, generator=generator).to(device)
-    optimizer, local = make_optimizer(cell["optimizer"], params)
+    optimizer, local = make_optimizer(cell["optimizer"], params, cell.get("student"))
     memory: list[dict] = []
     saved = SavedBytes(params)
     first = {}
@@ -167,8 +219,8 @@ def _rank(rank: int, world: int, device, cell: dict) -> dict:
 
     times = time_steps(step, cell["warmup_steps"], cell["measured_steps"], str(device))
     param_bytes = sum(tensor_bytes(p) for p in params)
-    local_state = local()
-    owned = sum(p.numel() for g in local_state.param_groups for p in g["params"]) if local_state else 0
+    state, owned = held_state(local())
+    sharded = cell["optimizer"] in ("sharded", "zero")  # what the student's sends is its own: not counted
     checksum = float(sum(p.detach().double().sum() for p in params))
     return {
         "rank": rank, "device": str(device), "model": model_info if rank == 0 else None,
@@ -177,12 +229,13 @@ def _rank(rank: int, world: int, device, cell: dict) -> dict:
         "memory_after_init": after_init, "memory_steps": memory,
         "state_allocated_first_step": first.get("state_allocated"),
         "tensors": {"parameters": param_bytes, "gradients": memory[-1]["grad_bytes"],
-                    "optimizer_state": state_bytes(local_state), "saved_activations": saved.total},
+                    "optimizer_state": state, "saved_activations": saved.total},
         "params": sum(p.numel() for p in params), "owned_params": owned,
         "issued_bytes": {"all_reduce": memory[-1]["grad_bytes"],
-                         "broadcast": param_bytes if cell["optimizer"] != "adamw" else 0,
-                         "broadcast_owned": 4 * owned if cell["optimizer"] != "adamw" else 0},
+                         "broadcast": param_bytes if sharded else 0 if cell["optimizer"] == "adamw" else None,
+                         "broadcast_owned": 4 * owned if sharded else 0 if cell["optimizer"] == "adamw" else None},
         "param_checksum": checksum,
+        "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
     }
 
 
@@ -195,7 +248,11 @@ def _topology() -> str | None:
 
 def run(cell: dict) -> dict:
     world, backend = cell["world_size"], cell["backend"]
-    ranks = launch(_rank, world, backend=backend, args=(cell,), timeout_s=cell.get("timeout_s", 900))
+    provenance = "built-in"
+    if cell["optimizer"] == "student":  # a missing adapter fails here, before any process starts
+        provenance = student_optimizer(cell.get("student")).provenance
+    with adapter_errors():  # the student's optimizer not implemented in a rank: the cell's status
+        ranks = launch(_rank, world, backend=backend, args=(cell,), timeout_s=cell.get("timeout_s", 900))
     spec = ModelSpec(**cell["model"])
     n = ranks[0]["params"]
     analytic = data_parallel_bytes(n, world)
@@ -207,7 +264,7 @@ def run(cell: dict) -> dict:
         "batch_per_rank": cell["batch_size"],
         "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
         "interconnect": _topology() if cuda else None,
-        "ranks": ranks,
+        "ranks": ranks, "optimizer_class": ranks[0]["optimizer_class"], "provenance": provenance,
         "analytic": {**analytic, "saved_activations": acts["total"],
                      "logits": 4 * cell["batch_size"] * cell["context"] * spec.vocab_size},
     }

@@ -29,7 +29,9 @@ DDP_EXPERIMENTS = ("naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
 VARIANT_LABELS = {"naive": "naive (all-reduce per gradient after backward)",
                   "flat": "flat (one all-reduce of all gradients after backward)",
                   "individual": "overlapped, per parameter", "bucketed": "overlapped, bucketed",
-                  "torch_ddp": "PyTorch DistributedDataParallel"}
+                  "torch_ddp": "PyTorch DistributedDataParallel",
+                  "student_individual": "overlapped, per parameter (yours)",
+                  "student_bucketed": "overlapped, bucketed (yours)"}
 
 
 def link_of(record: dict) -> dict:

@@ -117,7 +117,7 @@ def fmt_mean_std(mean: float, std: float, scale: float) -> str:
 
 
 STATUS_TEXT = {"oom": "OOM", "oom_shared": "OOM (card shared)", "error": "error", "skipped": "skipped",
-               "not_run": "not run",
+               "not_run": "not run", "not_implemented": "not implemented",
                "missing": "–"}
 
 

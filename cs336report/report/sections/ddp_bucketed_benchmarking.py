@@ -1,11 +1,14 @@
 """ddp_bucketed_benchmarking: (a) time per step of bucketed DDP at each bucket size, beside
 PyTorch's DistributedDataParallel; (b) the overhead model (cs336report.distributed.bucket_model)
-fitted to the sweep, its best bucket size beside the measured best."""
+fitted to the sweep, its best bucket size beside the measured best. With a student checkout, the
+student's bucketed wrapper at each bucket size is a row of its own (cs336report.report.student_rows);
+the fit and the best bucket size are ours."""
 
 from __future__ import annotations
 
 from ...distributed import bucket_model
 from ..ddp import ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
+from ..student_rows import student_rows
 from ..tables import fmt_seconds, sig
 
 ID = "ddp_bucketed_benchmarking"
@@ -40,10 +43,11 @@ def model_fit(df) -> dict | None:
 
 def build(ctx) -> dict:
     df = steps_frame(ddp_records(ctx, EXPERIMENTS))
-    out: dict = {"table": None, "setting": None, "rows": [], "fit": None}
+    out: dict = {"table": None, "setting": None, "rows": [], "fit": None, "student": []}
     if df.empty:
         return out
     sweep = df[df["experiment"] == ID].sort_values(["variant", "bucket_mb"])
+    out["student"] = student_rows(sweep, ctx.records(ID), "student_bucketed", "bucketed")
     out.update(table=steps_table(sweep, "Bucketed DDP by bucket size, and PyTorch's DDP"), setting=setting(sweep))
     out["rows"] = [n for _, r in sweep.iterrows() if (n := step_numbers(sweep, r["variant"], r["bucket_mb"]))]
     ok = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "bucketed")]

@@ -1,11 +1,13 @@
 """ddp_overlap_individual_parameters_benchmarking: (a) time per step with each gradient's
 all-reduce started during backward, against naive and flat DDP; (b) the overlap, drawn from
-profiles of one step (kernels per stream) with the fraction of communication hidden behind compute."""
+profiles of one step (kernels per stream) with the fraction of communication hidden behind compute.
+With a student checkout, the student's wrapper is a row of its own (cs336report.report.student_rows)."""
 
 from __future__ import annotations
 
 from ..ddp import (ddp_records, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame, steps_table,
                    timeline_plot, variant_label)
+from ..student_rows import student_rows
 
 ID = "ddp_overlap_individual_parameters_benchmarking"
 TITLE = "ddp_overlap_individual_parameters_benchmarking"
@@ -17,14 +19,16 @@ SUBQUESTIONS = ("a", "b")
 def build(ctx) -> dict:
     records = ddp_records(ctx, EXPERIMENTS)
     df = steps_frame(records)
-    out: dict = {"table": None, "setting": None, "figures": [], "overlap": [], "profile_note": None}
+    out: dict = {"table": None, "setting": None, "figures": [], "overlap": [], "profile_note": None, "student": []}
     if df.empty:
         return out
     # naive may have run twice (its own problem, and profiled here): the table keeps this problem's row
     shown = df.sort_values("experiment", key=lambda s: s != ID).drop_duplicates(["variant", "bucket_mb"])
-    shown = shown.sort_values("variant", key=lambda s: s.map({"naive": 0, "flat": 1, "individual": 2}))
+    shown = shown.sort_values("variant", key=lambda s: s.map({"naive": 0, "flat": 1, "individual": 2,
+                                                              "student_individual": 3}))
     out.update(table=steps_table(shown, "Overlapped per-parameter DDP against naive and flat: time per step"),
-               setting=setting(df), **{v: step_numbers(shown, v) for v in ("individual", "naive", "flat")})
+               setting=setting(df), **{v: step_numbers(shown, v) for v in ("individual", "naive", "flat")},
+               student=student_rows(shown, records, "student_individual", "individual"))
     profiled = [(variant_label(r), r["profile"]) for _, r in df[df["experiment"] == ID].iterrows()
                 if r["profile"] and r["profile"].get("kernels")]
     for label, profile in profiled:

@@ -1,20 +1,24 @@
 """optimizer_state_sharding_accounting: memory and time per rank of data-parallel AdamW training
 with and without optimizer-state sharding, ZeroRedundancyOptimizer as the reference row, and how
-the scheme differs from ZeRO stage 1 in memory and bytes sent (from the records' own counts)."""
+the scheme differs from ZeRO stage 1 in memory and bytes sent (from the records' own counts). With a
+student checkout, the student's sharded optimizer (get_sharded_optimizer) is a row beside ours; one
+that is not implemented is a row that says so."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ..tables import Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig
+from ..tables import STATUS_TEXT, Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig, status_cell
 
 ID = "optimizer_state_sharding_accounting"
 TITLE = "optimizer_state_sharding_accounting"
 EXPERIMENTS = ("optimizer_state_sharding_accounting",)
 POINTS = 5
 SUBQUESTIONS = ("a", "b", "c")
-LABELS = {"adamw": "AdamW, not sharded", "sharded": "ShardedOptimizer (ours)", "zero": "ZeroRedundancyOptimizer"}
-ORDER = ("adamw", "sharded", "zero")
+LABELS = {"adamw": "AdamW, not sharded", "sharded": "ShardedOptimizer (ours)",
+          "student": "sharded optimizer (yours)", "zero": "ZeroRedundancyOptimizer"}
+ORDER = ("adamw", "sharded", "student", "zero")
+STUDENT_ADAPTER = "get_sharded_optimizer"
 STATE_GOAL = 0.05  # measured state saving per rank within 5 % of the analytic one
 TIME_GOAL = 0.10  # our time per iteration within 10 % of ZeroRedundancyOptimizer's
 
@@ -63,7 +67,8 @@ def memory_table(df: pd.DataFrame) -> Table:
     for opt in [o for o in ORDER if o in set(df["optimizer"])]:
         g = df[df["optimizer"] == opt]
         a = g["analytic"].iloc[0]
-        state_expected = a[{"adamw": "unsharded", "sharded": "sharded", "zero": "zero1"}[opt]]["optimizer_state"]
+        state_expected = a[{"adamw": "unsharded", "sharded": "sharded", "student": "sharded",
+                            "zero": "zero1"}[opt]]["optimizer_state"]
         top = {col: g[col].max() for col in ("after_init_peak", "before_step_peak", "after_step_peak", "t_parameters",
                                              "t_gradients", "t_optimizer_state", "t_saved_activations")}
         rows.append([Cell(LABELS[opt]), Cell(_b(top["after_init_peak"])), Cell(_b(top["before_step_peak"])),
@@ -84,7 +89,9 @@ def memory_table(df: pd.DataFrame) -> Table:
                       "for backward")
 
 
-def time_table(df: pd.DataFrame) -> Table:
+def time_table(df: pd.DataFrame, missing: list[dict] = ()) -> Table:
+    """Time per iteration per optimizer and rank; ``missing``: the student's cell that did not run
+    (``status``, ``error``), a row of its own."""
     rows = []
     for opt in [o for o in ORDER if o in set(df["optimizer"])]:
         for _, r in df[df["optimizer"] == opt].sort_values("rank").iterrows():
@@ -92,6 +99,9 @@ def time_table(df: pd.DataFrame) -> Table:
                          Cell(sig(r["median_s"] * 1e3)), Cell(sig(r["forward_backward_s"] * 1e3)),
                          Cell(sig(r["all_reduce_s"] * 1e3)), Cell(sig(r["optimizer_s"] * 1e3)),
                          Cell("noisy" if r["noisy"] else "")])
+    for m in missing:
+        rows.append([Cell(LABELS["student"]), Cell("–"), status_cell(m["status"]), Cell(m["error"] or "", m["status"])]
+                    + [Cell("–")] * 4)
     return Table(title="Time per iteration", columns=["optimizer", "rank", "mean ± std", "median", "forward + backward",
                                                       "gradient all-reduce", "optimizer step", ""],
                  units=["", "", "ms", "ms", "ms", "ms", "ms", ""], rows=rows, sources=sorted(set(df["source"])),
@@ -123,7 +133,7 @@ def comms_table(df: pd.DataFrame) -> Table:
 
 def analysis(df: pd.DataFrame) -> dict:
     out: dict = {"cuda": bool(df["after_step_peak"].notna().any()), "sharded": None, "zero": None, "vs_zero": None,
-                 "vs_adamw": None, "state_full": None}
+                 "vs_adamw": None, "state_full": None, "student": None, "student_vs_ours": None}
     first = df.iloc[0]
     out.update(size=first["size"], context=int(first["context"]), world=int(first["world"]),
                global_batch=int(first["global_batch"]), batch_per_rank=int(first["batch_per_rank"]),
@@ -135,7 +145,7 @@ def analysis(df: pd.DataFrame) -> dict:
     out["activations_analytic"] = _b(a["saved_activations"] + a["logits"])
     if "adamw" in by:
         out["state_full"] = _b(by["adamw"]["t_optimizer_state"].max())
-    for opt in ("sharded", "zero"):
+    for opt in ("sharded", "zero", "student"):
         if opt in by and "adamw" in by:
             full = by["adamw"]["t_optimizer_state"].values
             mine = by[opt]["t_optimizer_state"].values
@@ -158,10 +168,15 @@ def analysis(df: pd.DataFrame) -> dict:
     if "sharded" in times and "zero" in times:
         ratio = times["sharded"]["mean_s"] / times["zero"]["mean_s"]
         out["vs_zero"] = {"ratio": sig(ratio), "pct": fmt_pct(ratio - 1), "goal_met": bool(ratio - 1 <= TIME_GOAL)}
+    if "student" in times and "sharded" in times:
+        ratio = times["student"]["mean_s"] / times["sharded"]["mean_s"]
+        out["student_vs_ours"] = {"ratio": sig(ratio)}
     if "sharded" in times and "adamw" in times:
         change = times["sharded"]["mean_s"] / times["adamw"]["mean_s"] - 1
         out["vs_adamw"] = {"pct": fmt_pct(abs(change)), "slower": bool(change > 0)}
     out["same_weights"] = bool(all(g["checksum"].nunique() == 1 for g in by.values()))
+    if "student" in by:
+        out["student_same_weights"] = bool(by["student"]["checksum"].nunique() == 1)
     sent = {k: a[k]["sent"] for k in ("unsharded", "sharded", "zero1")}
     out["sent"] = {k: _b(v) for k, v in sent.items()}
     out["sent_ratio"] = sig(sent["sharded"] / sent["zero1"])
@@ -181,15 +196,28 @@ def targets(out: dict) -> list[dict]:
     return rows
 
 
+def student_run(records: list[dict]) -> dict | None:
+    """The student's cell: its status, why it did not run, the optimizer's class and whose code it is."""
+    mine = [r for r in records if r["config"].get("optimizer") == "student"]
+    if not mine:
+        return None
+    r, d = mine[0], mine[0].get("data") or {}
+    return {"status": r["status"], "status_text": STATUS_TEXT.get(r["status"], r["status"]), "error": r.get("error"),
+            "optimizer_class": d.get("optimizer_class"), "provenance": d.get("provenance"), "adapter": STUDENT_ADAPTER}
+
+
 def build(ctx) -> dict:
-    df = frame(ctx.records("optimizer_state_sharding_accounting"))
+    records = ctx.records("optimizer_state_sharding_accounting")
+    df = frame(records)
+    student = student_run(records)
     if df.empty:
-        return {"ok": False}
+        return {"ok": False, "student": student}
     out = analysis(df)
-    return {"ok": True, "analysis": out, "memory_table": memory_table(df), "time_table": time_table(df),
-            "comms_table": comms_table(df), "targets": targets(out),
-            "failed": [r["cell"] + ": " + (r.get("error") or r["status"])
-                       for r in ctx.records("optimizer_state_sharding_accounting") if r["status"] != "ok"]}
+    missing = [student] if student and student["status"] != "ok" else []
+    return {"ok": True, "analysis": out, "memory_table": memory_table(df), "time_table": time_table(df, missing),
+            "comms_table": comms_table(df), "targets": targets(out), "student": student,
+            "failed": [r["cell"] + ": " + (r.get("error") or r["status"]) for r in records
+                       if r["status"] != "ok" and r["config"].get("optimizer") != "student"]}  # the student's: a row
 
 
 def headline(data: dict) -> str:
