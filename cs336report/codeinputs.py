@@ -60,7 +60,12 @@ def imports(module: str, root: Path = ROOT) -> frozenset[str]:
     is_package = path.name == "__init__.py"
     found: set[str] = set()
     dynamic = False
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    source = path.read_text()
+    tree = ast.parse(source, str(path))
+    # imports are statements: walking statement bodies finds them without visiting every expression;
+    # only a module that calls import_module needs the full walk
+    nodes = ast.walk(tree) if "import_module" in source else _statements(tree)
+    for node in nodes:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -83,6 +88,15 @@ def imports(module: str, root: Path = ROOT) -> frozenset[str]:
     parents = module.split(".")
     found.update(".".join(parents[:i]) for i in range(1, len(parents)))
     return frozenset(m for m in found if _path(m, root) is not None and m != module)
+
+
+def _statements(node: ast.AST):
+    """Every statement under ``node``, at any depth of nesting (function and class bodies, branches,
+    loops, with and try blocks)."""
+    for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+        for child in getattr(node, field, None) or ():
+            yield child
+            yield from _statements(child)
 
 
 def closure(roots, root: Path = ROOT) -> list[str]:

@@ -398,13 +398,18 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
     fair = [checks.defensible(flags or [], a, b) for a, b in zip(pairs["source_fp32"], pairs["source_bf16"])]
     ok = pairs[pairs["speedup"].notna() & pd.Series(fair, index=pairs.index, dtype=bool)]
     out: dict = {"modes": [], "n": int(len(ok)), "n_pairs": int(len(pairs))}
-    if ok.empty:
-        return out
+    mismatch = pairs[(pairs["status_fp32"] != pairs["status_bf16"])
+                     & pairs["status_fp32"].isin(["ok", "oom"]) & pairs["status_bf16"].isin(["ok", "oom"])]
+    out["status_differs"] = [{"cell": f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]}",
+                              "fp32": r["status_fp32"].upper(), "bf16": r["status_bf16"].upper()}
+                             for _, r in mismatch.iterrows()]
+    # which pairs bf16 lost, among those that may be compared (a noisy or shared cell orders nothing)
     bound = {src for f in flags or [] if f["kind"] == "host_bound" for src in f["sources"]}
-    every = pairs[pairs["speedup"].notna()]
     out["slower"] = [f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]} ({sig(r['speedup'])}×"
                      + ("; host-bound" if {r["source_fp32"], r["source_bf16"]} & bound else "") + ")"
-                     for _, r in every[every["speedup"] < 1].iterrows()]
+                     for _, r in ok[ok["speedup"] < 1].iterrows()]
+    if ok.empty:
+        return out
     for mode in [m for m in MODE_COLUMNS if m in set(ok["mode"])]:
         g = ok[ok["mode"] == mode]
         best, worst = g.loc[g["speedup"].idxmax()], g.loc[g["speedup"].idxmin()]
@@ -427,11 +432,6 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
             "rho_ctx": sig(rho_ctx, 2) if rho_ctx == rho_ctx else "–", "ctx_trend": _trend(rho_ctx),
             "multi_size": bool(g["params"].nunique() > 1), "multi_ctx": bool(g["context"].nunique() > 1),
         })
-    mismatch = pairs[(pairs["status_fp32"] != pairs["status_bf16"])
-                     & pairs["status_fp32"].isin(["ok", "oom"]) & pairs["status_bf16"].isin(["ok", "oom"])]
-    out["status_differs"] = [{"cell": f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]}",
-                              "fp32": r["status_fp32"].upper(), "bf16": r["status_bf16"].upper()}
-                             for _, r in mismatch.iterrows()]
     return out
 
 
