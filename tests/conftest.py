@@ -13,6 +13,15 @@ collect_ignore_glob = ["fixtures/*"]
 
 
 def pytest_collection_modifyitems(config, items):
+    # Tests run in parallel (pytest-xdist, --dist loadgroup): the tests of the built CPU workflow share
+    # one worker, and so one build, which starts first; the GPU tests share another; every other
+    # module keeps its tests together, so a module's fixtures are made once.
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            group = ("workdir" if "workdir" in item.fixturenames else "gpu" if "gpu" in item.keywords
+                     else item.nodeid.split("::")[0])
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "workdir")
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

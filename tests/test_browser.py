@@ -15,7 +15,9 @@ from conftest import REPO
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM, reason="no chromium on PATH")]
+# the CPU report is the built workflow's (its fixture is asked for by name): the same worker as its other tests
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM, reason="no chromium on PATH"),
+              pytest.mark.xdist_group("workdir")]
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = REPO / "artifacts"
