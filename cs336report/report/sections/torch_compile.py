@@ -12,9 +12,13 @@ from ... import accounting
 from ...kernels import classify, summarise_by_class
 from ...spec import ModelSpec
 from .. import answer_parts
+from ..parts.attention_analysis import exponents, fmt_exponent
+from ..parts.attention_figure import scaling_figure
+from ..parts.attention_frame import FRAME_COLUMNS, memory_column
+from ..parts.attention_frame import frame as attention_frame
+from ..parts.attention_tables import bytes_cell, memory_notes
 from ..tables import Cell, Table, fmt_bytes, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
-from . import pytorch_attention as attn
 
 ID = "torch_compile"
 TITLE = "torch_compile"
@@ -90,8 +94,8 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
             row.append(Cell(sig(e * 1e3)) if e == e else status_cell(eager_status))
             row.append(Cell(sig(c * 1e3)) if c == c else status_cell(r["status"]))
             row.append(Cell(sig(e / c)) if e == e and c == c else Cell("–"))
-        row.append(attn.bytes_cell(r[f"{memory_key}_eager"], eager_status))
-        row.append(attn.bytes_cell(r[memory_key], r["status"]))
+        row.append(bytes_cell(r[f"{memory_key}_eager"], eager_status))
+        row.append(bytes_cell(r[memory_key], r["status"]))
         row.append(first_call_cell(r["first_call_s"], r["cache_hits"]))
         rows.append(row)
     memory = "memory before backward" if memory_key == "activation_bytes" else "saved for backward"
@@ -105,7 +109,7 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
         note="mean time per pass; speed-up = eager / compiled; the first compiled call (a forward and a backward "
              "pass, which compiles both) is not part of the timed passes"
              + ("; memory before backward excludes the inputs" if memory_key == "activation_bytes" else "")
-             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else "") + attn.memory_notes(pairs))
+             + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else "") + memory_notes(pairs))
 
 
 def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
@@ -140,9 +144,9 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
         eager_m = (both["saved_bytes_eager"] / both["matrix_bytes_eager"]).median()
         out["memory"] = {"min": sig(mem.min()), "max": sig(mem.max()), "matrices": sig(compiled_m, 2),
                          "matrices_eager": sig(eager_m, 2), "fewer": bool(compiled_m < eager_m - 0.5)}
-    saved_exp = [e["saved"] for e in attn.exponents(pairs[attn.FRAME_COLUMNS]) if e["saved"] is not None]
+    saved_exp = [e["saved"] for e in exponents(pairs[FRAME_COLUMNS]) if e["saved"] is not None]
     if saved_exp:
-        out["saved_exponent"] = {"min": attn.fmt_exponent(min(saved_exp)), "max": attn.fmt_exponent(max(saved_exp))}
+        out["saved_exponent"] = {"min": fmt_exponent(min(saved_exp)), "max": fmt_exponent(max(saved_exp))}
     return out
 
 
@@ -470,10 +474,10 @@ def build(ctx) -> dict:
                  "target": dict(zip(("size", "context", "batch"), OPTIMIZED_TARGET_CELL)), "flop_formula": accounting.FLOP_FORMULA,
                  "adamw_formula": accounting.ADAMW_TRAFFIC_FORMULA}
     # (a)
-    compiled = attn.frame(ctx.records("compiled_attention"))
+    compiled = attention_frame(ctx.records("compiled_attention"))
     if not compiled.empty:
-        eager = attn.frame(ctx.records("pytorch_attention"))
-        memory_key = attn._memory_key(compiled)
+        eager = attention_frame(ctx.records("pytorch_attention"))
+        memory_key = memory_column(compiled)
         if eager.empty:
             eager = compiled.iloc[0:0]
         pairs = attention_pairs(eager, compiled)
@@ -485,7 +489,7 @@ def build(ctx) -> dict:
         both = both[both["d"].isin(set(compiled["d"])) & both["seq"].isin(set(compiled["seq"]))]
         if compiled["seq"].nunique() >= 2:  # a scaling plot needs more than one sequence length
             out["attention_figure"] = ctx.figure(
-                "torch_compile_attention", attn.scaling_figure(both, memory_key),
+                "torch_compile_attention", scaling_figure(both, memory_key),
                 "Eager and compiled naive attention against sequence length, log-log. Colour: head dimension; "
                 "line style: eager or compiled.")
     # (b)
