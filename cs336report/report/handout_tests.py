@@ -4,13 +4,15 @@ One record per test suite (``results/handout_tests/<suite>.json``), each listing
 the handout problem and sub-question they check, their outcome, time and the largest absolute
 error against the reference where the test measured one. A problem's answer says, per
 sub-question, how many of its tests passed and the largest error; its evidence lists every test.
+The section of such a problem is its constants, this module's ``skip_reason`` and ``headline``,
+and a ``build`` that returns ``build_problem(ctx, ID, SUBQUESTIONS)``.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from .tables import Table, sig, table_from_frame
+from .tables import sig, table_from_frame
 
 EXPERIMENT = "handout_tests"
 COMMAND = "snakemake --cores 1 handout_tests"
@@ -82,6 +84,17 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
                                     note="max abs error: the largest absolute difference from the reference "
                                          "the test compares against, where it records one")
     return out
+
+
+def build_problem(ctx, problem: str, subquestions: tuple[str, ...]) -> dict:
+    """``build(ctx)`` of a problem answered by the handout's tests alone: its part of this run's
+    handout_tests records (:func:`problem_part`)."""
+    return problem_part(ctx.records(EXPERIMENT), problem, subquestions)
+
+
+def skip_reason(ctx) -> str:
+    """The "not run" reason of a problem answered by the handout's tests."""
+    return "this run has no records of the handout's tests"
 
 
 def headline(part: dict) -> str:

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ... import accounting
 from .. import answer_parts, checks, plots
+from ..parts.bench_frame import MODE_COLUMNS, frame
 from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
 
 ID = "benchmarking_script"
@@ -16,41 +17,7 @@ EXPERIMENTS = ("benchmarking", "benchmarking_warmup", "roofline")
 POINTS = 4
 SUBQUESTIONS = ("a", "b", "c")
 
-MODE_COLUMNS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
 PEAK_KIND = {"bf16": "bf16", "fp16": "bf16"}
-
-
-def frame(records: list[dict]) -> pd.DataFrame:
-    """One tidy row per benchmarking result."""
-    rows = []
-    for r in records:
-        c, d = r["config"], r["data"]
-        stats = d.get("stats_s", {})
-        phases = d.get("phase_stats_s", {})
-        rows.append({
-            "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
-            "context": c["context"], "mode": c["mode"], "warmup": c["warmup_steps"],
-            "tf32": c["tf32"], "status": r["status"], "error": r.get("error"),
-            "params": d.get("params"), "flops": d.get("flops_per_step"),
-            "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
-            "median_s": stats.get("median", math.nan), "noisy": stats.get("noisy", False),
-            "forward_mean_s": phases.get("forward", {}).get("mean", math.nan),
-            "forward_std_s": phases.get("forward", {}).get("std", math.nan),
-            "backward_mean_s": phases.get("backward", {}).get("mean", math.nan),
-            "backward_std_s": phases.get("backward", {}).get("std", math.nan),
-            "optimizer_mean_s": phases.get("optimizer_step", {}).get("mean", math.nan),
-            "tflops": d.get("tflops", math.nan),
-            "all_s": (d.get("times_s", {}).get("warmup_s", []) + d.get("times_s", {}).get("measured_s", [])),
-            "measured_s": d.get("times_s", {}).get("measured_s", []),
-            "source": r["_path"], "wall_s": r.get("wall_s"),
-        })
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
-    order = df.assign(_d=[r["config"]["model"]["d_model"] * r["config"]["model"]["num_layers"] for r in records])
-    order = order.sort_values("_d")["size"].drop_duplicates().tolist()
-    df["size"] = pd.Categorical(df["size"], categories=order, ordered=True)
-    return df
 
 
 def _peaks(roofline: list[dict]) -> dict[str, float]:

@@ -10,15 +10,10 @@ TITLE = "ddp_overlap_individual_parameters"
 EXPERIMENTS = (handout_tests.EXPERIMENT,)
 POINTS = 5
 SUBQUESTIONS = ()
+skip_reason = handout_tests.skip_reason
+headline = handout_tests.headline
 
 
 def build(ctx) -> dict:
-    return handout_tests.problem_part(ctx.records(handout_tests.EXPERIMENT), ID, SUBQUESTIONS)
+    return handout_tests.build_problem(ctx, ID, SUBQUESTIONS)
 
-
-def skip_reason(ctx) -> str:
-    return "this run has no records of the handout's tests"
-
-
-def headline(data: dict) -> str:
-    return handout_tests.headline(data)

@@ -12,16 +12,10 @@ EXPERIMENTS = (handout_tests.EXPERIMENT,)
 POINTS = 15
 SUBQUESTIONS = ()
 IMPLEMENTATION = "cs336report.distributed.sharded_optimizer.ShardedOptimizer"
+skip_reason = handout_tests.skip_reason
+headline = handout_tests.headline
 
 
 def build(ctx) -> dict:
-    part = handout_tests.problem_part(ctx.records(handout_tests.EXPERIMENT), ID, SUBQUESTIONS)
-    return {**part, "implementation": IMPLEMENTATION}
+    return {**handout_tests.build_problem(ctx, ID, SUBQUESTIONS), "implementation": IMPLEMENTATION}
 
-
-def skip_reason(ctx) -> str:
-    return "this run has no records of the handout's tests"
-
-
-def headline(data: dict) -> str:
-    return handout_tests.headline(data)

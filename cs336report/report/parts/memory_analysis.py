@@ -1,0 +1,171 @@
+"""The numbers memory_profiling's sentences quote, computed from its frame and tables' rows."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ... import accounting
+from ..tables import fmt_bytes, fmt_pct, fmt_seconds, sig
+from .memory_frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, is_measured, model_spec
+from .memory_shapes import explain_size, named_shapes
+
+FULL_STEP = ("train_step", "forward_backward")
+
+# |bf16 - fp32| / fp32 below this reads as "no significant change" in the text.
+SIGNIFICANT = 0.05
+
+
+def _live_before(row) -> int:
+    """Bytes live before the recorded steps: the capture's counter, else the snapshot's baseline."""
+    if is_measured(row["before"]):
+        return row["before"]
+    return row["snap"]["baseline"]["bytes"] if row["snap"] else 0
+
+
+def _gib(x) -> str:
+    return fmt_bytes(x) if is_measured(x) else "–"
+
+
+def start_bytes(snap: dict) -> int:
+    """Bytes allocated when the recorded steps begin: the timeline's first point, else the baseline."""
+    return snap["timeline"]["y"][0] if snap["timeline"]["y"] else snap["baseline"]["bytes"]
+
+
+def phase_summary(row) -> dict:
+    """Where a full step's timeline peaks, and how high each phase gets above the recorded start."""
+    snap = row["snap"]
+    start = start_bytes(snap)
+    peaks = {}
+    for p in snap["phases"]:
+        peaks[p["phase"]] = max(peaks.get(p["phase"], 0), p["peak_bytes"])
+    return {"peak": _gib(snap["peak"]["bytes"]), "peak_phase": snap["peak"]["phase"], "start": _gib(start),
+            "phase_peaks": [{"phase": k, "peak": _gib(v)} for k, v in peaks.items()]}
+
+
+def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
+    out: dict = {"n_cells": len(df), "n_ok": int((df["status"] == "ok").sum()), "failed": [], "growth": [],
+                 "precision_cmp": [], "ramps": []}
+    for _, r in df[df["status"] != "ok"].iterrows():
+        out["failed"].append({"cell": r["cell"], "status": "OOM" if r["status"] == "oom" else r["status"],
+                              "error": r["error"] or ""})
+    ok = df[df["status"] == "ok"]
+    base = ok[ok["precision"] == "fp32"] if (ok["precision"] == "fp32").any() else ok
+    base = base[base["implementation"] == "naive"] if (base["implementation"] == "naive").any() else base
+    if base.empty:
+        return out
+    top_ctx = int(base["context"].max())
+    at = {r["label"]: r for _, r in base[base["context"] == top_ctx].iterrows()}
+    out["ctx"] = top_ctx
+    out["impl"], out["precision"] = base.iloc[0]["implementation"], base.iloc[0]["precision"]
+    # (a) stages
+    full = next((at[m] for m in FULL_STEP if m in at and at[m]["snap"]), None)
+    if full is not None:
+        out["full"] = {"label": MODE_LABELS[full["label"]], **phase_summary(full)}
+        out["full"]["start_per_param"] = sig(start_bytes(full["snap"]) / accounting.param_count(model_spec(full)), 3)
+    fwd = at.get("forward")
+    if fwd is not None and fwd["snap"]:
+        out["forward"] = phase_summary(fwd)
+    nog = at.get("forward_no_grad")
+    if fwd is not None and nog is not None:
+        a, b = fwd["peak"] - _live_before(fwd), nog["peak"] - _live_before(nog)
+        out["no_grad"] = {"grad_peak": _gib(fwd["peak"]), "nograd_peak": _gib(nog["peak"]),
+                          "grad_above": _gib(a), "nograd_above": _gib(b),
+                          "ratio": sig(a / b) if b > 0 else "–"}
+    # (b) growth with context
+    growth = []
+    for label, g in base.groupby("label"):
+        g = g.sort_values("context")
+        if len(g) >= 2:
+            lo, hi = g.iloc[0], g.iloc[-1]
+            growth.append({"label": MODE_LABELS[label], "lo": int(lo["context"]), "hi": int(hi["context"]),
+                           "peak_lo": _gib(lo["peak"]), "peak_hi": _gib(hi["peak"]),
+                           "diff": _gib(hi["peak"] - lo["peak"]), "rank": MODE_ORDER.index(label)})
+    out["growth"] = sorted(growth, key=lambda x: x["rank"])
+    # (c) precision
+    prec = []
+    for (impl, context, label), g in ok.groupby(["implementation", "context", "label"]):
+        by = {r["precision"]: r for _, r in g.iterrows()}
+        if "fp32" in by and "bf16" in by and int(context) == top_ctx:
+            diff = by["bf16"]["peak"] - by["fp32"]["peak"]
+            rel = diff / by["fp32"]["peak"]
+            prec.append({"impl": impl, "label": MODE_LABELS[label], "fp32": _gib(by["fp32"]["peak"]),
+                         "bf16": _gib(by["bf16"]["peak"]), "diff": ("+" if diff > 0 else "−") + _gib(abs(diff)),
+                         "pct": f"{rel * 100:+.1f} %", "significant": abs(rel) >= SIGNIFICANT,
+                         "rank": MODE_ORDER.index(label)})
+    out["precision_cmp"] = sorted(prec, key=lambda x: (x["impl"], x["rank"]))
+    out["weight_copies"] = [w for w in (weight_copies(r) for _, r in ok.iterrows()
+                                        if r["precision"] == "bf16" and int(r["context"]) == top_ctx
+                                        and r["implementation"] == out["impl"] and r["snap"]) if w]
+    out["significant_threshold"] = fmt_pct(SIGNIFICANT, 2)
+    # (e) largest allocation
+    ref = full if full is not None else (fwd if fwd is not None and fwd["snap"] else None)
+    if ref is not None and ref["snap"]["top_allocations"]:
+        big = ref["snap"]["top_allocations"][0]
+        out["largest"] = {"size": _gib(big["size"]), "category": CATEGORY_LABELS.get(big["category"], big["category"]),
+                          "what": explain_size(big["size"], model_spec(ref), int(ref["batch"]), top_ctx,
+                                               big["category"], ref["precision"]),
+                          "phase": big["phase"], "label": MODE_LABELS[ref["label"]]}
+        cats = ref["snap"]["per_category"]
+        scores = cats.get("AttnScores", {}).get("max_bytes", 0)
+        if scores:
+            spec = model_spec(ref)
+            out["scores"] = {"size": _gib(scores),
+                             "what": explain_size(scores, spec, int(ref["batch"]), top_ctx, "AttnScores", ref["precision"]),
+                             "h": spec.num_heads}
+    # rise and fall
+    if not ramps.empty:
+        rr = []
+        for _, x in ramps.iterrows():
+            r = x["cell"]
+            if r["implementation"] == out["impl"] and r["precision"] == out["precision"] and int(r["context"]) == top_ctx:
+                rr.append({"label": MODE_LABELS[r["label"]], "rise": fmt_seconds(x["rise_s"]),
+                           "fall": fmt_seconds(x["fall_s"]),
+                           "ratio": sig(x["rise_s"] / x["fall_s"]) if x["fall_s"] else "–",
+                           "rank": MODE_ORDER.index(r["label"])})
+        out["ramps"] = sorted(rr, key=lambda x: x["rank"])
+    # accounting
+    ratios = [i for i in acc if i["ratio"] is not None and i["row"]["precision"] == "fp32"]
+    if ratios:
+        out["acc_ratio"] = {"min": sig(min(i["ratio"] for i in ratios)), "max": sig(max(i["ratio"] for i in ratios)),
+                            "n": len(ratios)}
+    # parsing cost of the largest snapshot
+    sized = df[df["snapshot_bytes"].notna() & df["parse_s"].notna()]
+    if not sized.empty:
+        big = sized.loc[sized["snapshot_bytes"].idxmax()]
+        out["parse"] = {"cell": big["cell"], "bytes": fmt_bytes(big["snapshot_bytes"]),
+                        "events": f"{big['snap']['n_events']:,}" if big["snap"] else "–",
+                        "seconds": fmt_seconds(big["parse_s"]),
+                        "rss": fmt_bytes(big["parse_rss"]) if is_measured(big["parse_rss"]) else "–"}
+    return out
+
+
+def weight_copies(row) -> dict | None:
+    """Allocations of exactly a weight matrix's size in bf16 outside backward and the optimizer:
+    the casts autocast makes of the fp32 weights, per recorded step."""
+    spec = model_spec(row)
+    d, f, V = spec.d_model, spec.d_ff, spec.vocab_size
+    B, T = int(row["batch"]), int(row["context"])
+    activations = {n * b for name, n, _, _ in named_shapes(spec, B, T) if name.startswith("B·") for b in (2, 4)}
+    sizes = {2 * d * d, 2 * f * d, 2 * V * d} - activations  # sizes an activation could also have are left out
+    count = nbytes = 0
+    for s in row["snap"].get("by_size", []):
+        if s["size"] in sizes:
+            n = sum(k for c, k in s["categories"].items() if c not in ("Gradient", "OptimizerState"))
+            count += n
+            nbytes += n * s["size"]
+    if not count:
+        return None
+    steps = row["steps"] if is_measured(row["steps"]) else row["snap"].get("n_steps") or 1
+    weights = sum(2 * n for n in (d * d * 4 * spec.num_layers, f * d * 3 * spec.num_layers, 2 * V * d))
+    return {"label": MODE_LABELS[row["label"]], "per_step": sig(count / steps, 3), "bytes": _gib(nbytes / steps),
+            "all_weights": _gib(weights), "rank": MODE_ORDER.index(row["label"])}
+
+
+def settings(df: pd.DataFrame) -> list[dict]:
+    def values(col):
+        return ", ".join(sorted({str(v) for v in df[col] if is_measured(v)})) or "–"
+
+    return [{"label": label, "value": values(col), "handout": "", "differs": False}
+            for label, col in (("warm-up steps", "warmup"), ("recorded steps", "steps"), ("batch size", "batch"),
+                               ("TF32 matmuls", "tf32"), ("implementation", "implementation"),
+                               ("precision", "precision"), ("max_entries", "max_entries"), ("stacks", "stacks"))]

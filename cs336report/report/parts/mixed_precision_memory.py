@@ -1,0 +1,126 @@
+"""(d) of benchmarking_mixed_precision: peak memory in fp32 against bf16, per implementation."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import checks
+from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell
+from .bench_frame import MODE_COLUMNS
+from .mixed_precision_speed import paired, speed_table, transformer_frame
+
+
+def memory_grid(ctx) -> dict | None:
+    grids = ctx.config.get("grids", {})
+    return (grids.get(ctx.config.get("_grid", "cpu")) or {}).get("autocast_memory")
+
+
+def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = None) -> Table:
+    modes = [m for m in MODE_COLUMNS if m in set(pairs["mode"])]
+    columns, units = ["implementation", "size", "context"], ["", "", "tokens"]
+    for m in modes:
+        columns += [f"{MODE_COLUMNS[m]} fp32", f"{MODE_COLUMNS[m]} bf16", f"{MODE_COLUMNS[m]} change"]
+        units += ["GiB", "GiB", "%"]
+    rows = []
+    for (impl, size, context), g in pairs.groupby(["implementation", "size", "context"], sort=False, observed=True):
+        row = [Cell(impl), Cell(str(size)), Cell(str(context))]
+        by_mode = g.set_index("mode")
+        for m in modes:
+            if m not in by_mode.index:
+                row += [status_cell("missing")] * 3
+                continue
+            r = by_mode.loc[m]
+            for p in ("fp32", "bf16"):
+                row.append(Cell(sig(r[f"peak_bytes_{p}"] / 2**30)) if r[f"status_{p}"] == "ok"
+                           else status_cell(r[f"status_{p}"]))
+            change = r["peak_ratio"]
+            row.append(Cell(f"{100 * (change - 1):+.1f}") if change == change else status_cell("missing"))
+        rows.append(row)
+    sources = sorted(set(pairs["source_fp32"].dropna()) | set(pairs["source_bf16"].dropna()))
+    return Table(title=title, columns=columns, units=units, rows=rows, sources=sources,
+                 note="torch.cuda.max_memory_allocated over the warm-up and measured steps, model and batch included; "
+                      "change = bf16 peak / fp32 peak − 1"
+                      + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
+                                                                      if r.get("_path") in set(sources)])) else ""))
+
+
+def memory_time_table(pairs: pd.DataFrame, title: str) -> Table:
+    t = speed_table(pairs.assign(size=pairs["implementation"] + " " + pairs["size"].astype(str)), title)
+    t.columns[0] = "implementation, size"
+    return t
+
+
+def memory_analysis(pairs: pd.DataFrame) -> dict:
+    ok = pairs[pairs["peak_change"].notna()]
+    out: dict = {"by_impl": [], "n": int(len(ok))}
+    if ok.empty:
+        return out
+
+    def where(r) -> str:
+        return f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]}"
+
+    for impl, g in ok.groupby("implementation"):
+        up, down = g[g["peak_change"] > 0], g[g["peak_change"] < 0]
+        item = {"impl": impl, "n": int(len(g)), "n_up": int(len(up)), "n_down": int(len(down)), "series": []}
+        if len(up):
+            r = up.loc[up["peak_change"].idxmax()]
+            item["max_up"] = {"cell": where(r), "bytes": fmt_bytes(r["peak_change"]), "pct": fmt_pct(r["peak_ratio"] - 1)}
+        if len(down):
+            r = down.loc[down["peak_change"].idxmin()]
+            item["max_down"] = {"cell": where(r), "bytes": fmt_bytes(-r["peak_change"]),
+                                "pct": fmt_pct(1 - r["peak_ratio"])}
+        for (size, mode), s in g.groupby(["size", "mode"], observed=True):
+            s = s.sort_values("context")
+            if len(s) < 2:
+                continue
+            lo, hi = s.iloc[0], s.iloc[-1]
+            flip = s[(s["peak_change"] < 0)]
+            item["series"].append({
+                "size": str(size), "mode": MODE_COLUMNS[mode], "ctx_lo": int(lo["context"]), "ctx_hi": int(hi["context"]),
+                "lo": f"{100 * (lo['peak_ratio'] - 1):+.1f} %", "hi": f"{100 * (hi['peak_ratio'] - 1):+.1f} %",
+                "down_from": int(flip["context"].min()) if len(flip) and (s["peak_change"] > 0).any() else None,
+            })
+        out["by_impl"].append(item)
+    impls = sorted(set(ok["implementation"]))
+    if len(impls) == 2:
+        a, b = (ok[ok["implementation"] == i].set_index(["size", "context", "mode"]) for i in impls)
+        common = a.index.intersection(b.index)
+        if len(common):
+            out["impl_compare"] = {
+                "a": impls[0], "b": impls[1], "n": int(len(common)),
+                "fp32_ratio": sig((b.loc[common, "peak_bytes_fp32"] / a.loc[common, "peak_bytes_fp32"]).median()),
+                "bf16_ratio": sig((b.loc[common, "peak_bytes_bf16"] / a.loc[common, "peak_bytes_bf16"]).median()),
+                "change_a": fmt_pct((a.loc[common, "peak_ratio"] - 1).median()),
+                "change_b": fmt_pct((b.loc[common, "peak_ratio"] - 1).median()),
+            }
+    out["n_up"] = int((ok["peak_change"] > 0).sum())
+    out["n_down"] = int((ok["peak_change"] < 0).sum())
+    return out
+
+
+def memory_part(ctx) -> dict | None:
+    grid = memory_grid(ctx)
+    if not grid:
+        return None
+    df = transformer_frame(ctx, ("benchmarking", "benchmarking_bf16", "autocast_memory"))
+    if df.empty:
+        return None
+    pairs = paired(df)
+    want = (pairs["implementation"].isin(grid["implementations"]) & pairs["size"].astype(str).isin(grid["sizes"])
+            & pairs["context"].isin(grid["contexts"]) & pairs["mode"].isin(grid["modes"]))
+    pairs = pairs[want]
+    if pairs.empty:
+        return None
+    order = [s for s in grid["sizes"]]
+    pairs = pairs.assign(size=pd.Categorical(pairs["size"].astype(str), categories=order, ordered=True))
+    pairs = pairs.sort_values(["implementation", "size", "context"])
+    has_peak = bool(pairs["peak_bytes_fp32"].notna().any() or pairs["peak_bytes_bf16"].notna().any())
+    out = {"has_peak": has_peak, "time_table": memory_time_table(pairs, "Step time of the memory grid, fp32 against bf16"),
+           "grid": {"sizes": list(grid["sizes"]), "contexts": [str(c) for c in grid["contexts"]],
+                    "modes": [MODE_COLUMNS[m] for m in grid["modes"]], "implementations": list(grid["implementations"])}}
+    if has_peak:
+        records = [r for e in ("benchmarking", "benchmarking_bf16", "autocast_memory") for r in ctx.records(e)]
+        out["table"] = memory_table(pairs, "Peak memory, fp32 against bf16 autocast", records)
+        out["analysis"] = memory_analysis(pairs)
+        out["pairs"] = pairs
+    return out

@@ -1,0 +1,194 @@
+"""(c) of benchmarking_mixed_precision: Transformer step times in fp32 against bf16 autocast."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .. import checks  # noqa: E402
+from ..plots import legend_outside  # noqa: E402
+from ..tables import Cell, Table, fmt_mean_std, sig, status_cell  # noqa: E402
+from .bench_frame import MODE_COLUMNS  # noqa: E402
+from .bench_frame import frame as bench_frame  # noqa: E402
+
+KEY = ["implementation", "size", "context", "mode"]
+TREND_RHO = 0.5  # |Spearman rho| above which a trend is called one
+
+
+def _trend(rho: float) -> str:
+    if rho != rho:
+        return "none"
+    return "up" if rho >= TREND_RHO else "down" if rho <= -TREND_RHO else "none"
+
+
+def transformer_frame(ctx, experiments: tuple[str, ...]) -> pd.DataFrame:
+    """Tidy rows of every Transformer result of ``experiments``, each (key, precision) once."""
+    records = [r for e in experiments for r in ctx.records(e)]
+    df = bench_frame(records)
+    if df.empty:
+        return df
+    peaks = {r["_path"]: ((r["data"] or {}).get("peak_memory") or {}).get("allocated_bytes") for r in records}
+    df["peak_bytes"] = df["source"].map(peaks).astype(float)
+    df["experiment"] = [r["experiment"] for r in records]
+    df["context"] = df["context"].astype(int)
+    return df.drop_duplicates(KEY + ["precision"], keep="first").reset_index(drop=True)
+
+
+def paired(df: pd.DataFrame) -> pd.DataFrame:
+    """fp32 and bf16 side by side per (implementation, size, context, mode)."""
+    cols = ["mean_s", "std_s", "status", "peak_bytes", "source", "params"]
+    fp32 = df[df["precision"] == "fp32"].set_index(KEY)[cols]
+    bf16 = df[df["precision"] == "bf16"].set_index(KEY)[cols]
+    both = fp32.add_suffix("_fp32").join(bf16.add_suffix("_bf16"), how="outer").reset_index()
+    both["status_fp32"] = both["status_fp32"].fillna("missing")
+    both["status_bf16"] = both["status_bf16"].fillna("missing")
+    ok = (both["status_fp32"] == "ok") & (both["status_bf16"] == "ok")
+    both["speedup"] = (both["mean_s_fp32"] / both["mean_s_bf16"]).where(ok)
+    both["peak_change"] = (both["peak_bytes_bf16"] - both["peak_bytes_fp32"]).where(ok)
+    both["peak_ratio"] = (both["peak_bytes_bf16"] / both["peak_bytes_fp32"]).where(ok)
+    both["params"] = both["params_fp32"].fillna(both["params_bf16"])
+    return both
+
+
+def _time_cell(row, precision: str) -> Cell:
+    status = row[f"status_{precision}"]
+    return (Cell(fmt_mean_std(row[f"mean_s_{precision}"], row[f"std_s_{precision}"], 1e-3)) if status == "ok"
+            else status_cell(status))
+
+
+def casts_note(pairs: pd.DataFrame, records: dict[str, dict]) -> str:
+    """The dtype conversions one step runs in bf16 and in fp32 (torch.profiler's aten::_to_copy
+    calls), at each size's shortest context, forward: the casts autocast adds."""
+    parts = []
+    for size, g in pairs[pairs["mode"] == "forward"].groupby("size", observed=True, sort=False):
+        r = g.sort_values("context").iloc[0]
+        casts = [((records.get(r[f"source_{p}"]) or {}).get("data") or {}).get("casts") for p in ("fp32", "bf16")]
+        if all(casts):
+            parts.append(f"{size}: {casts[1]['calls']} in bf16 against {casts[0]['calls']} in fp32")
+    return ("dtype conversions per forward step (aten::_to_copy calls, shortest context): " + ", ".join(parts)
+            if parts else "")
+
+
+def speed_table(pairs: pd.DataFrame, title: str, flags: list[dict] | None = None,
+                records: dict[str, dict] | None = None) -> Table:
+    modes = [m for m in MODE_COLUMNS if m in set(pairs["mode"])]
+    columns, units = ["size", "context"], ["", "tokens"]
+    for m in modes:
+        columns += [f"{MODE_COLUMNS[m]} fp32", f"{MODE_COLUMNS[m]} bf16", f"{MODE_COLUMNS[m]} speed-up"]
+        units += ["ms", "ms", "×"]
+    rows = []
+    for (size, context), g in pairs.groupby(["size", "context"], sort=False, observed=True):
+        row = [Cell(str(size)), Cell(str(context))]
+        by_mode = g.set_index("mode")
+        for m in modes:
+            if m not in by_mode.index:
+                row += [status_cell("missing")] * 3
+                continue
+            r = by_mode.loc[m]
+            row += [_time_cell(r, "fp32"), _time_cell(r, "bf16"),
+                    Cell(sig(r["speedup"])) if r["speedup"] == r["speedup"] else status_cell("missing")]
+        rows.append(row)
+    sources = sorted(set(pairs["source_fp32"].dropna()) | set(pairs["source_bf16"].dropna()))
+    flagged = "; ".join(filter(None, [checks.note(flags or [], sources), casts_note(pairs, records or {})]))
+    return Table(title=title, columns=columns, units=units, rows=rows, sources=sources,
+                 note="mean ± sample standard deviation over the measured steps; speed-up = fp32 time / bf16 time "
+                      "(above 1: bf16 is faster)"
+                      + (f"; {flagged}" if flagged else ""))
+
+
+def speedup_plot(pairs: pd.DataFrame):
+    """Speed-up of bf16 over fp32 against parameter count, one line per context, one panel per mode."""
+    modes = [m for m in MODE_COLUMNS if m in set(pairs["mode"])]
+    fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), squeeze=False, sharey=True)
+    for ax, mode in zip(axes[0], modes):
+        sub = pairs[(pairs["mode"] == mode) & pairs["speedup"].notna()]
+        for context, g in sub.groupby("context"):
+            g = g.sort_values("params")
+            ax.plot(g["params"] / 1e6, g["speedup"], marker="o", label=str(context))
+            for _, r in g.iterrows():
+                ax.annotate(str(r["size"]), (r["params"] / 1e6, r["speedup"]), fontsize=6, alpha=0.6,
+                            textcoords="offset points", xytext=(2, 2))
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters (millions)")
+        ax.set_title(MODE_COLUMNS[mode])
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("speed-up of bf16 over fp32 (×)")
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        legend_outside(axes[0][-1], title="context", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict:
+    """The speed-up sentences' numbers, over the pairs whose two cells :func:`checks.defensible` lets compare."""
+    fair = [checks.defensible(flags or [], a, b) for a, b in zip(pairs["source_fp32"], pairs["source_bf16"])]
+    ok = pairs[pairs["speedup"].notna() & pd.Series(fair, index=pairs.index, dtype=bool)]
+    out: dict = {"modes": [], "n": int(len(ok)), "n_pairs": int(len(pairs))}
+    mismatch = pairs[(pairs["status_fp32"] != pairs["status_bf16"])
+                     & pairs["status_fp32"].isin(["ok", "oom"]) & pairs["status_bf16"].isin(["ok", "oom"])]
+    out["status_differs"] = [{"cell": f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]}",
+                              "fp32": r["status_fp32"].upper(), "bf16": r["status_bf16"].upper()}
+                             for _, r in mismatch.iterrows()]
+    # which pairs bf16 lost, among those that may be compared (a noisy or shared cell orders nothing)
+    bound = {src for f in flags or [] if f["kind"] == "host_bound" for src in f["sources"]}
+    out["slower"] = [f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]} ({sig(r['speedup'])}×"
+                     + ("; host-bound" if {r["source_fp32"], r["source_bf16"]} & bound else "") + ")"
+                     for _, r in ok[ok["speedup"] < 1].iterrows()]
+    if ok.empty:
+        return out
+    for mode in [m for m in MODE_COLUMNS if m in set(ok["mode"])]:
+        g = ok[ok["mode"] == mode]
+        best, worst = g.loc[g["speedup"].idxmax()], g.loc[g["speedup"].idxmin()]
+        by_size = g.groupby("params")["speedup"].median().sort_index()
+        size_names = g.drop_duplicates("params").set_index("params")["size"]
+        by_ctx = g.groupby("context")["speedup"].median().sort_index()
+        # Spearman's rho as the Pearson correlation of average ranks (Series.corr's "spearman" needs scipy)
+        rank = g["speedup"].rank()
+        rho_size = rank.corr(g["params"].rank()) if g["params"].nunique() > 1 else math.nan
+        rho_ctx = rank.corr(g["context"].rank()) if g["context"].nunique() > 1 else math.nan
+        out["modes"].append({
+            "mode": MODE_COLUMNS[mode], "n": int(len(g)),
+            "min": sig(worst["speedup"]), "min_cell": f"{worst['size']}, context {worst['context']}",
+            "max": sig(best["speedup"]), "max_cell": f"{best['size']}, context {best['context']}",
+            "size_lo": str(size_names[by_size.index[0]]), "size_hi": str(size_names[by_size.index[-1]]),
+            "size_lo_x": sig(by_size.iloc[0]), "size_hi_x": sig(by_size.iloc[-1]),
+            "ctx_lo": int(by_ctx.index[0]), "ctx_hi": int(by_ctx.index[-1]),
+            "ctx_lo_x": sig(by_ctx.iloc[0]), "ctx_hi_x": sig(by_ctx.iloc[-1]),
+            "rho_size": sig(rho_size, 2) if rho_size == rho_size else "–", "size_trend": _trend(rho_size),
+            "rho_ctx": sig(rho_ctx, 2) if rho_ctx == rho_ctx else "–", "ctx_trend": _trend(rho_ctx),
+            "multi_size": bool(g["params"].nunique() > 1), "multi_ctx": bool(g["context"].nunique() > 1),
+        })
+    return out
+
+
+def speed_part(ctx) -> dict | None:
+    bf16_keys = {tuple(r["config"][k] for k in KEY) for r in ctx.records("benchmarking_bf16")}
+    df = transformer_frame(ctx, ("benchmarking", "benchmarking_bf16"))
+    if df.empty:
+        return None
+    pairs = paired(df)
+    in_grid = [tuple(k) in bf16_keys for k in pairs[KEY].astype(object).itertuples(index=False)]
+    both = (pairs["status_fp32"] != "missing") & (pairs["status_bf16"] != "missing")
+    pairs = pairs[pd.Series(in_grid, index=pairs.index) | both]
+    if pairs.empty or not (pairs["status_bf16"] != "missing").any():
+        return None
+    order = [str(size) for size in df["size"].cat.categories]  # by model scale, as benchmarking_script orders them
+    pairs = pairs.assign(size=pd.Categorical(pairs["size"].astype(str), categories=order, ordered=True))
+    pairs = pairs.sort_values(["implementation", "size", "context"])
+    timed = [r for e in ("benchmarking", "benchmarking_bf16") for r in ctx.records(e)]
+    flags = checks.timing_flags(timed)
+    by_path = {r.get("_path"): r for r in timed}
+    tables = [speed_table(g, f"Step time, fp32 against bf16 autocast ({impl} implementation)", flags, by_path)
+              for impl, g in pairs.groupby("implementation")]
+    figures = [ctx.figure(f"mixed_precision_speedup_{impl}", speedup_plot(g),
+                          f"Speed-up of bf16 autocast over fp32 against model size ({impl} implementation); "
+                          "dotted: no speed-up.")
+               for impl, g in pairs.groupby("implementation")]
+    return {"tables": tables, "figures": figures, "analysis": speed_analysis(pairs, flags), "flags": flags,
+            "settings": ctx.settings("benchmarking_bf16")}

@@ -1,0 +1,45 @@
+"""The sections answered by the handout's tests alone: each builds its problem's part of the
+handout_tests records through handout_tests.build_problem, and shares its not-run reason and
+headline."""
+
+from cs336report.report import handout_tests
+from cs336report.report.render import RenderContext
+from cs336report.report.sections import SECTIONS
+
+TESTS = [
+    {"id": "a", "name": "test_forward_pytorch", "problem": "flash_forward", "subquestion": "a", "outcome": "passed",
+     "seconds": 0.5, "message": "", "max_abs_error": 2.5e-07},
+    {"id": "b", "name": "test_forward_triton", "problem": "flash_forward", "subquestion": "b", "outcome": "failed",
+     "seconds": 0.1, "message": "AssertionError: not close", "max_abs_error": None},
+    {"id": "c", "name": "test_ddp[ToyModel]", "problem": "naive_ddp", "subquestion": "", "outcome": "passed",
+     "seconds": 1.0, "message": "", "max_abs_error": None},
+]
+
+
+def _ctx(tmp_path, records):
+    return RenderContext(records, {"_device": "cpu", "_grid": "cpu"}, tmp_path)
+
+
+def _record(tests):
+    return {"experiment": handout_tests.EXPERIMENT, "cell": "suite", "status": "ok", "config": {},
+            "data": {"tests": tests}, "_path": "results/handout_tests/suite.json"}
+
+
+def test_every_handout_test_section_builds_its_problems_part(tmp_path):
+    sections = {m.ID: m for m in SECTIONS if m.EXPERIMENTS == (handout_tests.EXPERIMENT,)}
+    assert {"flash_forward", "flash_backward", "naive_ddp", "ddp_overlap_individual_parameters",
+            "ddp_overlap_bucketed", "optimizer_state_sharding"} <= set(sections)
+    ctx = _ctx(tmp_path, [_record(TESTS)])
+    for section in sections.values():
+        data = section.build(ctx)
+        assert data["ran"] == (section.ID in ("flash_forward", "naive_ddp"))
+        assert section.skip_reason(ctx) == "this run has no records of the handout's tests"
+    forward = sections["flash_forward"].build(ctx)
+    assert forward["subs"]["a"]["passed"] == 1 and forward["subs"]["b"]["failed"] == 1
+    assert forward["subs"]["c"] is None
+    assert sections["flash_forward"].headline(forward) == "1 of 2 handout tests passed; largest error 2.5e-07"
+    assert sections["naive_ddp"].headline(sections["naive_ddp"].build(ctx)) == "1 of 1 handout tests passed"
+    assert sections["flash_backward"].headline(sections["flash_backward"].build(ctx)) == (
+        f"not run ({handout_tests.COMMAND})")
+    sharded = sections["optimizer_state_sharding"].build(ctx)
+    assert not sharded["ran"] and sharded["implementation"] == sections["optimizer_state_sharding"].IMPLEMENTATION
