@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 collect_ignore_glob = ["fixtures/*"]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     # Tests run in parallel (pytest-xdist, --dist loadgroup): the tests of the built CPU workflow share
     # one worker, and so one build, which starts first; the GPU tests share another; every other

@@ -78,7 +78,7 @@ def allreduce_table(df: pd.DataFrame) -> Table:
                             Cell(f"{sig(r['median_s'] * 1e3)} ({sig(r['mean_s'] * 1e3)} ± {sig(r['std_s'] * 1e3, 2)})"
                                  + (" noisy" if r["noisy"] else "")),
                             Cell(sig(r["algbw_gb_s"])), Cell(sig(r["busbw_gb_s"])),
-                            Cell(fmt_pct(r["busbw_gb_s"] / peak) if peak else "–"),
+                            Cell(fmt_pct(r["busbw_gb_s"] / peak) if peak and peak == peak else "–"),
                             Cell("yes" if r["correct"] else "NO")])
     links = sorted({str(x) for x in df["interconnect"].dropna() if x})
     return Table(title="All-reduce of fp32 tensors",
