@@ -238,3 +238,38 @@ def test_the_students_sharded_optimizer_ran_and_a_wrong_kind_is_not_implemented(
         assert [last[0].text, last[2].text] == ["sharded optimizer (yours)", "not implemented"]
         text = render(sharding_section, data, mode)
         assert "has no measurements: not implemented" in text and "get_sharded_optimizer returned type" in text
+
+
+# ------------------------------------------------------------------ on GPUs
+
+GPU_FIXTURE = Path(__file__).parent / "fixtures/student_ddp_h200"  # 2 × H200, NCCL, small model, context 128
+
+
+@pytest.mark.parametrize("mode", ["md", "html"])
+def test_the_students_ddp_and_sharded_optimizer_on_two_gpus(tmp_path, mode):
+    """Records made on 2 H200s with NCCL from the fixture student repository: its per-parameter DDP ran
+    in the timed loop beside ours, its bucketed and sharded adapters were not implemented."""
+    records = []
+    for path in sorted(GPU_FIXTURE.glob("*/*.json.gz")):
+        record = load(path)
+        record["_path"] = str(path.relative_to(GPU_FIXTURE))
+        records.append(record)
+    by_cell = {r["cell"]: r for r in records}
+    yours = by_cell["student_individual-small-ctx128-w2"]
+    assert yours["status"] == "ok" and yours["config"]["device"] == "cuda"
+    assert yours["data"]["wrapper"] == "cs336_systems.ddp.OverlapDDP"
+    assert same_weights([r["param_checksum"] for r in yours["data"]["ranks"]])
+    assert "H200" in yours["provenance"]["gpu"] and yours["data"]["link"]["nccl_version"]
+    ctx = RenderContext(records, {"_device": "cuda"}, tmp_path)
+    data = individual_section.build(ctx)
+    assert [row[0].text for row in data["table"].rows] == ["overlapped, per parameter",
+                                                           "overlapped, per parameter (yours)"]
+    ours_step = by_cell["individual-small-ctx128-w2"]["data"]["stats_s"]
+    assert data["individual"]["step"] and ours_step
+    text = render(individual_section, data, mode)
+    assert "OverlapDDP" in text and "every rank ended with the same weights" in text
+    text = render(bucketed_section, bucketed_section.build(ctx), mode)
+    assert "100 MiB: not implemented (" in text and "get_ddp_bucketed raises NotImplementedError" in text
+    data = sharding_section.build(ctx)
+    assert by_cell["student-small-ctx128-b16-w2"]["status"] == "not_implemented"
+    assert "get_sharded_optimizer" in render(sharding_section, data, mode)
