@@ -5,7 +5,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# Under pytest-xdist the workers share the cores: one intra-op thread a process (and in the processes
+# the tests start), or torch's spinning OpenMP threads slow every small step many times over.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402  (after OMP_NUM_THREADS)
 
 REPO = Path(__file__).resolve().parent.parent
 # The assignment checkouts under fixtures/ hold test files of their own, run only as handout_tests.

@@ -175,7 +175,7 @@ def test_cpu_report_has_the_mixed_precision_sections(workdir):
     bf16 = json.loads((workdir / "results/benchmarking_bf16/naive-bf16-mini-ctx32-forward.json").read_text())
     assert sig(bf16["data"]["stats_s"]["mean"] * 1e3) in section
     assert not list((workdir / "results/benchmarking_bf16").glob("*-fp32-*"))  # fp32 comes from benchmarking
-    census = json.loads((workdir / "results/autocast_saved_tensors/native-mini-census.json").read_text())
+    census = json.loads((workdir / "results/autocast_saved_tensors/native-tiny-census.json").read_text())
     assert census["status"] == "ok" and all(case["status"] == "ok" for case in census["data"]["cases"])
 
 
