@@ -162,7 +162,7 @@ def source_info(obj) -> dict:
         file, digest = None, None
     from .results import portable_path  # the machine's folders stay out of the record
 
-    return {"object": f"{obj.__module__}:{obj.__qualname__}", "file": portable_path(file), "sha256_16": digest}
+    return {"object": f"{obj.__module__}:{obj.__qualname__}", "file": portable_path(file, obj.__module__), "sha256_16": digest}
 
 
 def package_source(module_name: str) -> dict:

@@ -226,11 +226,20 @@ def _git_in(cwd: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def portable_path(path: str | None) -> str | None:
+def portable_path(path: str | None, module: str | None = None) -> str | None:
     """A file named without the machine's folders: relative to the import root it lies under
-    (``cs336report/model.py``, ``mypkg/model.py``), else to the working folder, else its name."""
+    (``cs336report/model.py``, ``mypkg/model.py``), else to the working folder, else its name.
+
+    ``module``, the dotted name the file was imported as, names it the same way on any machine,
+    also where the path is another machine's (a record made elsewhere)."""
     if not path or not os.path.isabs(path):
         return path
+    if module:
+        rel = module.replace(".", "/")
+        posix = path.replace(os.sep, "/")
+        for suffix in (f"{rel}.py", f"{rel}/__init__.py"):
+            if posix.endswith(f"/{suffix}"):
+                return suffix
     resolved = os.path.realpath(path)
     roots = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
     for root in roots + [os.path.realpath(os.getcwd())]:

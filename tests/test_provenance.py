@@ -84,3 +84,15 @@ def test_merge_refuses_a_cpu_record_in_a_gpu_folder(tmp_path):
     with pytest.raises(ValueError, match="ran on cpu"):
         publish([str(path)], config, folder, merge=True, allow_dirty=True)
     assert json.loads((folder / "manifest.json").read_text())["files"] == []
+
+
+def test_a_file_of_another_machine_is_named_by_its_module():
+    """A published record holds the path of the machine that made it; the report names the file the
+    same way wherever it is rendered (here the path lies under no folder of this machine)."""
+    from cs336report.results import portable_path
+
+    foreign = "/somewhere/else/checkout/cs336report/model.py"
+    assert portable_path(foreign, "cs336report.model") == "cs336report/model.py"
+    assert portable_path("/x/y/mypkg/__init__.py", "mypkg") == "mypkg/__init__.py"
+    assert portable_path(foreign) == "model.py"  # without its module: only the name is certain
+    assert portable_path("cs336report/model.py", "cs336report.model") == "cs336report/model.py"
