@@ -151,3 +151,8 @@ def test_readme_workflow_report(workdir, tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     html = (work / "report/workflow.html").read_text(errors="replace")
     assert "Writeup" in html and "report.md" in html
+    # every record under the handout problem it answers, with that problem's caption
+    assert "01 benchmarking_script" in html and "benchmarking_warmup" in html
+    assert "handout_tests (problems 8, 9, 12, 15, 17, 20)" in html
+    caption = (REPO / "workflow/report/nsys_profile.rst").read_text().split()
+    assert " ".join(caption[:6]) in " ".join(html.split())

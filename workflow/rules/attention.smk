@@ -6,7 +6,7 @@ rule pytorch_attention:
     input:
         cell_code("pytorch_attention"),
     output:
-        "results/pytorch_attention/{cell}.json",
+        record("results/pytorch_attention/{cell}.json", "pytorch_attention"),
     log:
         "logs/pytorch_attention/{cell}.log",
     benchmark:

@@ -6,7 +6,7 @@ rule benchmarking:
     input:
         cell_code("benchmarking"),
     output:
-        "results/benchmarking/{cell}.json",
+        record("results/benchmarking/{cell}.json", "benchmarking_script"),
     log:
         "logs/benchmarking/{cell}.log",
     benchmark:
@@ -26,7 +26,7 @@ rule benchmarking_warmup:
     input:
         cell_code("benchmarking_warmup"),
     output:
-        "results/benchmarking_warmup/{cell}.json",
+        record("results/benchmarking_warmup/{cell}.json", "benchmarking_script"),
     log:
         "logs/benchmarking_warmup/{cell}.log",
     benchmark:
@@ -46,7 +46,7 @@ rule roofline:
     input:
         cell_code("roofline"),
     output:
-        "results/roofline/{cell}.json",
+        record("results/roofline/{cell}.json", "benchmarking_script"),
     log:
         "logs/roofline/{cell}.log",
     benchmark:

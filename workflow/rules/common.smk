@@ -15,6 +15,7 @@ os.environ.update(
 from cs336report import experiments
 from cs336report.codeinputs import closure
 from cs336report.config import Config
+from cs336report.handout import BY_ID, HANDOUT
 from snakemake.exceptions import WorkflowError
 
 # Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error
@@ -115,6 +116,32 @@ def compiled_job_cells(wildcards):
         "compiled_model",
         job,
         [[n, CELLS["compiled_model"][n]] for n in COMPILED_JOBS[job]],
+    )
+
+
+# The problems graded by the handout's tests (rule handout_tests) rather than by a measurement.
+HANDOUT_TESTED = [
+    str(p.number) for p in HANDOUT if p.command.endswith(" handout_tests")
+]
+
+
+def record(path, problem, **labels):
+    """A result file registered in Snakemake's report (snakemake --report report/workflow.html):
+    grouped under the handout problem it answers, with that problem's caption
+    (workflow/report/<problem>.rst), one row per cell. The handout's tests grade several problems
+    and have a category of their own."""
+    experiment = path.split("/")[1]
+    category = (
+        f"{BY_ID[problem].number:02d} {problem}"
+        if problem in BY_ID
+        else f"{problem} (problems {', '.join(HANDOUT_TESTED)})"
+    )
+    return report(
+        path,
+        caption=f"../report/{problem}.rst",
+        category=category,
+        subcategory=experiment,
+        labels=labels or {"cell": "{cell}"},
     )
 
 

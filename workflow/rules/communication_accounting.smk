@@ -5,7 +5,9 @@ rule communication_accounting:
     input:
         cell_code("communication_accounting"),
     output:
-        "results/communication_accounting/{cell}.json",
+        record(
+            "results/communication_accounting/{cell}.json", "communication_accounting"
+        ),
     log:
         "logs/communication_accounting/{cell}.log",
     conda:

@@ -6,7 +6,10 @@ rule ddp_bucketed_benchmarking:
     input:
         cell_code("ddp_bucketed_benchmarking"),
     output:
-        "results/ddp_bucketed_benchmarking/{cell}.json",
+        record(
+            "results/ddp_bucketed_benchmarking/{cell}.json",
+            "ddp_bucketed_benchmarking",
+        ),
     log:
         "logs/ddp_bucketed_benchmarking/{cell}.log",
     benchmark:

@@ -6,7 +6,10 @@ rule ddp_overlap_individual_parameters_benchmarking:
     input:
         cell_code("ddp_overlap_individual_parameters_benchmarking"),
     output:
-        "results/ddp_overlap_individual_parameters_benchmarking/{cell}.json",
+        record(
+            "results/ddp_overlap_individual_parameters_benchmarking/{cell}.json",
+            "ddp_overlap_individual_parameters_benchmarking",
+        ),
     log:
         "logs/ddp_overlap_individual_parameters_benchmarking/{cell}.log",
     benchmark:

@@ -6,7 +6,10 @@ rule distributed_communication_single_node:
     input:
         cell_code("distributed_communication_single_node"),
     output:
-        "results/distributed_communication_single_node/{cell}.json",
+        record(
+            "results/distributed_communication_single_node/{cell}.json",
+            "distributed_communication_single_node",
+        ),
     log:
         "logs/distributed_communication_single_node/{cell}.log",
     benchmark:

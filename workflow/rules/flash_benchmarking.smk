@@ -6,7 +6,7 @@ rule flash_benchmarking:
     input:
         cell_code("flash_benchmarking"),
     output:
-        "results/flash_benchmarking/{cell}.json",
+        record("results/flash_benchmarking/{cell}.json", "flash_benchmarking"),
     log:
         "logs/flash_benchmarking/{cell}.log",
     benchmark:
@@ -26,7 +26,7 @@ rule flash_leaderboard:
     input:
         cell_code("flash_leaderboard"),
     output:
-        "results/flash_leaderboard/{cell}.json",
+        record("results/flash_leaderboard/{cell}.json", "flash_benchmarking"),
     log:
         "logs/flash_leaderboard/{cell}.log",
     benchmark:

@@ -20,7 +20,7 @@ rule handout_tests:
         cell_code("handout_tests"),
         HANDOUT_SUITE,
     output:
-        json="results/handout_tests/{cell}.json",
+        json=record("results/handout_tests/{cell}.json", "handout_tests"),
         xml="results/handout_tests/{cell}.xml",
     log:
         "logs/handout_tests/{cell}.log",

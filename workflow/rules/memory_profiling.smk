@@ -6,7 +6,7 @@ rule memory_profiling:
     input:
         cell_code("memory_profiling"),
     output:
-        result="results/memory_profiling/{cell}.json",
+        result=record("results/memory_profiling/{cell}.json", "memory_profiling"),
         snapshot="results/memory_profiling/{cell}.pickle",
     log:
         "logs/memory_profiling/{cell}.log",
@@ -30,7 +30,7 @@ rule memory_profiling_parse:
         snapshot=rules.memory_profiling.output.snapshot,
         code=code("snapshot_step"),
     output:
-        "results/memory_profiling_parse/{cell}.json",
+        record("results/memory_profiling_parse/{cell}.json", "memory_profiling"),
     log:
         "logs/memory_profiling_parse/{cell}.log",
     benchmark:

@@ -6,7 +6,10 @@ rule minimal_ddp_flat_benchmarking:
     input:
         cell_code("minimal_ddp_flat_benchmarking"),
     output:
-        "results/minimal_ddp_flat_benchmarking/{cell}.json",
+        record(
+            "results/minimal_ddp_flat_benchmarking/{cell}.json",
+            "minimal_ddp_flat_benchmarking",
+        ),
     log:
         "logs/minimal_ddp_flat_benchmarking/{cell}.log",
     benchmark:

@@ -7,7 +7,10 @@ rule mixed_precision_accumulation:
     input:
         cell_code("mixed_precision_accumulation"),
     output:
-        "results/mixed_precision_accumulation/{cell}.json",
+        record(
+            "results/mixed_precision_accumulation/{cell}.json",
+            "mixed_precision_accumulation",
+        ),
     log:
         "logs/mixed_precision_accumulation/{cell}.log",
     conda:
@@ -25,7 +28,7 @@ rule autocast_dtypes:
     input:
         cell_code("autocast_dtypes"),
     output:
-        "results/autocast_dtypes/{cell}.json",
+        record("results/autocast_dtypes/{cell}.json", "benchmarking_mixed_precision"),
     log:
         "logs/autocast_dtypes/{cell}.log",
     conda:
@@ -43,7 +46,7 @@ rule norm_sensitivity:
     input:
         cell_code("norm_sensitivity"),
     output:
-        "results/norm_sensitivity/{cell}.json",
+        record("results/norm_sensitivity/{cell}.json", "benchmarking_mixed_precision"),
     log:
         "logs/norm_sensitivity/{cell}.log",
     conda:
@@ -83,7 +86,7 @@ rule autocast_memory:
     input:
         cell_code("autocast_memory"),
     output:
-        "results/autocast_memory/{cell}.json",
+        record("results/autocast_memory/{cell}.json", "benchmarking_mixed_precision"),
     log:
         "logs/autocast_memory/{cell}.log",
     benchmark:
@@ -103,7 +106,10 @@ rule autocast_saved_tensors:
     input:
         cell_code("autocast_saved_tensors"),
     output:
-        "results/autocast_saved_tensors/{cell}.json",
+        record(
+            "results/autocast_saved_tensors/{cell}.json",
+            "benchmarking_mixed_precision",
+        ),
     log:
         "logs/autocast_saved_tensors/{cell}.log",
     conda:

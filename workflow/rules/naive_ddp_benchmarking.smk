@@ -6,7 +6,7 @@ rule naive_ddp_benchmarking:
     input:
         cell_code("naive_ddp_benchmarking"),
     output:
-        "results/naive_ddp_benchmarking/{cell}.json",
+        record("results/naive_ddp_benchmarking/{cell}.json", "naive_ddp_benchmarking"),
     log:
         "logs/naive_ddp_benchmarking/{cell}.log",
     benchmark:

@@ -46,7 +46,7 @@ rule nsys_parse:
         profile=rules.nsys_profile.output,
         code=code("nsys_step"),
     output:
-        "results/nsys_parse/{cell}.json",
+        record("results/nsys_parse/{cell}.json", "nsys_profile"),
     log:
         "logs/nsys_parse/{cell}.log",
     benchmark:

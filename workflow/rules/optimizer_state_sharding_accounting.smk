@@ -8,7 +8,10 @@ rule optimizer_state_sharding_accounting:
     input:
         cell_code("optimizer_state_sharding_accounting"),
     output:
-        "results/optimizer_state_sharding_accounting/{cell}.json",
+        record(
+            "results/optimizer_state_sharding_accounting/{cell}.json",
+            "optimizer_state_sharding_accounting",
+        ),
     log:
         "logs/optimizer_state_sharding_accounting/{cell}.log",
     benchmark:

@@ -9,7 +9,7 @@ rule compiled_attention:
     input:
         cell_code("compiled_attention"),
     output:
-        "results/compiled_attention/{cell}.json",
+        record("results/compiled_attention/{cell}.json", "torch_compile"),
     log:
         "logs/compiled_attention/{cell}.log",
     benchmark:
@@ -38,10 +38,14 @@ rule compiled_model:
     input:
         cell_code("compiled_model"),
     output:
-        expand(
-            "results/compiled_model/{{prefix}}-{mode}-compiled.json",
-            mode=COMPILED_MODES,
-        ),
+        [
+            record(
+                f"results/compiled_model/{{prefix}}-{mode}-compiled.json",
+                "torch_compile",
+                cell=f"{{prefix}}-{mode}-compiled",
+            )
+            for mode in COMPILED_MODES
+        ],
     log:
         "logs/compiled_model/{prefix}-compiled.log",
     benchmark:
@@ -68,7 +72,7 @@ rule compiled_model_eager:
     input:
         cell_code("compiled_model"),
     output:
-        "results/compiled_model/{cell}.json",
+        record("results/compiled_model/{cell}.json", "torch_compile"),
     log:
         "logs/compiled_model/{cell}.log",
     benchmark:
@@ -96,7 +100,7 @@ rule optimized_step:
     input:
         cell_code("optimized_step"),
     output:
-        "results/optimized_step/{cell}.json",
+        record("results/optimized_step/{cell}.json", "torch_compile"),
     log:
         "logs/optimized_step/{cell}.log",
     benchmark:
