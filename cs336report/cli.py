@@ -10,6 +10,7 @@
     python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
     python -m cs336report nsys-stats results/nsys_profile/NAME --out-dir results/nsys_stats/NAME
     python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/NAME/run.json --out FILE
+    python -m cs336report parse-ddp-timeline results/ddp_overlap_stats/NAME --run results/ddp_overlap_profile/NAME/run.json --out FILE
     python -m cs336report rerender-check [--data report/data --report report/report.md]
 """
 
@@ -115,9 +116,10 @@ def _profile(args) -> int:
 
 
 def _nsys_stats(args) -> int:
-    from .profiling import export_stats
+    from .profiling import REPORTS, export_stats
 
-    export = export_stats(args.profile_dir, args.out_dir, nsys=args.nsys)
+    reports = tuple(args.reports.split(",")) if args.reports else REPORTS
+    export = export_stats(args.profile_dir, args.out_dir, nsys=args.nsys, reports=reports)
     if export.get("reason"):
         print(f"no stats: {export['reason']}", file=sys.stderr)
     return 0
@@ -130,6 +132,19 @@ def _parse_nsys(args) -> int:
     try:
         record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name)
     except (NsysParseError, FileNotFoundError, CellNameError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
+    return 0
+
+
+def _parse_ddp_timeline(args) -> int:
+    from .ddp_timeline import parse_timeline
+    from .parsers.nsys_columns import NsysParseError
+
+    try:
+        record = parse_timeline(args.stats_dir, args.run, args.out, name=args.name)
+    except (NsysParseError, FileNotFoundError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
@@ -239,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("profile_dir")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--nsys", help="nsys executable (default: the cell's, on PATH)")
+    p.add_argument("--reports", help="comma-separated nsys stats reports (default: the kernel, NVTX and CUDA API "
+                   "summaries of nsys_profile)")
     p.set_defaults(func=_nsys_stats)
 
     p = sub.add_parser("parse-nsys", help="parse nsys stats exports (PREFIX_<report>.csv) into a result JSON")
@@ -248,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", help="cell name (default: from the run, else the folder name); without --run "
                    "it gives the cell's settings: <implementation>-<precision>-<size>-ctx<N>-<mode>")
     p.set_defaults(func=_parse_nsys)
+
+    p = sub.add_parser("parse-ddp-timeline", help="a profiled DDP cell's nsys trace exports into a result JSON "
+                       "(each rank's last step: kernels per stream, communication hidden behind compute)")
+    p.add_argument("stats_dir", help="the folder nsys-stats wrote (stats_cuda_gpu_trace.csv, stats_nvtx_gpu_proj_trace.csv)")
+    p.add_argument("--run", required=True, help="the profiled run's run.json")
+    p.add_argument("--out", required=True, help="result JSON to write")
+    p.add_argument("--name", help="cell name (default: the run's)")
+    p.set_defaults(func=_parse_ddp_timeline)
 
     p = sub.add_parser("parse-snapshot", help="parse a CUDA memory snapshot pickle into a result JSON")
     p.add_argument("snapshot", help="snapshot pickle (optionally .gz), as written by _dump_snapshot")

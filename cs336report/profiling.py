@@ -63,8 +63,12 @@ def nsys_version(nsys: str) -> str | None:
 
 
 def nsys_profile_command(cell: dict, out_dir: Path, child: list[str]) -> list[str]:
+    """The nsys command around ``child``. A cell with ``capture_range: false`` (the DDP profile, whose
+    ranks are processes of their own) is traced from start to end instead of between
+    cudaProfilerStart and cudaProfilerStop."""
     nsys = shutil.which(cell.get("nsys", "nsys")) or cell.get("nsys", "nsys")
-    flags = list(PROFILE_FLAGS) + (["--python-backtrace=cuda"] if cell.get("python_backtrace") else [])
+    flags = [f for f in PROFILE_FLAGS if cell.get("capture_range", True) or not f.startswith("--capture-range")]
+    flags += ["--python-backtrace=cuda"] if cell.get("python_backtrace") else []
     return [nsys, "profile", *flags, "--force-overwrite=true", "-o", str(out_dir / "profile"), *child]
 
 
@@ -108,8 +112,10 @@ def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) ->
     return launch
 
 
-def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None = None) -> dict:
-    """Write the stats CSVs of the profile in ``profile_dir`` to ``out_dir/stats_<report>.csv``."""
+def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None = None,
+                 reports: tuple[str, ...] = REPORTS) -> dict:
+    """Write the stats CSVs of the profile in ``profile_dir`` to ``out_dir/stats_<report>.csv``
+    (``reports``: the nsys stats reports; a torch.profiler trace gives the summaries of REPORTS)."""
     profile_dir, out_dir = Path(profile_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = json.loads((profile_dir / RUN_FILE).read_text())
@@ -123,7 +129,7 @@ def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None 
     elif report is not None:
         nsys = nsys or shutil.which((run.get("config") or {}).get("nsys", "nsys")) or "nsys"
         sqlite = out_dir / "profile.sqlite"
-        base = [nsys, "stats", "--force-export=true", "--report", ",".join(REPORTS), "--format", "csv",
+        base = [nsys, "stats", "--force-export=true", "--report", ",".join(reports), "--format", "csv",
                 "--output", str(out_dir / STATS_PREFIX)]
         # The SQLite export goes beside the CSVs; an nsys without --sqlite writes it beside the report.
         for command, export_db in ((base + ["--sqlite", str(sqlite), str(report)], sqlite),
@@ -137,6 +143,9 @@ def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None 
                       nsys_version=launch.get("nsys_version") or nsys_version(nsys))
         if returncode != 0:
             export["reason"] = f"nsys stats exited with code {returncode} on {report} (see the nsys_stats log)"
+    elif reports != REPORTS:
+        export["reason"] = (f"no nsys report in {profile_dir} (profiler {launch.get('profiler')}): "
+                            f"{', '.join(reports)} come from nsys only")
     elif trace_name and (profile_dir / trace_name).exists():
         from .parsers import torchprof
 

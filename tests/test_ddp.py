@@ -63,16 +63,16 @@ def _train(model, x, y, steps, sync=None):
 def _equality_rank(rank, world_size, device):
     out = {}
     for kind, cls in (("toy", ToyModel), ("tied", TiedModel)):
-        x, y = _data(kind)
+        x, y = (t.to(device) for t in _data(kind))
         torch.manual_seed(0)
-        reference = cls()
+        reference = cls().to(device)
         _train(reference, x, y, STEPS)
         for name, wrapper in ddp.VARIANTS.items():
             torch.manual_seed(rank)  # every rank starts elsewhere; the wrapper broadcasts rank 0's
-            local = cls()
+            local = cls().to(device)
             if rank == 0:
                 torch.manual_seed(0)
-                local = cls()
+                local = cls().to(device)
             model = wrapper(local, 0.0005) if name == "bucketed" else wrapper(local)
             shard = slice(rank * BATCH // world_size, (rank + 1) * BATCH // world_size)
             _train(model, x[shard], y[shard], STEPS, sync=model.finish_gradient_synchronization)
@@ -132,6 +132,18 @@ def test_ranks_match_single_process_training(equality, kind, variant):
     for rank_out in equality:
         assert rank_out[(kind, variant)] < 1e-5
         assert rank_out[(kind, variant, "tied")]
+
+
+@pytest.mark.gpu
+def test_ranks_match_single_process_training_nccl():
+    """The same on two GPUs with NCCL, where the bucketed variant copies each reduced bucket back on
+    a side stream while backward goes on."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    for rank_out in launch(_equality_rank, 2, backend="nccl", timeout_s=300):
+        for kind in ("toy", "tied"):
+            for variant in ddp.VARIANTS:
+                assert rank_out[(kind, variant)] < 1e-5, (kind, variant)
 
 
 def test_bucket_assignment_reverse_order_and_cap():

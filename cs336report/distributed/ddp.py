@@ -18,7 +18,10 @@ step, leaves every gradient equal to its mean over the ranks.
 Tied weights are one ``Parameter`` reached twice; ``module.parameters()`` yields it once, and its
 post-accumulate-grad hook fires once, after both uses have added to its gradient. Parameters that
 do not require grad are neither hooked nor reduced. Gradients are summed and then divided by the
-world size (Gloo has no averaging reduction).
+world size (Gloo has no averaging reduction); the overlapped variants divide before the all-reduce,
+in the hook, so no arithmetic is left for after backward. On CUDA the bucketed variant also copies
+each reduced bucket back into its gradients on a side stream as soon as that bucket's all-reduce
+ends, so after backward only the last buckets remain to wait for.
 
     model = DDPBucketed(model, bucket_size_mb=25)
     loss = loss_fn(model(x), y); loss.backward()
@@ -92,12 +95,12 @@ class DDPIndividualParameters(_DDP):
             p.register_post_accumulate_grad_hook(self._start)
 
     def _start(self, p: torch.Tensor) -> None:
+        p.grad.div_(self.world_size)  # the sum of the ranks' shares is the mean
         self._pending.append((p.grad, dist.all_reduce(p.grad, async_op=True)))
 
     def finish_gradient_synchronization(self) -> None:
-        for grad, work in self._pending:
+        for _, work in self._pending:
             work.wait()
-            grad.div_(self.world_size)
         self._pending.clear()
 
 
@@ -130,14 +133,26 @@ class DDPBucketed(_DDP):
         self._bucket_of = {id(p): b for b, bucket in enumerate(self.buckets) for p in bucket}
         self._ready = [0] * len(self.buckets)
         self._pending: dict[int, tuple[torch.Tensor, list[torch.Tensor], dist.Work]] = {}
+        self._copy_stream: torch.cuda.Stream | None = None
         for p in params:
             p.register_post_accumulate_grad_hook(self._mark_ready)
 
     def _launch(self, b: int) -> None:
         grads = [p.grad for p in self.buckets[b] if p.grad is not None]
-        if grads:
-            flat = _flatten_dense_tensors(grads)  # (bucket numel,)
-            self._pending[b] = (flat, grads, dist.all_reduce(flat, async_op=True))
+        if not grads:
+            return
+        flat = _flatten_dense_tensors(grads).div_(self.world_size)  # (bucket numel,)
+        work = dist.all_reduce(flat, async_op=True)
+        if not flat.is_cuda:
+            self._pending[b] = (flat, grads, work)
+            return
+        # The copy back waits for this bucket's all-reduce on a side stream, while backward goes on.
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(flat.device)
+        with torch.cuda.stream(self._copy_stream):
+            work.wait()
+            _copy_back(flat, grads)
+        flat.record_stream(self._copy_stream)
 
     def _mark_ready(self, p: torch.Tensor) -> None:
         b = self._bucket_of[id(p)]
@@ -152,11 +167,16 @@ class DDPBucketed(_DDP):
                 self._launch(b)
         for flat, grads, work in self._pending.values():
             work.wait()
-            flat.div_(self.world_size)
-            for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads)):
-                grad.copy_(reduced)
+            _copy_back(flat, grads)
         self._pending.clear()
+        if self._copy_stream is not None:
+            torch.cuda.current_stream(self._copy_stream.device).wait_stream(self._copy_stream)
         self._ready = [0] * len(self.buckets)
+
+
+def _copy_back(flat: torch.Tensor, grads: list[torch.Tensor]) -> None:
+    for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+        grad.copy_(reduced)
 
 
 VARIANTS = {"naive": DDPNaive, "flat": DDPFlat, "individual": DDPIndividualParameters, "bucketed": DDPBucketed}

@@ -9,6 +9,9 @@ ranks are out of step.
 
 from __future__ import annotations
 
+# The NVTX range of one profiled step of rank r (cs336report.ddp_timeline finds each rank's steps by it).
+NVTX_STEP = "ddp_step rank {rank}"
+
 
 def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merged, sorted (start, end) intervals covering the same time as ``intervals``."""

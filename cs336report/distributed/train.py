@@ -22,9 +22,11 @@ with a synchronize:
 Each rank times itself; rank 0 gathers every rank's samples (``all_gather_object``), kept raw,
 with a checksum of each rank's parameters after the last step (equal when the gradients were
 synchronized). The record names whose wrapper ran (``provenance``, ``wrapper``: its class).
-With ``profile_steps`` on CUDA, that many more steps run under torch.profiler without the inner
-synchronizations, and rank 0 keeps every kernel of the last one with its stream, start and
-duration (the timeline of the overlap evidence).
+With ``profile_steps`` on CUDA, that many more steps run without the inner synchronizations:
+under nsys (``profiler: nsys``, the cells of :mod:`cs336report.experiments.ddp_overlap_profile`)
+each in an NVTX range ``ddp_step rank <r>``, whose kernels the stats exports give; otherwise under
+torch.profiler, and rank 0 keeps every kernel of the last one with its stream, start and duration
+(the timeline of the overlap evidence).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..measure import summarize
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from .ddp import VARIANTS, trainable
+from .overlap import NVTX_STEP
 from .launch import launch
 
 # The student's wrappers: variant -> the resolver's piece (cs336report.student.PIECES)
@@ -139,6 +142,16 @@ def _profile_last_step(step, steps: int) -> dict:
     return kernels_of_last_step(events)
 
 
+def _nvtx_steps(step, steps: int, rank: int) -> dict:
+    """Run ``steps`` steps, each in its NVTX range, for a profiler outside the process (nsys)."""
+    for _ in range(steps):
+        torch.cuda.nvtx.range_push(NVTX_STEP.format(rank=rank))
+        step(phases=False)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    return {"tool": "nsys", "range": NVTX_STEP.format(rank=rank), "steps": steps}
+
+
 def kernels_of_last_step(events: list[dict], range_name: str = "ddp_step") -> dict:
     """From a Chrome trace's events: the GPU kernels inside the last ``range_name`` range (its
     GPU-side range where the trace has one, else from its CPU-side start on)."""
@@ -204,10 +217,14 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
     warmup = [step() for _ in range(cell["warmup_steps"])]
     measured = [step() for _ in range(cell["measured_steps"])]
     mine_out = {"rank": rank, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+                "device_index": device.index if cuda else None,
                 "warmup": warmup, "measured": measured,
                 "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
                 "param_checksum": float(sum(p.detach().double().sum() for p in model.parameters()))}
-    profile = _profile_last_step(step, cell["profile_steps"]) if cuda and cell["profile_steps"] else None
+    profile = None
+    if cuda and cell["profile_steps"]:
+        profile = (_nvtx_steps(step, cell["profile_steps"], rank) if cell.get("profiler") == "nsys"
+                   else _profile_last_step(step, cell["profile_steps"]))
     gathered: list = [None] * world_size
     dist.all_gather_object(gathered, mine_out)
     if rank != 0:

@@ -1,6 +1,8 @@
 """ddp_overlap_individual_parameters_benchmarking: (a) time per step with each gradient's
-all-reduce started during backward, against naive and flat DDP; (b) the overlap, drawn from
-profiles of one step (kernels per stream) with the fraction of communication hidden behind compute.
+all-reduce started during backward, against naive and flat DDP, and the share of naive's
+all-reduce time each overlapped variant hides; (b) the overlap, drawn from profiles of one step
+(kernels per stream: the ddp_overlap_profile records, from nsys exports; records made before
+those, from torch.profiler) with the fraction of communication hidden behind compute.
 With a student checkout, the student's wrapper is a row of its own (cs336report.report.student_rows)."""
 
 from __future__ import annotations
@@ -11,39 +13,85 @@ from ..student_rows import student_rows
 
 ID = "ddp_overlap_individual_parameters_benchmarking"
 TITLE = "ddp_overlap_individual_parameters_benchmarking"
-EXPERIMENTS = (ID, "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking")
+EXPERIMENTS = (ID, "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking", "ddp_bucketed_benchmarking",
+               "ddp_overlap_profile")
+# The goal for the overlapped variants: hide at least this share of naive's all-reduce time.
+HIDE_GOAL = 0.9
 POINTS = 1
 SUBQUESTIONS = ("a", "b")
 
 
+def _hidden_shares(df, naive: dict | None) -> list[dict]:
+    """For the overlapped variants (per parameter; the bucketed size with the fastest step): the share
+    of naive's gradient sync that no longer waits after backward, 1 − sync / naive's sync."""
+    if not naive or not naive["sync_s"]:
+        return []
+    out = []
+    bucketed = df[(df["variant"] == "bucketed") & (df["status"] == "ok")]
+    best = float(bucketed.sort_values("step_median")["bucket_mb"].iloc[0]) if len(bucketed) else None
+    for variant, bucket in (("individual", None), ("bucketed", best)):
+        numbers = step_numbers(df, variant, bucket) if variant != "bucketed" or best is not None else None
+        if numbers:
+            share = 1 - numbers["sync_s"] / naive["sync_s"]
+            out.append({"label": numbers["label"], "sync": numbers["sync"], "share": fmt_pct(share),
+                        "met": share >= HIDE_GOAL})
+    return out
+
+
+def _profiles(ctx, df) -> tuple[str | None, list]:
+    """(tool, [(label, rank 0's kernels, every rank's overlap)]) from the ddp_overlap_profile records,
+    else from the timed records' own torch.profiler profiles (records made before those)."""
+    found = []
+    for r in ctx.records("ddp_overlap_profile"):
+        ranks = (r.get("data") or {}).get("ranks") or {}
+        if r["status"] == "ok" and ranks.get("0", {}).get("kernels"):
+            label = variant_label({"variant": r["config"]["variant"], "bucket_mb": r["config"].get("bucket_size_mb")})
+            found.append((r["data"]["tool"], label, {"kernels": ranks["0"]["kernels"]},
+                          [ranks[k]["overlap"] for k in sorted(ranks)], r["_path"]))
+    if found:
+        return found[0][0], found
+    older = [("torch.profiler", variant_label(r), r["profile"], [overlap_of(r["profile"])], r["source"])
+             for _, r in df[df["experiment"] == ID].iterrows() if r["profile"] and r["profile"].get("kernels")]
+    return ("torch.profiler" if older else None), older
+
+
 def build(ctx) -> dict:
-    records = ddp_records(ctx, EXPERIMENTS)
+    records = ddp_records(ctx, EXPERIMENTS[:-1])
     df = steps_frame(records)
-    out: dict = {"table": None, "setting": None, "figures": [], "overlap": [], "profile_note": None, "student": []}
+    out: dict = {"table": None, "setting": None, "figures": [], "overlap": [], "profile_note": None, "student": [],
+                 "hides": [], "tool": None, "hide_goal": fmt_pct(HIDE_GOAL, 2)}
     if df.empty:
         return out
     # naive may have run twice (its own problem, and profiled here): the table keeps this problem's row
-    shown = df.sort_values("experiment", key=lambda s: s != ID).drop_duplicates(["variant", "bucket_mb"])
+    shown = df[df["variant"].isin(["naive", "flat", "individual", "student_individual"])]
+    shown = shown.sort_values("experiment", key=lambda s: s != ID).drop_duplicates(["variant", "bucket_mb"])
     shown = shown.sort_values("variant", key=lambda s: s.map({"naive": 0, "flat": 1, "individual": 2,
                                                               "student_individual": 3}))
     out.update(table=steps_table(shown, "Overlapped per-parameter DDP against naive and flat: time per step"),
                setting=setting(df), **{v: step_numbers(shown, v) for v in ("individual", "naive", "flat")},
                student=student_rows(shown, records, "student_individual", "individual"))
-    profiled = [(variant_label(r), r["profile"]) for _, r in df[df["experiment"] == ID].iterrows()
-                if r["profile"] and r["profile"].get("kernels")]
-    for label, profile in profiled:
-        h = overlap_of(profile)
+    out["hides"] = _hidden_shares(df, out.get("naive"))
+    tool, profiled = _profiles(ctx, df)
+    out["tool"] = tool
+    for _, label, _, overlaps, source in profiled:
+        h = overlaps[0]
+        fractions = [o["hidden_fraction"] for o in overlaps if o["hidden_fraction"] is not None]
         out["overlap"].append({"label": label, "comm": ms(h["comm_us"] / 1e6), "hidden": ms(h["hidden_us"] / 1e6),
                                "exposed": ms(h["exposed_us"] / 1e6), "step": ms(h["step_us"] / 1e6),
-                               "fraction": fmt_pct(h["hidden_fraction"]) if h["hidden_fraction"] is not None else "–"})
+                               "fraction": fmt_pct(h["hidden_fraction"]) if h["hidden_fraction"] is not None else "–",
+                               "ranks": len(overlaps),
+                               "range": (f"{fmt_pct(min(fractions))}–{fmt_pct(max(fractions))}"
+                                         if len(fractions) > 1 else None), "source": source})
     if profiled:
         out["figures"].append(ctx.figure(
-            ID, timeline_plot(profiled),
-            "One profiled training step per variant: every kernel on its CUDA stream (blue: compute, red: NCCL); "
-            "where red runs beside blue, communication is hidden behind compute.",
+            ID, timeline_plot([(label, profile) for _, label, profile, _, _ in profiled]),
+            f"One profiled training step per variant, rank 0 ({tool}): every kernel on its CUDA stream (blue: "
+            "compute, red: NCCL); where red runs beside blue, communication is hidden behind compute.",
             alt="Kernel timelines of one DDP step per variant, compute and NCCL streams."))
-    elif any(r["config"].get("profile_steps") for r in records):
+    elif any(r["config"].get("profile_steps") for r in records) or ctx.records("ddp_overlap_profile"):
         out["profile_note"] = "the profiles are CUDA only: this run's cells ran on the CPU"
+    else:
+        out["profile_note"] = "no profile was configured (profile_steps: 0, or no CUDA device)"
     return out
 
 

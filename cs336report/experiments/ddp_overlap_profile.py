@@ -1,0 +1,40 @@
+"""ddp_overlap_profile: the overlap evidence of ddp_overlap_individual_parameters_benchmarking (b).
+
+A few DDP steps of each profiled variant (naive, per-parameter, one bucket size) with the grid's
+model and batch, run under ``nsys profile`` (rule ``ddp_overlap_profile``, through
+:func:`cs336report.profiling.profile_cell`, which follows the spawned ranks). Each rank marks its
+profiled steps with an NVTX range ``ddp_step rank <r>``; ``nsys stats`` exports every kernel
+(``cuda_gpu_trace``) and the ranges projected onto the GPU (``nvtx_gpu_proj_trace``), and
+:mod:`cs336report.ddp_timeline` keeps the kernels of each rank's last profiled step. Where nsys is
+not found the same steps run under torch.profiler in the job's process (``tool: auto``). These
+steps are not timed for the report: the timed cells run apart, without a profiler.
+
+    python -m cs336report profile ddp_overlap_profile --name individual-xl-ctx128-w2 --cell @CELL --out-dir DIR
+"""
+
+from __future__ import annotations
+
+from ..distributed.train import ddp_cell, ddp_cell_name, run_ddp
+from .nsys_profile import resolve_profiler
+
+NAME = "ddp_overlap_profile"
+GRID = "ddp_overlap_individual_parameters_benchmarking"
+
+
+def cells(cfg) -> dict[str, dict]:
+    grid = cfg.grid(GRID)
+    if not grid or not grid["profile_steps"] or not grid["profile_variants"]:
+        return {}
+    profiler = resolve_profiler(grid["profile_tool"], grid["nsys"], cfg.device)
+    found = {}
+    for variant in grid["profile_variants"]:
+        bucket = grid["profile_bucket_size_mb"] if variant == "bucketed" else None
+        cell = ddp_cell(cfg, grid, variant, bucket_size_mb=bucket, profile_steps=grid["profile_steps"])
+        # a few untimed steps before the profiled ones; the profile needs no measured sample
+        cell.update(warmup_steps=min(cell["warmup_steps"], 3), measured_steps=1, profiler=profiler,
+                    nsys=grid["nsys"], capture_range=False)
+        found[ddp_cell_name(cell)] = cell
+    return found
+
+
+EXPERIMENTS = {NAME: (cells, run_ddp)}
