@@ -59,12 +59,6 @@ def step_flops(spec: ModelSpec, batch: int, context: int, mode: str) -> int:
     return MODE_MULTIPLIER[mode] * forward_flops(spec, batch, context)
 
 
-def training_state_bytes(spec: ModelSpec) -> dict[str, int]:
-    """fp32 weights, gradients and AdamW's two moments: the 16 bytes/parameter floor."""
-    n = param_count(spec)
-    return {"parameters": 4 * n, "gradients": 4 * n, "optimizer_state": 8 * n, "total": 16 * n}
-
-
 ADAMW_BYTES_PER_PARAM = 28
 ADAMW_TRAFFIC_FORMULA = ("Memory traffic of an AdamW step = 28 bytes × parameters: it reads the fp32 weight, gradient "
                          "and both moments (16 bytes) and writes back the weight and both moments (12 bytes)")
@@ -107,108 +101,247 @@ def attention_flops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]
 
 
 # Tensors autograd keeps for the backward pass of one forward pass of the built-in model,
-# fp32, counted with torch.autograd.graph.saved_tensors_hooks (tests/test_memory_profiling.py
-# checks the count against the model). Per block: the block input and the attention
-# residual (the two RMSNorm inputs), each RMSNorm's x·rms and output, Q and K after RoPE, V,
-# and the merged heads (10 tensors of B·T·d); the naive attention's exp(scores - max) and
-# probabilities (2 of B·h·T²: the row max is torch.max, whose backward keeps indices), where the native fused attention keeps its B·T·d output and
-# a B·h·T log-sum-exp instead; SwiGLU's W1x, σ(W1x), W1x·σ(W1x), W3x and their product (5 of
-# B·T·f).
-# After the blocks: the final RMSNorm's input, x·rms and output (3 of B·T·d). Terms of B·T,
-# B·h·T and T² elements (norm scales, softmax row statistics, mask, RoPE tables) are left out.
+# counted with torch.autograd.graph.saved_tensors_hooks (tests/test_memory_profiling.py checks the
+# fp32 count against the model on the CPU; tests/test_memory_closes.py checks both precisions
+# against the census of the published GPU run, autocast_saved_tensors). In fp32, per block: the
+# block input and the attention residual (the two RMSNorm inputs), each RMSNorm's x·rms and
+# output, Q and K after RoPE, V, and the merged heads (10 tensors of B·T·d: the fused attention's
+# output is the merged heads' storage, its kernel writes it in (B, T, h, d) order); SwiGLU's W1x,
+# σ(W1x), W1x·σ(W1x), W3x and their product (5 of B·T·f); the naive attention's exp(scores - max)
+# and probabilities (m = 2 of B·h·T²: the row max is torch.max, whose backward keeps indices; 3
+# where it was amax, which keeps the scores). After the blocks: the final RMSNorm's input, x·rms
+# and output (3 of B·T·d).
+# Under CUDA bf16 autocast the RMSNorms keep their fp32 input and x·rms (4 of B·T·d a block); the
+# matrix products keep 2-byte operands: the copies autocast makes of their fp32 inputs (the norm
+# output three times for Q, K, V and twice for W1, W3), Q, K, V, the merged heads (9 of B·T·d;
+# 10 with the fused attention, whose cuDNN kernel keeps its own output), the B·T·f tensors, and
+# the probabilities; exp runs in fp32 under autocast, so exp(scores - max) stays 4 bytes a score.
+# Terms of B·T, B·h·T and T² elements (norm scales, row statistics, mask, RoPE tables) are left out.
 ACTIVATION_FORMULA = (
-    "saved for backward = 4 bytes × [L·(10·B·T·d + 2·B·h·T² + 5·B·T·f) + 3·B·T·d] (naive attention); "
-    "native fused attention: 4 bytes × [L·(11·B·T·d + 5·B·T·f) + 3·B·T·d]; "
-    "logits 4·B·T·V, and with a loss the log-softmax output and its gradient, 4·B·T·V each"
+    "saved for backward, fp32 = 4 bytes × [L·(10·B·T·d + 5·B·T·f + m·B·h·T²) + 3·B·T·d]; "
+    "under bf16 autocast = 4 bytes × [L·(4·B·T·d + B·h·T²) + 2·B·T·d] "
+    "+ 2 bytes × [L·(9·B·T·d + 5·B·T·f + (m − 1)·B·h·T²) + B·T·d]; "
+    "m = 2 seq × seq matrices a block (exp(scores − max), the probabilities; 3 where the row max was amax); "
+    "native fused attention: no B·h·T² term, and under autocast 10·B·T·d in 2 bytes"
 )
+
+Items = list  # [(count, bytes of each tensor)]: what is live, tensor by tensor
+
+
+def _bytes(items: Items, blocks: bool = False) -> int:
+    return sum(n * (allocator_block_bytes(b) if blocks else b) for n, b in items)
+
+
+def saved_activation_items(spec: ModelSpec, batch: int, context: int, impl: str = "naive",
+                           saved_matrices: int | None = None, precision: str = "fp32") -> dict[str, Items]:
+    """The tensors of ACTIVATION_FORMULA as (count, bytes each), by kind: ``layer`` (one block),
+    ``attention`` (one block's seq × seq matrices), ``final`` (after the blocks)."""
+    B, T, d, f, h, L = batch, context, spec.d_model, spec.d_ff, spec.num_heads, spec.num_layers
+    if impl not in ("naive", "native"):
+        raise ValueError(f"unknown implementation {impl!r}; expected 'naive' or 'native'")
+    BTd, BTf, S = B * T * d, B * T * f, B * h * T * T
+    m = (saved_matrices or NAIVE_SAVED_MATRICES) if impl == "naive" else 0
+    c = compute_bytes(precision)
+    attention = [(1, 4 * S), (m - 1, c * S)] if m else []  # exp(scores − max) is fp32 under autocast too
+    if c == 4:
+        layer, final = [(10, 4 * BTd), (5, 4 * BTf)], [(3, 4 * BTd)]
+    else:
+        layer = [(4, 4 * BTd), (9 if impl == "naive" else 10, c * BTd), (5, c * BTf)]
+        final = [(2, 4 * BTd), (1, c * BTd)]
+    return {"layer": layer, "attention": attention, "final": final}
 
 
 def saved_activation_bytes(spec: ModelSpec, batch: int, context: int, impl: str = "naive",
                            saved_matrices: int | None = None, precision: str = "fp32") -> dict[str, int]:
     """Activations the forward pass keeps for backward (see ACTIVATION_FORMULA); ``saved_matrices``:
     the naive attention's seq × seq matrices per layer, where not the built-in model's
-    (``NAIVE_SAVED_MATRICES``).
-
-    Under bf16 or fp16 autocast (``precision``) the matrix products' outputs and what is computed
-    from them (Q, K, V, the merged heads, the attention matrices, the feed-forward's B·T·f
-    tensors) are 2 bytes a value; the residual stream and the RMSNorms stay fp32 (6 of the
-    B·T·d tensors), and each matrix product also saves the 2-byte copy autocast made of its
-    fp32 input (q, k, v and the two feed-forward inputs: 5 more B·T·d; the LM head's after the
-    blocks)."""
-    B, T, d, f, h, L = batch, context, spec.d_model, spec.d_ff, spec.num_heads, spec.num_layers
-    if impl not in ("naive", "native"):
-        raise ValueError(f"unknown implementation {impl!r}; expected 'naive' or 'native'")
-    matrices = (saved_matrices or NAIVE_SAVED_MATRICES) if impl == "naive" else 0
-    attention = matrices * B * h * T * T
-    if precision == "fp32":
-        residual = 4 * (10 if impl == "naive" else 11) * B * T * d
-        per_layer = residual + 4 * attention + 4 * 5 * B * T * f
-        final = 4 * 3 * B * T * d
-    else:  # 6 fp32 B·T·d; Q, K, V, merged heads (+ the fused output) and 5 input casts in 2 bytes
-        residual = (4 * 6 + 2 * (9 if impl == "naive" else 10)) * B * T * d
-        per_layer = residual + 2 * attention + 2 * 5 * B * T * f
-        final = (4 * 3 + 2) * B * T * d
-    return {"per_layer": per_layer, "attention_per_layer": (4 if precision == "fp32" else 2) * attention,
-            "layers": L * per_layer, "final": final, "total": L * per_layer + final}
+    (``NAIVE_SAVED_MATRICES``); ``precision``: fp32, or bf16 / fp16 under CUDA autocast."""
+    items = saved_activation_items(spec, batch, context, impl, saved_matrices, precision)
+    attention = _bytes(items["attention"])
+    per_layer = _bytes(items["layer"]) + attention
+    final = _bytes(items["final"])
+    L = spec.num_layers
+    return {"per_layer": per_layer, "attention_per_layer": attention, "layers": L * per_layer, "final": final,
+            "total": L * per_layer + final}
 
 
-# AdamW's foreach implementation (torch's default on CUDA) computes sqrt(v) for every parameter
-# at once into a temporary as large as the weights: 4 bytes/parameter on top of the 16 at the end
-# of a train step, so its peak is 20 bytes/parameter where activations do not dominate. The fused
-# implementation works in place.
-ADAMW_TEMPORARY_BYTES_PER_PARAM = {"foreach": 4, "fused": 0}
+def compute_bytes(precision: str) -> int:
+    """Bytes of a value that a matrix product computes: 2 under bf16 or fp16 autocast, else 4."""
+    return 4 if precision == "fp32" else 2
+
+
+# --- What one step holds at its peak ---------------------------------------------------------
+
+MiB = 2**20
+
+# PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp) rounds every request up to
+# 512 bytes; a request of 10 MiB or more gets a segment of its own rounded up to 2 MiB, whose tail
+# is split off as a free block only when it is larger than 1 MiB, so torch.cuda.max_memory_allocated
+# counts up to 1 MiB more than the tensor for such a request. Smaller requests are carved from
+# shared segments and cost only the rounding. (A request served from a cached block can cost more
+# or less; the rule is the steady state, where same-sized tensors reuse the same blocks.)
+ALLOCATOR_ROUND_BYTES = 512
+ALLOCATOR_OWN_SEGMENT_BYTES = 10 * MiB
+ALLOCATOR_SEGMENT_ROUND_BYTES = 2 * MiB
+ALLOCATOR_SPLIT_ABOVE_BYTES = 1 * MiB
+
+
+def allocator_block_bytes(nbytes: int) -> int:
+    """The block the caching allocator counts as allocated for a request of ``nbytes``."""
+    size = max(ALLOCATOR_ROUND_BYTES, -(-nbytes // ALLOCATOR_ROUND_BYTES) * ALLOCATOR_ROUND_BYTES)
+    if size < ALLOCATOR_OWN_SEGMENT_BYTES:
+        return size
+    segment = -(-size // ALLOCATOR_SEGMENT_ROUND_BYTES) * ALLOCATOR_SEGMENT_ROUND_BYTES
+    return segment if segment - size <= ALLOCATOR_SPLIT_ABOVE_BYTES else size
+
+
+def cublas_workspace_bytes(capability: str | None) -> int:
+    """The cuBLAS workspace torch allocates through the caching allocator for each thread that runs
+    matrix products (the forward's and the autograd engine's): 32 MiB on compute capability 9.0 and
+    10.0 (Hopper, Blackwell), 4096 KiB · 2 + 16 KiB · 8 elsewhere (torch's defaults, unless
+    CUBLAS_WORKSPACE_CONFIG sets it); none without a GPU (``capability`` None)."""
+    if not capability:
+        return 0
+    return 32 * MiB if str(capability) in ("9.0", "10.0") else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def parameter_sizes(spec: ModelSpec) -> list[int]:
+    """Values of each parameter tensor: embedding, per block four d × d, three d × f and two norm
+    gains, the final norm's gain and the LM head (they sum to :func:`param_count`)."""
+    d, f, V = spec.d_model, spec.d_ff, spec.vocab_size
+    return [V * d] + spec.num_layers * ([d * d] * 4 + [d * f] * 3 + [d] * 2) + [d, V * d]
+
+
+def matrix_weight_sizes(spec: ModelSpec) -> list[int]:
+    """Values of each weight that enters a matrix product (:func:`linear_weight_count` of them)."""
+    d, f = spec.d_model, spec.d_ff
+    return spec.num_layers * ([d * d] * 4 + [d * f] * 3) + [spec.vocab_size * d]
+
+
+def training_state_bytes(spec: ModelSpec) -> dict[str, int]:
+    """fp32 weights, gradients and AdamW's two moments: the 16 bytes/parameter floor."""
+    n = param_count(spec)
+    return {"parameters": 4 * n, "gradients": 4 * n, "optimizer_state": 8 * n, "total": 16 * n}
 
 
 def autocast_cast_bytes(spec: ModelSpec, precision: str) -> int:
     """Autocast's cached low-precision copies of the weights that enter a matrix product (2 bytes each
-    in bf16 or fp16; none in fp32). The cache holds them for as long as the autocast region, also
+    in bf16 or fp16; none in fp32). The cache holds them until the autocast region exits, also
     under no_grad (the weights still require grad), and the matrix products save them for backward."""
-    if precision == "fp32":
-        return 0
-    d, f, V, L = spec.d_model, spec.d_ff, spec.vocab_size, spec.num_layers
-    return 2 * (L * (4 * d * d + 3 * d * f) + d * V)
+    return 0 if precision == "fp32" else 2 * sum(matrix_weight_sizes(spec))
+
+
+# AdamW's foreach implementation (torch's default on CUDA) computes sqrt(v) for every parameter
+# at once into a temporary as large as the weights: 4 bytes/parameter on top of the 16 at the end
+# of a train step. The fused implementation works in place.
+ADAMW_TEMPORARY_BYTES_PER_PARAM = {"foreach": 4, "fused": 0}
+
+# In the last block's attention backward (the first to run), the division's backward holds the
+# gradient of the probabilities (fp32; under autocast cast up from the gradient of the saved bf16
+# copy, +2 bytes over it), the gradient of exp(scores − max) and the four temporaries of the
+# denominator's gradient, −g·((e / s) / s): bytes a score above what forward saved.
+ATTENTION_BACKWARD_BYTES_PER_SCORE = {4: 20, 2: 22}
+# Under no_grad the naive attention holds the scores, scores − max, their exponential and the
+# probabilities at once (locals of the softmax): 4 bytes each in fp32; under autocast the first
+# two in 2 bytes and the exponential and the probabilities in fp32.
+ATTENTION_FORWARD_BYTES_PER_SCORE = {4: 16, 2: 12}
+
+PEAK_FORMULA = (
+    "peak = the largest of these moments. Forward: weights 4·P, autocast's weight copies (2 bytes a "
+    "matrix weight, held under no_grad too), the saved activations (with autograd) and the logits c·B·T·V; "
+    "under no_grad, the largest block-local set instead of the saved activations. A step with backward "
+    "starts it without gradients (zero_grad(set_to_none=True) freed them) and with the AdamW moments 8·P: "
+    "(i) the loss's backward adds the log-softmax output, its gradient and the NLL gradient, 12·B·T·V; "
+    "(ii) the last block's attention backward adds 20 bytes a score in fp32, 22 under autocast, and the "
+    "gradients so far, less what that block's backward has freed; (iii) the optimizer step holds weights, "
+    "gradients, moments and foreach AdamW's temporary, 20·P (16·P fused). Plus 32 MiB of cuBLAS workspace "
+    "a thread that runs matrix products (H100, H200). c = 2 under bf16 autocast, else 4; P parameters"
+)
+
+
+def _params(sizes: list[int], bytes_per_value: int) -> Items:
+    return [(1, bytes_per_value * n) for n in sizes]
+
+
+def _moments(spec: ModelSpec, batch: int, context: int, mode: str, grad: str, impl: str, precision: str,
+             optimizer: str, saved_matrices: int | None, capability: str | None,
+             output_held: bool) -> dict[str, dict[str, Items]]:
+    """The live tensors of each candidate peak of one step, by part."""
+    B, T, d, f, V, L = batch, context, spec.d_model, spec.d_ff, spec.vocab_size, spec.num_layers
+    BTd, BTf, BTV, S = B * T * d, B * T * f, B * T * V, B * spec.num_heads * T * T
+    c = compute_bytes(precision)
+    sizes = parameter_sizes(spec)
+    weights = _params(sizes, 4)
+    casts = _params(matrix_weight_sizes(spec), 2) if c == 2 else []
+    ws = cublas_workspace_bytes(capability)
+    acts = saved_activation_items(spec, B, T, impl, saved_matrices, precision)
+    saved = [(L * n, b) for n, b in acts["layer"] + acts["attention"]] + acts["final"]
+    logits = [(1, c * BTV)]
+    if mode == "forward":
+        base = {"parameters": weights, "autocast_casts": casts, "workspace": [(1, ws)] if ws else []}
+        if grad != "no_grad":
+            return {"end of forward": {**base, "activations": saved, "logits": logits}}
+        out = {"end of forward": {**base, "logits": logits},
+               "feed-forward": {**base, "temporaries": [(2, 4 * BTd), (4, c * BTf)]}}
+        if impl == "naive":
+            per_score = ATTENTION_FORWARD_BYTES_PER_SCORE[c]
+            out["attention forward"] = {**base, "temporaries": [(2, 4 * BTd), (3, c * BTd),
+                                                                 (1, per_score * S)]}
+        return out
+    if mode not in ("forward_backward", "train_step"):
+        raise ValueError(f"unknown mode {mode!r}")
+    workspace = [(2, ws)] if ws else []
+    moments = _params(sizes, 8) if mode == "train_step" else []
+    grads = _params(sizes, 4)
+    start = {"parameters": weights, "optimizer_state": moments, "autocast_casts": casts, "workspace": workspace}
+    out = {"loss backward": {**start, "activations": saved, "logits": logits + [(3, 4 * BTV)]}}
+    if impl == "naive":
+        # the last block's backward before its attention core: LM head, final norm, feed-forward,
+        # second norm and output projection have made their gradients and released what they saved
+        done = [(1, V * d), (3, d * f), (1, d * d), (2, d)]
+        freed = [(-7, 4 * BTd), (-5, 4 * BTf)] if c == 4 else \
+            [(-4, 4 * BTd), (-4, c * BTd), (-5, c * BTf)]
+        out["last attention backward"] = {
+            **start, "gradients": _params([n for k, n in done for _ in range(k)], 4),
+            "autocast_casts": casts + [(-1, 2 * n) for k, n in done[:3] for _ in range(k)] if c == 2 else [],
+            "activations": saved + freed, "logits": logits,
+            "temporaries": [(1, ATTENTION_BACKWARD_BYTES_PER_SCORE[c] * S)]}
+    end = {"parameters": weights, "gradients": grads, "optimizer_state": moments,
+           "logits": logits if output_held else [], "workspace": workspace}
+    if mode == "train_step":
+        end["optimizer_temporary"] = _params(sizes, ADAMW_TEMPORARY_BYTES_PER_PARAM[optimizer])
+        out["optimizer step"] = end
+    else:
+        out["end of backward"] = end
+    return out
+
+
+PEAK_PARTS = ("parameters", "gradients", "optimizer_state", "optimizer_temporary", "autocast_casts", "activations",
+              "logits", "temporaries", "workspace")
 
 
 def predicted_peak_bytes(spec: ModelSpec, batch: int, context: int, mode: str, grad: str = "enabled",
                          impl: str = "naive", precision: str = "fp32", optimizer: str = "foreach",
-                         saved_matrices: int | None = None) -> dict[str, int]:
-    """What must be live at once at the peak of one step (an estimate, not a bound).
+                         saved_matrices: int | None = None, capability: str | None = None,
+                         output_held: bool = True) -> dict:
+    """What is live at the peak of one step (PEAK_FORMULA), in tensor bytes by part, with ``total``
+    (what a memory snapshot's requested sizes add up to), ``allocated`` (the same tensors in the
+    caching allocator's blocks: what torch.cuda.max_memory_allocated counts) and ``moment``, the
+    moment of the step that holds the most.
 
-    forward without autograd: the weights, the logits and, under autocast, the cached
-    low-precision copies of the weights (:func:`autocast_cast_bytes`, kept even under no_grad).
-    Forward with autograd: also the activations saved for backward. With a backward pass, the
-    start of backward holds the weights, the cast copies (saved by the matrix products), the
-    saved activations, the logits, the log-softmax output and the logits' gradient; parameter
-    gradients are freed by ``zero_grad(set_to_none=True)`` at the step's start, so they do not
-    exist yet. A train step also holds AdamW's two moments, and its optimizer step holds the
-    16 bytes/parameter of weights, gradients and moments plus the foreach implementation's
-    temporary (``ADAMW_TEMPORARY_BYTES_PER_PARAM``). ``saved_matrices`` overrides the naive
-    attention's seq × seq matrices per layer (3 for a model whose softmax used amax).
-    """
-    state = training_state_bytes(spec)
-    n = param_count(spec)
-    logits = 4 * batch * context * spec.vocab_size
-    acts = saved_activation_bytes(spec, batch, context, impl, saved_matrices, precision)["total"]
-    casts = autocast_cast_bytes(spec, precision)
-    parts = {"parameters": state["parameters"], "gradients": 0, "optimizer_state": 0, "activations": 0,
-             "logits": logits, "autocast_casts": casts, "optimizer_temporary": 0}
-    if mode == "forward":
-        if grad != "no_grad":
-            parts["activations"] = acts
-        parts["total"] = sum(parts.values())
-        return parts
-    if mode not in ("forward_backward", "train_step"):
-        raise ValueError(f"unknown mode {mode!r}")
-    moments = state["optimizer_state"] if mode == "train_step" else 0
-    temporary = ADAMW_TEMPORARY_BYTES_PER_PARAM[optimizer] * n if mode == "train_step" else 0
-    parts.update(activations=acts, logits=3 * logits, optimizer_state=moments)
-    start_of_backward = state["parameters"] + moments + casts + acts + 3 * logits
-    end_of_step = state["parameters"] + state["gradients"] + moments + temporary
-    if end_of_step > start_of_backward:
-        parts.update(gradients=state["gradients"], optimizer_temporary=temporary, activations=0, logits=0,
-                     autocast_casts=0)
-    parts["total"] = max(start_of_backward, end_of_step)
-    return parts
+    ``capability``: the GPU's compute capability, for the cuBLAS workspaces (None: not counted);
+    ``output_held``: the step keeps its logits until it returns (the benchmark's step), not only
+    through backward; ``saved_matrices``: the naive attention's seq × seq matrices per layer (3 for
+    a model whose softmax took amax)."""
+    moments = _moments(spec, batch, context, mode, grad, impl, precision, optimizer, saved_matrices, capability,
+                       output_held)
+    totals = {k: sum(_bytes(items) for items in parts.values()) for k, parts in moments.items()}
+    blocks = {k: sum(_bytes(items, blocks=True) for items in parts.values()) for k, parts in moments.items()}
+    moment = max(totals, key=totals.get)
+    out = {p: _bytes(moments[moment].get(p, [])) for p in PEAK_PARTS}
+    out.update(total=totals[moment], allocated=max(blocks.values()), moment=moment,
+               moments={k: {"total": totals[k], "allocated": blocks[k]} for k in moments})
+    return out
 
 
 # Attention on (B, T, d) inputs, one head, b bytes per value (pytorch_attention).

@@ -455,7 +455,7 @@ def test_cpu_records_render_with_the_cpu_note(tmp_path):
     render_report([str(path)], {"_device": "cpu", "_grid": "cpu"}, out)
     md = (out / "report.md").read_text()
     assert "CPU run: these times come from a wall-clock loop" in md
-    assert "**Forward latency, fp32**" in md and "Peak memory" not in md
+    assert "**Forward latency, fp32**" in md and "Peak allocated of one forward" not in md
     median = load(path)["data"]["shapes"][0]["passes"]["forward"]["stats_s"]["median"]
     assert re.search(rf"\| 16 \| 32 \| {re.escape(sig(median * 1e3))} \|", md)
 

@@ -215,10 +215,14 @@ def test_activation_formula_matches_what_autograd_saves(impl):
     three = ModelSpec(d_model=64, d_ff=128, num_layers=3, num_heads=2, vocab_size=50)
     per_layer = (saved_bytes(three, impl, B, T) - saved_bytes(one, impl, B, T)) / 2
     formula = accounting.saved_activation_bytes(one, B, T, impl)
+    # the CPU's fused attention keeps its output apart from the merged heads: one B·T·d a block more
+    # than on CUDA, whose memory-efficient kernel writes it in the merged heads' layout (the published
+    # census, tests/test_memory_closes.py, checks the CUDA count)
+    cpu = 4 * B * T * one.d_model if impl == "native" else 0
     # the formula leaves out B·T, B·h·T and T² terms: a few percent at this size
-    assert per_layer == pytest.approx(formula["per_layer"], rel=0.05)
+    assert per_layer == pytest.approx(formula["per_layer"] + cpu, rel=0.05)
     assert saved_bytes(three, impl, B, T) == pytest.approx(
-        accounting.saved_activation_bytes(three, B, T, impl)["total"], rel=0.05)
+        accounting.saved_activation_bytes(three, B, T, impl)["total"] + 3 * cpu, rel=0.05)
 
 
 def test_predicted_peak_parts():
@@ -228,10 +232,15 @@ def test_predicted_peak_parts():
     fwd = accounting.predicted_peak_bytes(spec, 4, 128, "forward")
     train = accounting.predicted_peak_bytes(spec, 4, 512, "train_step")
     logits = 4 * 4 * 128 * spec.vocab_size
-    assert nograd["total"] == 4 * n + logits
-    assert fwd["total"] - nograd["total"] == accounting.saved_activation_bytes(spec, 4, 128)["total"]
+    # without autograd the peak is one block's intermediates, here the feed-forward's four B·T·f
+    assert nograd["moment"] == "feed-forward" and nograd["total"] == 4 * n + nograd["temporaries"]
+    assert nograd["temporaries"] == 4 * 4 * 128 * (2 * spec.d_model + 4 * spec.d_ff)
+    assert fwd["total"] == 4 * n + accounting.saved_activation_bytes(spec, 4, 128)["total"] + logits
     acts = accounting.saved_activation_bytes(spec, 4, 512)["total"]
-    assert train["total"] == max(12 * n + acts + 3 * 4 * 4 * 512 * spec.vocab_size, 20 * n)  # + foreach AdamW temporary
+    BTV = 4 * 512 * spec.vocab_size
+    assert train["moments"]["loss backward"]["total"] == 12 * n + acts + (4 + 12) * BTV
+    assert train["moments"]["optimizer step"]["total"] == 20 * n + 4 * BTV  # foreach temporary; logits held
+    assert train["total"] == max(m["total"] for m in train["moments"].values())
     assert round(16 * n / 2**30, 1) == 50.8  # the handout's 16 bytes/parameter floor for 2.7B
 
 
@@ -400,7 +409,7 @@ def test_section_numbers_come_from_the_snapshots(parsed, tmp_path):
     assert a["forward"]["peak"] == fmt_bytes(forward["peak"]["bytes"])
     # (b): context 64 from the snapshots, context 128 OOM
     peak = out["peak_tables"][[t.title for t in out["peak_tables"]].index(
-        "Peak memory by context length, naive implementation, fp32")]
+        "Peak allocated and peak reserved by context length, naive implementation, fp32")]
     rows = {r[0].text: r for r in peak.rows}
     assert rows["128"][2].status == "oom"
     assert rows["64"][1].text == sig(forward["peak"]["bytes"] / MiB) and rows["64"][2].text == sig(train["peak"]["bytes"] / MiB)
@@ -424,10 +433,12 @@ def test_section_numbers_come_from_the_snapshots(parsed, tmp_path):
     assert a["largest"]["size"] == fmt_bytes(4 * 64 * 10000 * 4) and a["largest"]["what"].startswith("B·T·V × fp32")
     # accounting: measured / predicted from the formula
     spec = ModelSpec(**FIXTURE_MODEL)
+    capability = load(parsed["train_step"])["provenance"].get("gpu_capability")
     pred = accounting.predicted_peak_bytes(spec, 4, 64, "train_step",  # the fixture ran the amax softmax
-                                           saved_matrices=accounting.AMAX_SAVED_MATRICES)["total"]
+                                           saved_matrices=accounting.AMAX_SAVED_MATRICES, capability=capability,
+                                           output_held=False)["total"]  # the profiled step drops its logits
     acc = {(r[1].text, r[2].text, r[3].text): r for r in out["accounting_table"].rows}
-    assert acc[("fp32", "64", "train step (AdamW)")][-1].text == sig(train["peak"]["bytes"] / pred)
+    assert acc[("fp32", "64", "train step (AdamW)")][-1].text == sig(train["peak"]["bytes"] / pred, 3)
     # rise and fall from the trace's own times
     ramps = {(r[1].text, r[3].text): r for r in out["ramp_table"].rows}
     steps = [s for s in forward["ramps"]["per_step"] if s["ramp_bytes"] or s["drop_bytes"]]

@@ -115,7 +115,7 @@ def cost_of(records: list[dict], gpu_run: bool = False) -> dict:
              "backward), memory probes, autotuning, profiling and exports")
     table = Table(title="Cost of this report",
                   columns=["section", "rule", "jobs", "in a warm worker", "job time", "timed steps",
-                           "timed share", "first compiled calls", "largest GPU peak"],
+                           "timed share", "first compiled calls", "largest peak allocated"],
                   units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
     out = {"table": table, "total": fmt_seconds(total), "total_s": total, "floor": None,  # no job time: no floor
            "section_table": section_cost_table(per_rule, total, table.sources)}

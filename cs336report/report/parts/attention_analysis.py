@@ -27,7 +27,7 @@ def fit_exponent(seqs, values) -> float | None:
 
 def exponents(df: pd.DataFrame) -> list[dict]:
     """Fitted exponents per variant and d: of the bytes saved for backward over all sequences, and of
-    the memory in use before backward and the times over the longest ones (where a fixed term,
+    the bytes allocated before backward and the times over the longest ones (where a fixed term,
     such as a library's workspace, no longer bends the line)."""
     out = []
     ok = df[df["status"] == "ok"]
@@ -126,7 +126,7 @@ def measured_against_formula(fit, oom_seq: int, device: float) -> dict:
         out["before_measured"] = fmt_bytes(fit["before_bwd_bytes"])
     if fit["peak_bytes"] == fit["peak_bytes"]:
         k = fit["peak_bytes"] / acc["score_matrix"]
-        rows.append([Cell("peak (forward and backward)"), Cell("–"), Cell(fmt_bytes(fit["peak_bytes"]))])
+        rows.append([Cell("peak allocated (forward and backward)"), Cell("–"), Cell(fmt_bytes(fit["peak_bytes"]))])
         out["peak"] = fmt_bytes(fit["peak_bytes"])
         out["peak_matrices"] = sig(k, 3)
         if oom_seq != T:

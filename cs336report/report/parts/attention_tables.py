@@ -26,9 +26,9 @@ def status_text(r) -> Cell:
 
 
 def grid_table(df: pd.DataFrame, title: str, with_variant: bool = False) -> Table:
-    """The handout's table: rows (d, seq); forward, backward, memory before backward, peak, saved, status."""
+    """The handout's table: rows (d, seq); forward, backward, allocated before backward, peak allocated, saved, status."""
     columns = (["implementation"] if with_variant else []) + [
-        "d_head", "seq", "forward", "backward", "memory before backward", "peak memory", "saved for backward", "status"]
+        "d_head", "seq", "forward", "backward", "allocated before backward", "peak allocated", "saved for backward", "status"]
     units = ([""] if with_variant else []) + ["", "", "ms", "ms", "", "", "", ""]
     rows = []
     for _, r in df.iterrows():
@@ -38,8 +38,8 @@ def grid_table(df: pd.DataFrame, title: str, with_variant: bool = False) -> Tabl
                 bytes_cell(r["saved_bytes"], r["status"]), status_text(r)]
         rows.append(row)
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]),
-                 note="times: mean ± sample standard deviation over the timed passes; memory before backward: "
-                      "torch.cuda.memory_allocated with the forward graph alive; peak: the allocator's maximum over "
+                 note="times: mean ± sample standard deviation over the timed passes; allocated before backward: "
+                      "torch.cuda.memory_allocated with the forward graph alive; peak allocated: torch.cuda.max_memory_allocated over "
                       "that forward and the backward passes; saved for backward: bytes of the tensors autograd kept "
                       "(inputs excluded), counted with saved_tensors_hooks" + memory_notes(df))
 

@@ -48,7 +48,7 @@ def leaderboard(records: list[dict]) -> dict | None:
         title=f"Leaderboard harness: q, k, v of shape ({c['heads']}, {c['seq']}, {c['d']}), {c['dtype']}, "
               f"{'causal' if c['causal'] else 'not causal'}",
         columns=["implementation", "compiled", "check against float32 reference", "mean", "median", "calls timed",
-                 "peak memory"],
+                 "peak allocated"],
         units=["", "", "", "ms", "ms", "", "MiB"], rows=rows, sources=[r["_path"]],
         note=f"the leaderboard ranks the do_bench mean; check: first {c['check_heads']} heads, "
              f"|x − ref| ≤ {c['tolerance']} + {c['tolerance']}·|ref| for o, dq, dk, dv",

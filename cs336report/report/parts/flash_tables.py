@@ -44,10 +44,10 @@ def memory_table(mem: pd.DataFrame, dtype: str, d: int) -> Table:
         rows.append([Cell(str(seq))] + [Cell(sig(by[i]["peak_bytes"] / 2**20)) if i in by else status_cell("missing")
                                          for i in impls])
     return Table(
-        title=f"Peak memory of one forward + backward, {dtype}, d_head {d}",
+        title=f"Peak allocated of one forward + backward, {dtype}, d_head {d}",
         columns=["seq"] + [IMPLEMENTATIONS[i] for i in impls], units=["tokens"] + ["MiB"] * len(impls),
         rows=rows, sources=sorted(set(sub["source"])),
-        note="CUDA allocator peak, inputs and upstream gradient included; – = the shape did not run",
+        note="peak allocated: torch.cuda.max_memory_allocated, inputs and upstream gradient included; – = the shape did not run",
     )
 
 

@@ -42,7 +42,7 @@ def phase_summary(row) -> dict:
             "phase_peaks": [{"phase": k, "peak": _gib(v)} for k, v in peaks.items()]}
 
 
-def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
+def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     out: dict = {"n_cells": len(df), "n_ok": int((df["status"] == "ok").sum()), "failed": [], "growth": [],
                  "precision_cmp": [], "ramps": []}
     for _, r in df[df["status"] != "ok"].iterrows():
@@ -96,6 +96,8 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
     out["weight_copies"] = [w for w in (weight_copies(r) for _, r in ok.iterrows()
                                         if r["precision"] == "bf16" and int(r["context"]) == top_ctx
                                         and r["implementation"] == out["impl"] and r["snap"]) if w]
+    if (ok["precision"] != "fp32").any():
+        out["cast_cache"] = _gib(accounting.autocast_cast_bytes(model_spec(base.iloc[0]), "bf16"))
     out["significant_threshold"] = fmt_pct(SIGNIFICANT, 2)
     # (e) largest allocation
     ref = full if full is not None else (fwd if fwd is not None and fwd["snap"] else None)
@@ -123,11 +125,6 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame, acc: list[dict]) -> dict:
                            "ratio": sig(x["rise_s"] / x["fall_s"]) if x["fall_s"] else "–",
                            "rank": MODE_ORDER.index(r["label"])})
         out["ramps"] = sorted(rr, key=lambda x: x["rank"])
-    # accounting
-    ratios = [i for i in acc if i["ratio"] is not None and i["row"]["precision"] == "fp32"]
-    if ratios:
-        out["acc_ratio"] = {"min": sig(min(i["ratio"] for i in ratios)), "max": sig(max(i["ratio"] for i in ratios)),
-                            "n": len(ratios)}
     # parsing cost of the largest snapshot
     sized = df[df["snapshot_bytes"].notna() & df["parse_s"].notna()]
     if not sized.empty:
@@ -156,9 +153,9 @@ def weight_copies(row) -> dict | None:
     if not count:
         return None
     steps = row["steps"] if is_measured(row["steps"]) else row["snap"].get("n_steps") or 1
-    weights = sum(2 * n for n in (d * d * 4 * spec.num_layers, f * d * 3 * spec.num_layers, 2 * V * d))
     return {"label": MODE_LABELS[row["label"]], "per_step": sig(count / steps, 3), "bytes": _gib(nbytes / steps),
-            "all_weights": _gib(weights), "rank": MODE_ORDER.index(row["label"])}
+            "all_weights": _gib(accounting.autocast_cast_bytes(spec, "bf16")),
+            "n_weights": accounting.linear_weight_count(spec), "rank": MODE_ORDER.index(row["label"])}
 
 
 def settings(df: pd.DataFrame) -> list[dict]:

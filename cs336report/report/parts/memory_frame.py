@@ -70,7 +70,7 @@ def frame(parse_records: list[dict], capture_records: list[dict]) -> pd.DataFram
             "dump_s": snapshot_info.get("dump_s"), "max_entries": c.get("max_entries"), "stacks": c.get("stacks"),
             "warmup": c.get("warmup_steps"), "steps": c.get("measured_steps"), "tf32": c.get("tf32"),
             "parse_s": parse.get("seconds"), "parse_rss": parse.get("peak_rss_bytes"),
-            "source": r["_path"],
+            "capability": (r.get("provenance") or {}).get("gpu_capability"), "source": r["_path"],
         })
     df = pd.DataFrame(rows)
     if df.empty:

@@ -1,4 +1,4 @@
-"""memory_profiling's evidence tables: peaks, precision, residual, top allocations, ramps, accounting."""
+"""memory_profiling's evidence tables: peaks, precision, residual, top allocations, ramps, snapshots."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import statistics
 import pandas as pd
 
 from ... import accounting
+from ..labels import PEAK_ALLOCATED, PEAK_HOST, PEAK_RESERVED, SNAPSHOT_PEAK, legend
 from ..tables import Cell, Table, fmt_bytes, fmt_seconds, sig, status_cell
 from .memory_frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, MiB, byte_unit, in_unit, is_measured, model_spec
 from .memory_shapes import explain_size
@@ -36,13 +37,13 @@ def peak_table(df: pd.DataFrame, impl: str, precision: str) -> Table:
                 else:
                     row.append(Cell(in_unit(r[key], scale)))
         rows.append(row)
-    columns = ["context"] + [f"peak allocated, {MODE_LABELS[m]}" for m in labels] \
-        + [f"peak reserved, {MODE_LABELS[m]}" for m in labels]
-    note = ("peak allocated: torch.cuda.max_memory_allocated over the recorded steps (after a reset); "
-            "reserved: max_memory_reserved, the caching allocator's segments")
+    columns = ["context"] + [f"{PEAK_ALLOCATED}, {MODE_LABELS[m]}" for m in labels] \
+        + [f"{PEAK_RESERVED}, {MODE_LABELS[m]}" for m in labels]
+    note = f"over the recorded steps, after a reset; {legend(PEAK_ALLOCATED, PEAK_RESERVED)}"
     if (sub["peak_from"] == "snapshot").any():
-        note += "; where the capture recorded no counters, the peak is the snapshot's own"
-    return Table(title=f"Peak memory by context length, {impl} implementation, {precision}",
+        note += f"; where the capture recorded no counters, the column gives the {SNAPSHOT_PEAK}"
+    return Table(title=f"{PEAK_ALLOCATED.capitalize()} and {PEAK_RESERVED} by context length, {impl} implementation, "
+                       f"{precision}",
                  columns=columns, units=["tokens"] + [unit] * (len(columns) - 1), rows=rows,
                  sources=sorted(sub["source"]), note=note)
 
@@ -70,11 +71,12 @@ def precision_table(df: pd.DataFrame) -> Table | None:
         else:
             cells += [Cell("–"), Cell("–")]
         rows.append(cells)
-    return Table(title="Peak allocated memory, fp32 against bf16 autocast",
+    return Table(title=f"{PEAK_ALLOCATED.capitalize()}, fp32 against bf16 autocast",
                  columns=["implementation", "step", "context", "fp32", "bf16 autocast", "difference", "difference"],
                  units=["", "", "tokens", unit, unit, unit, "%"], rows=rows,
                  sources=sorted({p[3]["source"] for p in pairs} | {p[4]["source"] for p in pairs}),
-                 note="difference = bf16 − fp32; negative means autocast needs less memory")
+                 note=f"{PEAK_ALLOCATED} (torch.cuda.max_memory_allocated); difference = bf16 − fp32; negative means "
+                      "autocast needs less memory")
 
 
 def _per_step(count: int, steps: int) -> str:
@@ -248,48 +250,6 @@ def ramp_table(ramps: pd.DataFrame) -> Table | None:
     )
 
 
-def accounting_rows(df: pd.DataFrame) -> list[dict]:
-    out = []
-    for _, r in df.iterrows():
-        if r["model"] is None or r["batch"] is None:
-            continue
-        spec = model_spec(r)
-        impl = r["implementation"] if r["implementation"] in ("naive", "native") else "naive"
-        pred = accounting.predicted_peak_bytes(spec, int(r["batch"]), int(r["context"]), r["mode"], r["grad"], impl,
-                                               r["precision"], "foreach", r["saved_matrices"])
-        measured = r["peak"] if r["status"] == "ok" else None
-        out.append({"row": r, "pred": pred, "measured": measured,
-                    "ratio": measured / pred["total"] if measured else None})
-    return out
-
-
-def accounting_table(items: list[dict]) -> Table | None:
-    if not items:
-        return None
-    unit, scale = byte_unit([i["pred"]["total"] for i in items])
-    rows = []
-    for i in items:
-        r, p = i["row"], i["pred"]
-        measured = status_cell(r["status"]) if i["measured"] is None else Cell(in_unit(i["measured"], scale))
-        rows.append([Cell(r["implementation"]), Cell(r["precision"]), Cell(str(r["context"])),
-                     Cell(MODE_LABELS[r["label"]]), Cell(in_unit(p["parameters"], scale)),
-                     Cell(in_unit(p["gradients"], scale)), Cell(in_unit(p["optimizer_state"], scale)),
-                     Cell(in_unit(p["activations"], scale)), Cell(in_unit(p["logits"], scale)),
-                     Cell(in_unit(p["total"], scale)), measured,
-                     Cell("–" if i["ratio"] is None else sig(i["ratio"]))])
-    return Table(
-        title="Analytic accounting beside the measured peak",
-        columns=["implementation", "precision", "context", "step", "weights", "gradients", "AdamW moments",
-                 "saved activations", "logits (and loss tensors)", "predicted peak", "measured peak",
-                 "measured / predicted"],
-        units=["", "", "tokens", ""] + [unit] * 7 + ["×"], rows=rows,
-        sources=sorted(i["row"]["source"] for i in items),
-        note=("predicted in fp32 for every row (bf16 rows show what autocast changes against it); with a backward "
-              "pass the prediction is the larger of the start of backward (weights, moments, saved activations, "
-              "logits, log-softmax and its gradient) and the end of the step (16 bytes per parameter)"),
-    )
-
-
 def snapshot_table(df: pd.DataFrame) -> Table:
     rows = []
     unit, scale = byte_unit(list(df["peak"]))
@@ -310,10 +270,9 @@ def snapshot_table(df: pd.DataFrame) -> Table:
         ])
     return Table(
         title="Snapshots: what each recorded and what parsing it cost",
-        columns=["cell", "status", "snapshot peak", "peak in phase", "live before the recorded steps", "trace events",
-                 "snapshot file", "parse time", "parse peak host memory", "accounting check"],
+        columns=["cell", "status", SNAPSHOT_PEAK, "phase of the snapshot peak", "live before the recorded steps",
+                 "trace events", "snapshot file", "parse time", f"parse, {PEAK_HOST}", "accounting check"],
         units=["", "", unit, "", unit, "", "", "", "", ""], rows=rows, sources=sorted(df["source"]),
-        note=("snapshot peak: the largest allocated total in the trace (requested sizes); accounting check: live "
-              "before + allocations − frees equals the blocks live in the snapshot's final state; parse peak host "
-              "memory: peak resident memory of the parsing process"),
+        note=(f"{legend(SNAPSHOT_PEAK)}; accounting check: live before + allocations − frees equals the blocks live "
+              f"in the snapshot's final state; {PEAK_HOST}: the peak resident set size of the parsing process"),
     )

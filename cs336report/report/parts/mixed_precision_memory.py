@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
+from ... import accounting
+from ...spec import ModelSpec
 from .. import checks
+from ..labels import PEAK_ALLOCATED, PREDICTED
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell
 from .bench_frame import MODE_COLUMNS
 from .mixed_precision_speed import paired, speed_table, transformer_frame
@@ -38,10 +43,77 @@ def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = N
         rows.append(row)
     sources = sorted(set(pairs["source_fp32"].dropna()) | set(pairs["source_bf16"].dropna()))
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sources,
-                 note="torch.cuda.max_memory_allocated over the warm-up and measured steps, model and batch included; "
-                      "change = bf16 peak / fp32 peak − 1"
+                 note=f"{PEAK_ALLOCATED}: torch.cuda.max_memory_allocated over the warm-up and measured steps, model "
+                      f"and batch included; change = bf16 {PEAK_ALLOCATED} / fp32 {PEAK_ALLOCATED} − 1"
                       + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
                                                                       if r.get("_path") in set(sources)])) else ""))
+
+
+def predicted(record: dict) -> dict | None:
+    """The formula's peak of one Transformer record (cs336report.accounting), or None without a model."""
+    c = record["config"]
+    if not c.get("model") or not c.get("batch_size") or c.get("mode") not in MODE_COLUMNS:
+        return None
+    impl = c.get("implementation") if c.get("implementation") in ("naive", "native") else "naive"
+    return accounting.predicted_peak_bytes(
+        ModelSpec(**c["model"]), int(c["batch_size"]), int(c["context"]), c["mode"], "enabled", impl,
+        c.get("precision", "fp32"), "fused" if c.get("fused_adamw") else "foreach",
+        accounting.saved_matrices_of(record["data"], record.get("provenance")),
+        (record.get("provenance") or {}).get("gpu_capability"))
+
+
+def formula_rows(pairs: pd.DataFrame, records: dict[str, dict]) -> list[dict]:
+    """Per cell and precision: the prediction in allocator blocks and measured / predicted."""
+    out = []
+    for _, r in pairs.iterrows():
+        row = {"implementation": r["implementation"], "size": str(r["size"]), "context": int(r["context"]),
+               "mode": r["mode"]}
+        for p in ("fp32", "bf16"):
+            rec = records.get(r[f"source_{p}"])
+            pred = predicted(rec) if rec else None
+            measured = r[f"peak_bytes_{p}"] if r[f"status_{p}"] == "ok" else math.nan
+            row[p] = None if pred is None else {
+                "pred": pred, "ratio": measured / pred["allocated"] if measured == measured else None}
+        out.append(row)
+    return out
+
+
+def formula_table(rows: list[dict], sources: list[str]) -> Table | None:
+    rows = [r for r in rows if r["fp32"] or r["bf16"]]
+    if not rows:
+        return None
+    cells = []
+    for r in rows:
+        row = [Cell(r["implementation"]), Cell(r["size"]), Cell(str(r["context"])), Cell(MODE_COLUMNS[r["mode"]])]
+        for p in ("fp32", "bf16"):
+            x = r[p]
+            row += [Cell(sig(x["pred"]["allocated"] / 2**30)) if x else Cell("–"),
+                    Cell(sig(x["ratio"], 3)) if x and x["ratio"] is not None else Cell("–")]
+        row.append(Cell(r["bf16"]["pred"]["moment"]) if r["bf16"] else Cell("–"))
+        cells.append(row)
+    return Table(title=f"{PEAK_ALLOCATED.capitalize()} against the formula, fp32 and bf16 autocast",
+                 columns=["implementation", "size", "context", "step", f"fp32 {PREDICTED}", "fp32 measured / predicted",
+                          f"bf16 {PREDICTED}", "bf16 measured / predicted", "bf16 peak at"],
+                 units=["", "", "tokens", "", "GiB", "×", "GiB", "×", ""], rows=cells, sources=sources,
+                 note=(f"{PREDICTED}: cs336report.accounting.predicted_peak_bytes for the cell's settings, in allocator "
+                       f"blocks (what {PEAK_ALLOCATED} counts); peak at: the moment of the step the formula finds "
+                       "holding the most (memory_profiling's Analytic accounting gives the formula)"))
+
+
+def formula_analysis(rows: list[dict]) -> dict:
+    ratios = [(r, p, r[p]["ratio"]) for r in rows for p in ("fp32", "bf16") if r[p] and r[p]["ratio"] is not None]
+    if not ratios:
+        return {}
+    out = {"n": len(ratios), "min": sig(min(x for _, _, x in ratios), 3), "max": sig(max(x for _, _, x in ratios), 3),
+           "outside": [f"{r['implementation']} {r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]}, {p} "
+                       f"({sig(x, 3)}×, {fmt_bytes((x - 1) * r[p]['pred']['allocated'])} more than predicted)"
+                       for r, p, x in ratios if abs(x - 1) > 0.03],
+           "casts": []}
+    for size in dict.fromkeys(r["size"] for r in rows):
+        r = next((r for r in rows if r["size"] == size and r["bf16"]), None)
+        if r:
+            out["casts"].append({"size": size, "bytes": fmt_bytes(r["bf16"]["pred"]["autocast_casts"])})
+    return out
 
 
 def memory_time_table(pairs: pd.DataFrame, title: str) -> Table:
@@ -120,7 +192,10 @@ def memory_part(ctx) -> dict | None:
                     "modes": [MODE_COLUMNS[m] for m in grid["modes"]], "implementations": list(grid["implementations"])}}
     if has_peak:
         records = [r for e in ("benchmarking", "benchmarking_bf16", "autocast_memory") for r in ctx.records(e)]
-        out["table"] = memory_table(pairs, "Peak memory, fp32 against bf16 autocast", records)
+        out["table"] = memory_table(pairs, f"{PEAK_ALLOCATED.capitalize()}, fp32 against bf16 autocast", records)
         out["analysis"] = memory_analysis(pairs)
+        rows = formula_rows(pairs, {r["_path"]: r for r in records})
+        out["formula_table"] = formula_table(rows, out["table"].sources)
+        out["formula"] = formula_analysis(rows)
         out["pairs"] = pairs
     return out

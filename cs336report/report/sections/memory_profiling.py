@@ -14,8 +14,11 @@ from .. import answer_parts
 from ..parts.memory_analysis import analysis, settings, weight_copies
 from ..parts.memory_frame import MODE_LABELS, frame, model_spec
 from ..parts.memory_shapes import explain_size
-from ..parts.memory_tables import (accounting_rows, accounting_table, category_tables, peak_table, precision_table,
-                                   ramp_rows, ramp_table, residual_table, snapshot_table, top_table)
+from ..labels import MEMORY_LABELS, PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK
+from ..parts.memory_accounting import (TRAIN_STEP_EXPERIMENTS, accounting_analysis, accounting_rows, accounting_table,
+                                       train_step_rows, train_step_table)
+from ..parts.memory_tables import (category_tables, peak_table, precision_table, ramp_rows, ramp_table, residual_table,
+                                   snapshot_table, top_table)
 from ..parts.memory_timeline import timeline_figure
 from ..tables import Table, fmt_bytes
 
@@ -42,8 +45,10 @@ def build(ctx) -> dict:
     df = frame(ctx.records("memory_profiling_parse"), ctx.records("memory_profiling"))
     out = {"figures": [], "peak_tables": [], "top_tables": [], "category_tables": [], "precision_table": None,
            "residual_table": None, "residual": [], "ramp_table": None, "accounting_table": None, "sizes": [],
-           "formulas": {"activations": accounting.ACTIVATION_FORMULA,
+           "formulas": {"activations": accounting.ACTIVATION_FORMULA, "peak": accounting.PEAK_FORMULA,
                         "state": "weights 4 B, gradients 4 B, AdamW moments 8 B per parameter (16 B/parameter)"},
+           "labels": [{"name": k, "means": MEMORY_LABELS[k]} for k in (PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK)],
+           "train_step_table": None, "accounting": {},
            "analysis": {"n_cells": 0, "failed": [], "growth": [], "precision_cmp": [], "ramps": []}}
     if df.empty:
         out["snapshot_table"] = Table(title="Snapshots", columns=["cell"], rows=[])
@@ -61,7 +66,7 @@ def build(ctx) -> dict:
                 name, timeline_figure(rows, title),
                 f"Allocated memory over the recorded steps ({title}), one panel per step kind, stacked by the "
                 "category of each allocation's frames; shaded: forward, backward and optimizer phases; dotted: a new "
-                "step; dashed: torch.cuda.max_memory_allocated.",
+                "step; dashed: peak allocated (torch.cuda.max_memory_allocated).",
                 alt=f"Memory timeline, {title}"))
     out["precision_table"] = precision_table(df)
     out["residual_table"], out["residual"] = residual_table(df)
@@ -78,6 +83,9 @@ def build(ctx) -> dict:
     out["ramp_table"] = ramp_table(ramps)
     acc = accounting_rows(df)
     out["accounting_table"] = accounting_table(acc)
+    steps = train_step_rows(df, {e: ctx.records(e) for e in TRAIN_STEP_EXPERIMENTS[1:]})
+    out["train_step_table"] = train_step_table(steps)
+    out["accounting"] = accounting_analysis(acc, steps)
     sizes = {}
     for _, r in df.drop_duplicates("size").iterrows():
         if r["model"]:
@@ -87,6 +95,6 @@ def build(ctx) -> dict:
                                 "floor": fmt_bytes(state["total"]), "weights": fmt_bytes(state["parameters"])}
     out["sizes"] = list(sizes.values())
     out["snapshot_table"] = snapshot_table(df)
-    out["analysis"] = analysis(df, ramps, acc)
+    out["analysis"] = analysis(df, ramps)
     out["answer"] = answer_parts.memory_profiling(ctx, df, timeline_figure, MODE_LABELS)
     return out

@@ -80,12 +80,12 @@ def memory_table(df: pd.DataFrame) -> Table:
                      Cell(f"{_b(top['t_optimizer_state'])} ({_b(state_expected)})"),
                      Cell(f"{_b(top['t_saved_activations'])} ({_b(a['saved_activations'] + a['logits'])})")])
     ranks = int(df.groupby("optimizer")["rank"].nunique().max())
-    return Table(title="Peak memory per rank and what it holds",
+    return Table(title="Peak allocated per rank and what it holds",
                  columns=["optimizer", "after model init", "before step", "after step", "parameters, gradients (each)",
                           "optimizer state (analytic)", "saved activations (analytic)"],
                  rows=rows, sources=sorted(set(df["source"])),
                  note=f"each number the largest of the {ranks} ranks'; "
-                      "peaks: torch.cuda.max_memory_allocated, reset before each region (model construction; "
+                      "peak allocated: torch.cuda.max_memory_allocated, reset before each region (model construction; "
                       "forward, backward and gradient all-reduce; the optimizer step), in the last measured step; "
                       "parts: bytes of the tensors themselves; analytic: optimizer state 8 B per parameter (÷ world "
                       "size when sharded, as equal shards), saved activations by the reference architecture's count "

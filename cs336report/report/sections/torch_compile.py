@@ -50,7 +50,7 @@ def build(ctx) -> dict:
         pairs = attention_pairs(eager, compiled)
         out["attention_table"] = attention_table(pairs, memory_key)
         out["attention"] = attention_analysis(pairs, memory_key)
-        out["attention"]["memory_label"] = ("memory in use before backward" if memory_key == "activation_bytes"
+        out["attention"]["memory_label"] = ("allocated before backward" if memory_key == "activation_bytes"
                                             else "bytes saved for backward")
         both = pd.concat([eager[eager["variant"] == "naive"], compiled])
         both = both[both["d"].isin(set(compiled["d"])) & both["seq"].isin(set(compiled["seq"]))]
