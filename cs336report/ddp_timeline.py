@@ -28,7 +28,8 @@ def step_kernels(trace, ranges, rank: int, device: int, source: str = "") -> lis
     """Rank ``rank``'s last profiled step: the rows of ``trace`` on ``device`` inside the GPU span of
     its last ``ddp_step rank <rank>`` range, as ``[stream, start_us, dur_us, nccl]``."""
     name = NVTX_STEP.format(rank=rank)
-    mine = ranges[ranges["name"] == name]
+    # nsys prefixes a range's name with its NVTX domain and a colon (":" for the default domain)
+    mine = ranges[(ranges["name"] == name) | ranges["name"].str.endswith(":" + name)]
     if mine.empty:
         raise NsysParseError(source, 1, f"an NVTX range {name!r} in nvtx_gpu_proj_trace",
                              ", ".join(sorted(set(ranges["name"]))[:8]) or "no ranges")
