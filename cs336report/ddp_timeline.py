@@ -43,6 +43,12 @@ def step_kernels(trace, ranges, rank: int, device: int, source: str = "") -> lis
              "nccl" in str(r.name).lower()] for r in on.itertuples()]
 
 
+def _export(stats_dir: Path, report: str) -> Path:
+    """The CSV nsys stats wrote for ``report`` (``stats_<report>.csv``, or gzipped where it was kept)."""
+    path = stats_dir / f"{STATS_PREFIX}_{report}.csv"
+    return path if path.exists() or not path.with_suffix(".csv.gz").exists() else path.with_suffix(".csv.gz")
+
+
 def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path, name: str | None = None) -> dict:
     """The record of one profiled DDP cell from its stats folder and its run's ``run.json``."""
     stats_dir, run_path = Path(stats_dir), Path(run_path)
@@ -59,7 +65,7 @@ def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path,
     elif status == "ok" and export.get("reason"):
         status, error = "error", export["reason"]
     elif status == "ok":
-        trace_csv, ranges_csv = (stats_dir / f"{STATS_PREFIX}_{r}.csv" for r in REPORTS)
+        trace_csv, ranges_csv = (_export(stats_dir, r) for r in REPORTS)
         trace, ranges = read_gpu_trace(trace_csv), read_nvtx_gpu_projection(ranges_csv)
         data = {"tool": "nsys", "ranks": {}}
         for r in run["data"]["ranks"]:

@@ -109,9 +109,17 @@ def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]
     return [run_cell(experiment, name, cell, out, shared=shared, job=info) for name, cell, out in cells]
 
 
+def whole_step(stats_s: dict | None) -> dict | None:
+    """The whole-step statistics of a record's ``stats_s``: itself, or its ``step`` entry where the
+    record times the phases of a step too (the DDP cells)."""
+    if not stats_s:
+        return None
+    return stats_s if "mean" in stats_s else stats_s.get("step")
+
+
 def needs_repeats(cell: dict, data: dict) -> bool:
     """True where the cell asks for repeats and its whole-step times vary more than ``noisy_cv``."""
-    cv = ((data or {}).get("stats_s") or {}).get("cv")
+    cv = (whole_step((data or {}).get("stats_s")) or {}).get("cv")
     return bool(cell.get("repeats")) and cv is not None and cv > cell.get("noisy_cv", 0.0)
 
 
@@ -134,6 +142,6 @@ def repeat_in_fresh_processes(experiment: str, name: str, cell: dict, data: dict
             rec = load(out)
             runs.append({"pid": rec["process"]["pid"], "status": rec["status"],
                          "stats_s": (rec["data"] or {}).get("stats_s"), "contention": rec.get("contention")})
-    means = [r["stats_s"]["mean"] for r in runs if r.get("stats_s")]
-    return {"reason": f"cv {data['stats_s']['cv']:.3f} > noisy_cv {cell.get('noisy_cv', 0.0):g}",
+    means = [whole_step(r["stats_s"])["mean"] for r in runs if whole_step(r.get("stats_s"))]
+    return {"reason": f"cv {whole_step(data['stats_s'])['cv']:.3f} > noisy_cv {cell.get('noisy_cv', 0.0):g}",
             "runs": runs, "means_s": means, "stats_s": summarize(means)}

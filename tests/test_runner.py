@@ -42,3 +42,38 @@ def test_other_failures_are_results_too(tmp_path, monkeypatch):
     record = run_cell("benchmarking", name, c, tmp_path / "err.json")
     assert record["status"] == "error"
     assert "sideways" in record["error"]
+
+
+def test_noisy_ddp_cells_are_measured_again_like_single_gpu_ones():
+    """A DDP record times the phases of a step: its whole-step spread decides the repeats."""
+    from cs336report.runner import needs_repeats, whole_step
+
+    def phases(cv):
+        one = {"mean": 0.5, "median": 0.5, "std": 0.5 * cv, "cv": cv, "n": 10}
+        return {"step": one, "forward": {**one, "cv": 0.0}, "sync": {**one, "cv": 0.9}}
+
+    cell = {"repeats": 2, "noisy_cv": 0.05}
+    assert whole_step(phases(0.1))["cv"] == 0.1
+    assert needs_repeats(cell, {"stats_s": phases(0.1)})
+    assert not needs_repeats(cell, {"stats_s": phases(0.01)})  # a noisy phase alone does not decide
+    assert not needs_repeats({**cell, "repeats": 0}, {"stats_s": phases(0.1)})
+    single = {"mean": 0.5, "median": 0.5, "std": 0.05, "cv": 0.1, "n": 10}
+    assert whole_step(single) is single and needs_repeats(cell, {"stats_s": single})
+
+
+def test_ddp_rows_of_a_repeated_cell_take_the_spread_across_runs():
+    from cs336report.report.ddp import steps_frame
+
+    def run(step, sync):
+        return {"step": {"median": step, "mean": step, "std": 0.001, "n": 10, "noisy": True},
+                "sync": {"median": sync, "mean": sync, "std": 0.0, "n": 10, "noisy": False}}
+
+    runs = [run(0.50, 0.030), run(0.46, 0.004), run(0.45, 0.005)]
+    record = {"experiment": "ddp_bucketed_benchmarking", "status": "ok", "_path": "x.json",
+              "config": {"variant": "bucketed", "bucket_size_mb": 10, "size": "xl", "context": 128, "batch_size": 16,
+                         "world_size": 2, "backend": "nccl"},
+              "data": {"ranks": [{"device": "H", "peak_allocated_bytes": 1, "warmup": [1] * 5}],
+                       "stats_s": runs[0], "repeats": {"runs": [{"stats_s": r} for r in runs]}}}
+    row = steps_frame([record]).iloc[0]
+    assert row["runs"] == 3 and row["step_median"] == 0.46 and row["sync_median"] == 0.005
+    assert abs(row["step_std"] - 0.02646) < 1e-4 and not row["step_noisy"]

@@ -131,16 +131,29 @@ def steps_frame(records: list[dict]) -> pd.DataFrame:
             rows.append(base)
             continue
         ranks, phases = d["ranks"], d["stats_s"]
+        runs = [x["stats_s"] for x in (d.get("repeats") or {}).get("runs", []) if x.get("stats_s")]
         rows.append({**base, "calls": d.get("allreduce_calls"), "grad_bytes": d.get("grad_bytes"),
                      "params": d.get("params"), "devices": [x["device"] for x in ranks],
                      "peak_bytes": max((x["peak_allocated_bytes"] or 0) for x in ranks) or None,
-                     "steps": phases["step"]["n"], "warmup": len(ranks[0]["warmup"]),
-                     **{f"{p}_{k}": v[k] for p, v in phases.items() for k in ("median", "mean", "std")},
-                     "step_noisy": phases["step"]["noisy"]})
+                     "steps": phases["step"]["n"], "warmup": len(ranks[0]["warmup"]), "runs": max(1, len(runs)),
+                     **(_across_runs(runs) if len(runs) > 1 else
+                        {f"{p}_{k}": v[k] for p, v in phases.items() for k in ("median", "mean", "std")}),
+                     "step_noisy": phases["step"]["noisy"] and len(runs) < 2})
     df = pd.DataFrame(rows)
     if not df.empty and "step_median" in df:
         df["sync_share"] = df["sync_median"] / df["step_median"]
     return df
+
+
+def _across_runs(runs: list[dict]) -> dict:
+    """A cell measured again in fresh processes (noisy at first): per phase, the median and mean over
+    the runs of each run's median step, and their spread across the runs."""
+    out = {}
+    for phase in runs[0]:
+        medians = pd.Series([r[phase]["median"] for r in runs if phase in r])
+        out.update({f"{phase}_median": float(medians.median()), f"{phase}_mean": float(medians.mean()),
+                    f"{phase}_std": float(medians.std())})
+    return out
 
 
 def variant_label(row) -> str:
@@ -160,6 +173,7 @@ def steps_table(df: pd.DataFrame, title: str) -> Table:
         ms = lambda k: sig(r[k] * 1e3)  # noqa: E731
         rows.append([Cell(variant_label(r)),
                      Cell(f"{ms('step_median')} ({ms('step_mean')} ± {sig(r['step_std'] * 1e3, 2)})"
+                          + (f" {int(r['runs'])} runs" if r.get("runs", 1) > 1 else "")
                           + (" noisy" if r["step_noisy"] else "")),
                      Cell(ms("forward_median")), Cell(ms("backward_median")), Cell(ms("sync_median")),
                      Cell(fmt_pct(r["sync_share"])), Cell(ms("optimizer_median")),
@@ -168,7 +182,9 @@ def steps_table(df: pd.DataFrame, title: str) -> Table:
                  columns=["variant", "step median (mean ± std)", "forward", "backward", "gradient sync after backward",
                           "sync share of step", "optimizer", "all-reduce calls"],
                  units=["", "ms", "ms", "ms", "ms", "", "ms", ""], rows=rows, sources=sorted(set(df["source"])),
-                 note="per step the slowest rank's time, median over the measured steps; forward and backward end "
+                 note="per step the slowest rank's time, median over the measured steps (a cell whose steps varied "
+                      "more than noisy_cv was measured again in fresh processes: then the median and mean over the "
+                      "runs of each run's median, ± their spread across the runs); forward and backward end "
                       "at a synchronize of the compute stream, so all-reduces started during backward run on; "
                       "gradient sync: finish_gradient_synchronization() until the device is idle (naive, flat: "
                       "the whole all-reduce; overlapped: what is left after backward; PyTorch's DDP waits inside "

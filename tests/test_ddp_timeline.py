@@ -1,0 +1,96 @@
+"""The overlap evidence from nsys exports: each rank's last profiled step cut out of the kernel trace
+of its own device. The fixture is a real capture (2 × H200, NCCL, xl, bucketed DDP with 100 MiB
+buckets): the `nsys stats` exports cuda_gpu_trace and nvtx_gpu_proj_trace, trimmed to the last
+profiled step of each rank and the last 100 kernels before it on its device, with the run's own
+run.json."""
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cs336report.ddp_timeline import parse_timeline
+from cs336report.parsers.nsys_columns import NsysParseError
+from cs336report.parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ddp_overlap_h200"
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    return parse_timeline(FIXTURE, FIXTURE / "run.json", tmp_path_factory.mktemp("parse") / "out.json")
+
+
+def test_each_rank_keeps_its_last_step_on_its_own_device(record):
+    assert record["status"] == "ok" and record["data"]["tool"] == "nsys"
+    ranges = read_nvtx_gpu_projection(FIXTURE / "stats_nvtx_gpu_proj_trace.csv.gz")
+    trace = read_gpu_trace(FIXTURE / "stats_cuda_gpu_trace.csv.gz")
+    for rank, out in record["data"]["ranks"].items():
+        kernels = out["kernels"]
+        assert out["device_index"] == int(rank)
+        # one NCCL all-reduce kernel per bucket of the step, as many as the wrapper launched
+        assert sum(k[3] for k in kernels) == record["data"]["allreduce_calls"] == 98
+        mine = ranges[ranges["name"].str.endswith(f"ddp_step rank {rank}")].sort_values("start").iloc[-1]
+        # the step's GPU work spans its projected range, and nothing from before it is kept
+        span_us = max(k[1] + k[2] for k in kernels)
+        assert abs(span_us - mine["duration"] / 1e3) / span_us < 0.02
+        assert kernels[0][1] == 0 and all(k[1] >= 0 for k in kernels)
+        before = trace[(trace["device"] == int(rank)) & (trace["start"] < mine["start"])]
+        assert len(before) == 100  # the fixture holds earlier kernels, which the parse left out
+        assert len(kernels) == ((trace["device"] == int(rank)) & (trace["start"] >= mine["start"])).sum()
+
+
+def test_bucketed_step_hides_most_of_its_communication(record):
+    for out in record["data"]["ranks"].values():
+        o = out["overlap"]
+        assert 0.5 < o["hidden_fraction"] <= 1
+        assert abs(o["hidden_us"] + o["exposed_us"] - o["comm_us"]) < 1e-6 * o["comm_us"]
+        streams = {k[0] for k in out["kernels"] if k[3]} & {k[0] for k in out["kernels"] if not k[3]}
+        assert not streams  # NCCL runs on streams of its own
+
+
+def _write(path: Path, text: str):
+    path.write_text(text)
+    return path
+
+
+def test_a_missing_column_names_the_file_and_the_column(tmp_path):
+    bad = _write(tmp_path / "stats_cuda_gpu_trace.csv", "Start (ns),Duration (ns),Device,Name\n1,2,GPU (0),k\n")
+    with pytest.raises(NsysParseError, match=r"stats_cuda_gpu_trace\.csv, line 1: .*'strm'"):
+        read_gpu_trace(bad)
+
+
+def test_a_bad_number_names_its_line(tmp_path):
+    bad = _write(tmp_path / "t.csv", "Name,Projected Start (ns),Projected Duration (ns),PID,TID\n"
+                                     ":a,1,2,3,4\n:b,x,2,3,4\n")
+    with pytest.raises(NsysParseError, match=r"t\.csv, line 3: expected a number in column 'Projected Start \(ns\)'"):
+        read_nvtx_gpu_projection(bad)
+
+
+def test_times_in_another_unit_are_scaled_to_ns(tmp_path):
+    path = _write(tmp_path / "t.csv", "Name,Projected Start (us),Projected Duration (ms),PID,TID\n:a,1.5,2,3,4\n")
+    row = read_nvtx_gpu_projection(path).iloc[0]
+    assert row["start"] == 1500 and row["duration"] == 2e6
+
+
+def test_a_profile_without_the_step_ranges_is_an_error_naming_them(tmp_path):
+    for f in FIXTURE.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    ranges = pd.read_csv(FIXTURE / "stats_nvtx_gpu_proj_trace.csv.gz")
+    ranges = ranges[~ranges["Name"].str.contains("ddp_step")]
+    with gzip.open(tmp_path / "stats_nvtx_gpu_proj_trace.csv.gz", "wt") as fh:
+        ranges.to_csv(fh, index=False)
+    with pytest.raises(NsysParseError, match="ddp_step rank 0"):
+        parse_timeline(tmp_path, tmp_path / "run.json", tmp_path / "out.json")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_run_that_failed_gives_a_record_with_its_status(tmp_path):
+    run = json.loads((FIXTURE / "run.json").read_text())
+    run.update(status="oom", error="CUDA out of memory")
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    out = parse_timeline(tmp_path, tmp_path / "run.json", tmp_path / "out.json")
+    assert out["status"] == "oom" and out["data"] == {} and (tmp_path / "out.json").exists()
