@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..ddp import (ddp_records, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame, steps_table,
                    timeline_plot, variant_label)
 from ..student_rows import student_rows
+from ..tables import Num
 
 ID = "ddp_overlap_individual_parameters_benchmarking"
 TITLE = "ddp_overlap_individual_parameters_benchmarking"
@@ -29,16 +30,18 @@ def build(ctx) -> dict:
     out.update(table=steps_table(shown, "Overlapped per-parameter DDP against naive and flat: time per step"),
                setting=setting(df), **{v: step_numbers(shown, v) for v in ("individual", "naive", "flat")},
                student=student_rows(shown, records, "student_individual", "individual"))
-    profiled = [(variant_label(r), r["profile"]) for _, r in df[df["experiment"] == ID].iterrows()
+    profiled = [(variant_label(r), r["profile"], r["source"]) for _, r in df[df["experiment"] == ID].iterrows()
                 if r["profile"] and r["profile"].get("kernels")]
-    for label, profile in profiled:
+    for label, profile, src in profiled:  # each profile's numbers link to the record that holds it
         h = overlap_of(profile)
-        out["overlap"].append({"label": label, "comm": ms(h["comm_us"] / 1e6), "hidden": ms(h["hidden_us"] / 1e6),
-                               "exposed": ms(h["exposed_us"] / 1e6), "step": ms(h["step_us"] / 1e6),
-                               "fraction": fmt_pct(h["hidden_fraction"]) if h["hidden_fraction"] is not None else "–"})
+        out["overlap"].append({"label": label, "comm": Num(ms(h["comm_us"] / 1e6), src),
+                               "hidden": Num(ms(h["hidden_us"] / 1e6), src),
+                               "exposed": Num(ms(h["exposed_us"] / 1e6), src), "step": Num(ms(h["step_us"] / 1e6), src),
+                               "fraction": Num(fmt_pct(h["hidden_fraction"]), src)
+                               if h["hidden_fraction"] is not None else "–"})
     if profiled:
         out["figures"].append(ctx.figure(
-            ID, timeline_plot(profiled),
+            ID, timeline_plot([(label, profile) for label, profile, _ in profiled]),
             "One profiled training step per variant: every kernel on its CUDA stream (blue: compute, red: NCCL); "
             "where red runs beside blue, communication is hidden behind compute.",
             alt="Kernel timelines of one DDP step per variant, compute and NCCL streams."))
