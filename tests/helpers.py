@@ -1,5 +1,7 @@
 """Small builders shared by the tests: a tiny config and its cells."""
 
+import re
+
 import yaml
 
 from cs336report import experiments
@@ -21,3 +23,14 @@ def cell(experiment: str, name: str | None = None, **run) -> tuple[str, dict]:
     cells = experiments.cells(experiment, tiny_config(**run))
     name = name or sorted(cells)[0]
     return name, cells[name]
+
+
+_RECORD_LINKS = (re.compile(r'<a class="rec" href="[^"]*">(.*?)</a>'),  # HTML
+                 re.compile(r"(?<!\\)\[((?:\\.|[^\]\\\n])*)\]\([^)\s]*\.json(?:\.gz)?\)"))  # Markdown
+
+
+def without_record_links(text: str) -> str:
+    """Rendered text with each number's link to its record replaced by the number (as it reads)."""
+    for pattern in _RECORD_LINKS:
+        text = pattern.sub(r"\1", text)
+    return text

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -120,8 +121,13 @@ def test_published_answers(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == "False", "rendering imported torch"
     md = (tmp_path / "out" / "answers.md").read_text()
+    for href in re.findall(r"\]\(([^)\s#]+)[^)\s]*\)", md):  # every link opens a file: a record, a figure, a page
+        assert (tmp_path / "out" / unquote(href)).exists(), href
+    assert len(re.findall(r"\]\([^)\s]*\.json\.gz\)", md)) > 100  # the answers' numbers link to their records
     blocks = answer_blocks(md)
-    words = sum(len(re.sub(r"[|*`#\\_-]+", " ", blocks[p.id]).split()) for p in HANDOUT[:10])
+    # words as read: a link counts by its text, not by its address
+    words = sum(len(re.sub(r"[|*`#\\_-]+", " ", re.sub(r"\]\([^)\s]*\)", "]", blocks[p.id])).split())
+                for p in HANDOUT[:10])
     assert words <= WORD_BUDGET, words
     for p in HANDOUT[:10]:
         block = blocks[p.id]

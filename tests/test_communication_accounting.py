@@ -11,6 +11,7 @@ from cs336report.accounting_distributed import (XXL, communication_accounting, d
                                                 fsdp_bytes_per_device, forward_times, part_a, part_b,
                                                 part_c)
 from cs336report.experiments import communication_accounting as experiment
+from helpers import without_record_links
 
 
 def _values(steps):
@@ -123,5 +124,7 @@ def test_section_templates_render(tmp_path, mode):
     if "macro sub(" not in (Path(__file__).resolve().parent.parent / "templates" / fmt_lib).read_text():
         pytest.skip("this checkout's layout macros have no answer layer")
     answer = env.get_template(f"answers/{section.ID}.j2").render(fmt_lib=fmt_lib, d=data, section=info)
+    assert "219,848,638,464" in answer and answer.count(".json") > 10  # the record's values link to it
+    answer = without_record_links(answer)
     per_device = data["c"]["per-device batch, whole tokens"]["value_text"]
     assert f"{per_device} a device" in answer and "N_FSDP = 46" in answer.replace("N\\_FSDP", "N_FSDP")

@@ -457,7 +457,8 @@ def test_cpu_records_render_with_the_cpu_note(tmp_path):
     assert "CPU run: these times come from a wall-clock loop" in md
     assert "**Forward latency, fp32**" in md and "Peak allocated of one forward" not in md
     median = load(path)["data"]["shapes"][0]["passes"]["forward"]["stats_s"]["median"]
-    assert re.search(rf"\| 16 \| 32 \| {re.escape(sig(median * 1e3))} \|", md)
+    link = rf"\[{re.escape(sig(median * 1e3))}\]\(\.\./results/flash_benchmarking/naive-fp32\.json\)"
+    assert re.search(rf"\| 16 \| 32 \| {link} \|", md)  # the value, linked to its record
 
 
 # ----------------------------------------------------------------------------- on the GPU

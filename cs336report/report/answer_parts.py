@@ -33,9 +33,10 @@ def benchmarking_script(df: pd.DataFrame) -> dict:
     for size in sizes:
         f, b = fwd.loc[size] if size in fwd.index else None, fb.loc[size] if size in fb.index else None
         rows.append([Cell(str(size)),
-                     Cell(fmt_mean_std(f["mean_s"], f["std_s"], scale)) if f is not None and f["status"] == "ok"
+                     Cell(fmt_mean_std(f["mean_s"], f["std_s"], scale), source=f["source"])
+                     if f is not None and f["status"] == "ok"
                      else status_cell(f["status"] if f is not None else "missing"),
-                     Cell(fmt_mean_std(b["backward_mean_s"], b["backward_std_s"], scale))
+                     Cell(fmt_mean_std(b["backward_mean_s"], b["backward_std_s"], scale), source=b["source"])
                      if b is not None and b["status"] == "ok" else status_cell(b["status"] if b is not None else "missing")])
     table = Table(title=f"Forward and backward pass per step, context {context} (mean ± std of the measured steps)",
                   columns=["size", "forward", "backward"], units=["", scale_name, scale_name], rows=rows,
@@ -64,12 +65,16 @@ def memory_profiling(ctx, df: pd.DataFrame, timeline_figure, mode_labels: dict) 
     peaks = sub[sub["label"].isin(["forward", "train_step"])].pivot_table(
         index="context", columns="label", values="peak", aggfunc="max")
     status = sub.set_index(["context", "label"])["status"].to_dict()
+    records = sub.groupby(["context", "label"])["source"].agg(list).to_dict()
 
     def cell(c, label):
         if status.get((c, label), "missing") != "ok":
             return status_cell(status.get((c, label), "missing"))
         v = peaks.loc[c, label] if label in peaks.columns else None
-        return Cell(fmt_bytes(v) if v is not None and v == v else "–")
+        if v is None or v != v:
+            return Cell("–")
+        one = records.get((c, label), [])
+        return Cell(fmt_bytes(v), source=one[0] if len(one) == 1 else None)
 
     shown = pd.DataFrame({"context": [str(c) for c in sorted(set(sub["context"]))]})
     shown["forward pass"] = [cell(c, "forward") for c in sorted(set(sub["context"]))]

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 
 from ..distributed.link import link_between, nvlink_peak  # noqa: E402
 from ..distributed.overlap import hidden_fraction  # noqa: E402
-from .tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
+from .tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
 
 DDP_EXPERIMENTS = ("naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
                    "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking")
@@ -73,12 +73,12 @@ def allreduce_table(df: pd.DataFrame) -> Table:
             why = r["error"] or status_cell(r["status"]).text
             rows.append(head + [status_cell(r["status"])] + [Cell(why, r["status"])] + [Cell("–")] * 4)
             continue
-        peak = r["peak_gb_s"]
+        peak, src = r["peak_gb_s"], r["source"]
         rows.append(head + [Cell(sig(r["size_mb"])),
                             Cell(f"{sig(r['median_s'] * 1e3)} ({sig(r['mean_s'] * 1e3)} ± {sig(r['std_s'] * 1e3, 2)})"
-                                 + (" noisy" if r["noisy"] else "")),
-                            Cell(sig(r["algbw_gb_s"])), Cell(sig(r["busbw_gb_s"])),
-                            Cell(fmt_pct(r["busbw_gb_s"] / peak) if peak and peak == peak else "–"),
+                                 + (" noisy" if r["noisy"] else ""), source=src),
+                            Cell(sig(r["algbw_gb_s"]), source=src), Cell(sig(r["busbw_gb_s"]), source=src),
+                            Cell(fmt_pct(r["busbw_gb_s"] / peak), source=src) if peak and peak == peak else Cell("–"),
                             Cell("yes" if r["correct"] else "NO")])
     links = sorted({str(x) for x in df["interconnect"].dropna() if x})
     return Table(title="All-reduce of fp32 tensors",
@@ -171,13 +171,16 @@ def steps_table(df: pd.DataFrame, title: str) -> Table:
                         + [Cell("–")] * 5)
             continue
         ms = lambda k: sig(r[k] * 1e3)  # noqa: E731
+        src = r["source"]  # every number of the row is this cell's
         rows.append([Cell(variant_label(r)),
                      Cell(f"{ms('step_median')} ({ms('step_mean')} ± {sig(r['step_std'] * 1e3, 2)})"
                           + (f" {int(r['runs'])} runs" if r.get("runs", 1) > 1 else "")
-                          + (" noisy" if r["step_noisy"] else "")),
-                     Cell(ms("forward_median")), Cell(ms("backward_median")), Cell(ms("sync_median")),
-                     Cell(fmt_pct(r["sync_share"])), Cell(ms("optimizer_median")),
-                     Cell(str(int(r["calls"])) if r["calls"] == r["calls"] and r["calls"] is not None else "–")])
+                          + (" noisy" if r["step_noisy"] else ""), source=src),
+                     Cell(ms("forward_median"), source=src), Cell(ms("backward_median"), source=src),
+                     Cell(ms("sync_median"), source=src), Cell(fmt_pct(r["sync_share"]), source=src),
+                     Cell(ms("optimizer_median"), source=src),
+                     Cell(str(int(r["calls"])), source=src) if r["calls"] == r["calls"] and r["calls"] is not None
+                     else Cell("–")])
     return Table(title=title,
                  columns=["variant", "step median (mean ± std)", "forward", "backward", "gradient sync after backward",
                           "sync share of step", "optimizer", "all-reduce calls"],
@@ -240,9 +243,11 @@ def step_numbers(df: pd.DataFrame, variant: str, bucket_mb: float | None = None)
     if sel.empty:
         return None
     r = sel.iloc[0]
-    return {"step": ms(r["step_median"]), "mean": ms(r["step_mean"]), "std": ms(r["step_std"]),
-            "sync": ms(r["sync_median"]), "share": fmt_pct(r["sync_share"]), "backward": ms(r["backward_median"]),
-            "forward": ms(r["forward_median"]), "optimizer": ms(r["optimizer_median"]),
+    src = r["source"]  # each value links to this cell's record
+    return {"step": Num(ms(r["step_median"]), src), "mean": Num(ms(r["step_mean"]), src),
+            "std": Num(ms(r["step_std"]), src), "sync": Num(ms(r["sync_median"]), src),
+            "share": Num(fmt_pct(r["sync_share"]), src), "backward": Num(ms(r["backward_median"]), src),
+            "forward": Num(ms(r["forward_median"]), src), "optimizer": Num(ms(r["optimizer_median"]), src),
             "calls": None if r["calls"] != r["calls"] or r["calls"] is None else int(r["calls"]),
             "noisy": bool(r["step_noisy"]), "step_s": float(r["step_median"]), "sync_s": float(r["sync_median"]),
             "label": variant_label(r)}

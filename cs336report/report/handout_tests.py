@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .tables import sig, table_from_frame
+from .tables import Num, sig, table_from_frame
 
 EXPERIMENT = "handout_tests"
 COMMAND = "snakemake --cores 1 handout_tests"
@@ -51,7 +51,8 @@ def _summary(g: pd.DataFrame) -> dict:
     errors = pd.to_numeric(g["max_abs_error"], errors="coerce").dropna()
     bad = g[g["outcome"].isin(("failed", "error"))]
     return {"n": int(len(g)), **counts, "all_passed": counts["passed"] == len(g) and len(g) > 0,
-            "max_error": fmt_error(float(errors.max())) if len(errors) else None,
+            "max_error": Num(fmt_error(float(errors.max())), g.loc[errors.idxmax(), "source"] or None)
+            if len(errors) else None,
             "seconds": sig(float(pd.to_numeric(g["seconds"], errors="coerce").fillna(0).sum())),
             "names": list(g["name"]), "first_failure": (bad.iloc[0]["name"], bad.iloc[0]["message"].splitlines()[0]
                                                          if bad.iloc[0]["message"] else "") if len(bad) else None}

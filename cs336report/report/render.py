@@ -19,6 +19,7 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import jinja2
 import yaml
@@ -29,7 +30,7 @@ from ..results import load, portable_path, record_status
 from .checks import cut_down_grid
 from .cost import cost_of
 from .sections import SECTIONS
-from .tables import MD_SOURCES_INLINE, Cell, Table, status_cell
+from .tables import MD_SOURCES_INLINE, Cell, Table, source_of, status_cell
 from .targets import targets_table
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -77,17 +78,57 @@ def is_numeric(text) -> bool:
     return bool(_NUMERIC.match(str(text).strip())) and any(ch.isdigit() for ch in str(text))
 
 
-def environments() -> dict[str, jinja2.Environment]:
-    """Both environments escape every value; Markdown's filters add Markdown's own escaping."""
+def record_href(path: str, base: Path | None) -> str:
+    """A link to a record file (or folder), relative to the report folder ``base`` where given,
+    percent-encoded so that any character of the path is safe in Markdown and in an attribute."""
+    href = os.path.relpath(os.path.abspath(path), os.path.abspath(base)) if base else path
+    return quote(href.replace(os.sep, "/"))
+
+
+def md_record_link(value, base: Path | None = None) -> Markup:
+    """A value as a Markdown link to the record it came from (its text escaped as a table cell's),
+    or as the plain value where it has no record."""
+    source = source_of(value)
+    if not source:
+        return value
+    return Markup(f"[{md_cell(value)}]({record_href(source, base)})")
+
+
+def html_record_link(value, base: Path | None = None):
+    """A value as an HTML link to the record it came from (text and address escaped), or as the
+    plain value where it has no record."""
+    source = source_of(value)
+    if not source:
+        return value
+    return Markup('<a class="rec" href="{}">{}</a>').format(record_href(source, base), str(value))
+
+
+def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment]:
+    """Both environments escape every value; Markdown's filters add Markdown's own escaping. A value
+    that carries its record (a :class:`~.tables.Num`) is written as a link to that record's file,
+    relative to ``links_from`` (the folder the pages are read from)."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
     options = dict(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True,
                    undefined=jinja2.StrictUndefined)
-    envs = {"html": jinja2.Environment(**options), "md": jinja2.Environment(**options)}
-    envs["md"].filters.update(mdcell=md_cell, mdtext=md_cell, mdcode=md_code, fence=md_fence)
+
+    def md_link(value):
+        return md_record_link(value, links_from)
+
+    def html_link(value):
+        return html_record_link(value, links_from)
+
+    def linked(plain, link):
+        return lambda value: link(value) if source_of(value) else plain(value)
+
+    envs = {"html": jinja2.Environment(**options, finalize=html_link),
+            "md": jinja2.Environment(**options, finalize=md_link)}
+    envs["md"].filters.update(mdcell=linked(md_cell, md_link), mdtext=linked(md_cell, md_link), mdcode=md_code,
+                              fence=md_fence)
     envs["md"].globals["md_sources_inline"] = MD_SOURCES_INLINE
     for env in envs.values():
         env.tests["numeric"] = is_numeric
-    envs["html"].filters.update(mdcell=escape, mdtext=escape, mdcode=escape, fence=escape)
+    envs["html"].filters.update(mdcell=linked(escape, html_link), mdtext=linked(escape, html_link), mdcode=escape,
+                                fence=escape)
     return envs
 
 
@@ -263,8 +304,7 @@ def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> li
         for r in ctx.records(e):
             folder = os.path.dirname(r["_path"])
             if folder not in folders:
-                href = os.path.relpath(os.path.abspath(folder), os.path.abspath(out_dir)) if out_dir else folder
-                folders[folder] = {"path": folder + "/", "href": href.replace(os.sep, "/") + "/"}
+                folders[folder] = {"path": folder + "/", "href": record_href(folder, out_dir) + "/"}
     return list(folders.values())
 
 
@@ -363,7 +403,7 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
     figures.mkdir()
     records = [load(p) for p in result_paths]
     context = build_context(records, config, figures, Path(links_from) if links_from else None)
-    envs = environments()
+    envs = environments(Path(links_from) if links_from else out_dir)
     pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
              "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
     for name, (kind, template) in pages.items():

@@ -3,6 +3,8 @@
 A :class:`Table` holds already-formatted cell strings, the unit of each column, and the
 result files its numbers came from; the templates only lay it out. Formatting helpers pick
 a unit per value (``fmt_seconds``) or per column (``time_unit``), so every number carries one.
+A number that comes from one record is a :class:`Num` (or a :class:`Cell` with a ``source``):
+the report links it to that record's file.
 """
 
 from __future__ import annotations
@@ -27,13 +29,45 @@ UNIT_LEGEND = {
 }
 
 
+class Num(str):
+    """A formatted value and the record file it came from (``source``: the record's ``_path``); the
+    report renders it as a link to that file. Any str operation on it (concatenation, formatting,
+    a template filter) gives a plain str, so only the value as built links."""
+
+    source: str | None
+
+    def __new__(cls, text, source: str | None = None):
+        obj = super().__new__(cls, text)
+        if source is None:
+            source = getattr(text, "source", None)
+        obj.source = source if isinstance(source, str) and source else None  # a frame's NaN: no record
+        return obj
+
+
+def source_of(value) -> str | None:
+    """The record file a value links to, or None."""
+    return value.source if isinstance(value, Num) else None
+
+
 @dataclass
 class Cell:
     text: str
     status: str = "ok"  # ok | oom | error | missing
+    source: str | None = None  # the record the value comes from: an ok cell with a value links to it
+
+    def __post_init__(self):
+        if self.status == "ok" and isinstance(self.source, str) and self.source and self.text != "–":
+            self.text = Num(self.text, self.source)
+        else:
+            self.source = source_of(self.text)
 
     def __str__(self) -> str:
         return self.text
+
+
+def with_source(cell: Cell, source: str | None) -> Cell:
+    """``cell`` linked to ``source``, the record its value comes from (an ok cell with a value only)."""
+    return Cell(cell.text, cell.status, source)
 
 
 # Markdown lists a table's source files up to this many; beyond, their folders with a count each
@@ -125,10 +159,14 @@ def status_cell(status: str) -> Cell:
     return Cell(STATUS_TEXT.get(status, status), status)
 
 
-def pivot_cells(df: pd.DataFrame, index: list[str], column: str, value: str, status: str = "status") -> pd.DataFrame:
-    """Pivot formatted ``value`` strings into a grid, OOM/error cells kept as such."""
+def pivot_cells(df: pd.DataFrame, index: list[str], column: str, value: str, status: str = "status",
+                source: str | None = "source") -> pd.DataFrame:
+    """Pivot formatted ``value`` strings into a grid, OOM/error cells kept as such; each value links to
+    its row's record (the ``source`` column, where the frame has one)."""
     def to_cell(row) -> Cell:
-        return Cell(row[value]) if row[status] == "ok" else status_cell(row[status])
+        if row[status] != "ok":
+            return status_cell(row[status])
+        return Cell(row[value], source=row[source] if source in row.index and isinstance(row[source], str) else None)
 
     cells = df.assign(_cell=df.apply(to_cell, axis=1))
     return cells.pivot(index=index, columns=column, values="_cell")

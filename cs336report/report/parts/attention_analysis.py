@@ -7,7 +7,7 @@ import pandas as pd
 
 from ... import accounting
 from .. import checks
-from ..tables import Cell, Table, fmt_bytes, sig
+from ..tables import Cell, Num, Table, fmt_bytes, sig
 from .attention_frame import label, memory_column
 from .attention_tables import bytes_cell
 
@@ -152,7 +152,8 @@ def sdpa_savings(df: pd.DataFrame) -> list[dict]:
         if not common.empty:
             r = common.iloc[-1]
             base = naive.loc[(r["d"], r["seq"])]
-            item.update(d=int(r["d"]), seq=int(r["seq"]), naive_mem=fmt_bytes(base[key]), mem=fmt_bytes(r[key]),
+            item.update(d=int(r["d"]), seq=int(r["seq"]), naive_mem=Num(fmt_bytes(base[key]), base["source"]),
+                        mem=Num(fmt_bytes(r[key]), r["source"]),
                         mem_ratio=sig(base[key] / r[key]) if r[key] > 0 else "–",
                         fwd=sig(base["fwd_mean_s"] / r["fwd_mean_s"]), bwd=sig(base["bwd_mean_s"] / r["bwd_mean_s"]))
         beyond = g[[(d, s) not in naive.index for d, s in zip(g["d"], g["seq"])]]

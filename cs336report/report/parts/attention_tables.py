@@ -9,15 +9,17 @@ from .attention_frame import label
 
 
 def time_cell(r, which: str) -> Cell:
+    """Mean ± std of ``which`` (fwd, bwd), linked to the row's record."""
     mean = r[f"{which}_mean_s"]
     if mean == mean:
-        return Cell(fmt_mean_std(mean, r[f"{which}_std_s"], 1e-3))
+        return Cell(fmt_mean_std(mean, r[f"{which}_std_s"], 1e-3), source=r.get("source"))
     return status_cell(r["status"] if r["status"] != "ok" else "missing")
 
 
-def bytes_cell(value: float, status: str) -> Cell:
+def bytes_cell(value: float, status: str, source: str | None = None) -> Cell:
+    """Bytes in their unit, linked to ``source`` (the record it was measured in) where given."""
     if value == value:
-        return Cell(fmt_bytes(value))
+        return Cell(fmt_bytes(value), source=source)
     return status_cell(status) if status != "ok" else Cell("–")
 
 
@@ -34,8 +36,9 @@ def grid_table(df: pd.DataFrame, title: str, with_variant: bool = False) -> Tabl
     for _, r in df.iterrows():
         row = [Cell(label(r["variant"], r["dtype"]))] if with_variant else []
         row += [Cell(str(r["d"])), Cell(str(r["seq"])), time_cell(r, "fwd"), time_cell(r, "bwd"),
-                bytes_cell(r["before_bwd_bytes"], r["status"]), bytes_cell(r["peak_bytes"], r["status"]),
-                bytes_cell(r["saved_bytes"], r["status"]), status_text(r)]
+                bytes_cell(r["before_bwd_bytes"], r["status"], r["source"]),
+                bytes_cell(r["peak_bytes"], r["status"], r["source"]),
+                bytes_cell(r["saved_bytes"], r["status"], r["source"]), status_text(r)]
         rows.append(row)
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]),
                  note="times: mean ± sample standard deviation over the timed passes; allocated before backward: "

@@ -23,13 +23,14 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
     for _, r in pairs.sort_values(["d", "seq"]).iterrows():
         eager_status = r["status_eager"] if isinstance(r["status_eager"], str) else "missing"
         row = [Cell(str(r["d"])), Cell(str(r["seq"]))]
+        eager_source = r["source_eager"] if isinstance(r["source_eager"], str) else None
         for which in ("fwd", "bwd"):
             e, c = r[f"{which}_mean_s_eager"], r[f"{which}_mean_s"]
-            row.append(Cell(sig(e * 1e3)) if e == e else status_cell(eager_status))
-            row.append(Cell(sig(c * 1e3)) if c == c else status_cell(r["status"]))
+            row.append(Cell(sig(e * 1e3), source=eager_source) if e == e else status_cell(eager_status))
+            row.append(Cell(sig(c * 1e3), source=r["source"]) if c == c else status_cell(r["status"]))
             row.append(Cell(sig(e / c)) if e == e and c == c else Cell("–"))
-        row.append(bytes_cell(r[f"{memory_key}_eager"], eager_status))
-        row.append(bytes_cell(r[memory_key], r["status"]))
+        row.append(bytes_cell(r[f"{memory_key}_eager"], eager_status, eager_source))
+        row.append(bytes_cell(r[memory_key], r["status"], r["source"]))
         row.append(first_call_cell(r["first_call_s"], r["cache_hits"]))
         rows.append(row)
     memory = "allocated before backward" if memory_key == "activation_bytes" else "saved for backward"

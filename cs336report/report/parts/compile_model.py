@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ..tables import Cell, Table, fmt_mean_std, sig, status_cell
+from ..tables import Cell, Table, fmt_mean_std, sig, status_cell, with_source
 from .compile_first_call import CACHE_NOTE, JOB_NOTE, first_call_cell, first_call_summary, from_cache, setup_seconds
 
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step (AdamW)"}
@@ -69,9 +69,9 @@ def model_pairs(compiled_records: list[dict], eager_records: list[dict]) -> pd.D
     return pairs.sort_values(["implementation", "precision", "d_model", "context", "mode"]).reset_index(drop=True)
 
 
-def _time(mean, std, status) -> Cell:
+def _time(mean, std, status, source=None) -> Cell:
     if mean == mean:
-        return Cell(fmt_mean_std(mean, std, 1e-3))
+        return Cell(fmt_mean_std(mean, std, 1e-3), source=source if isinstance(source, str) else None)
     return status_cell(status if isinstance(status, str) else "missing")
 
 
@@ -80,12 +80,12 @@ def model_table(pairs: pd.DataFrame) -> Table:
     for _, r in pairs.iterrows():
         ratio = r["mean_s_eager"] / r["mean_s"] if r["mean_s"] == r["mean_s"] else math.nan
         rows.append([Cell(str(r["size"])), Cell(str(r["context"])), Cell(MODE_LABELS[r["mode"]]),
-                     _time(r["mean_s_eager"], r["std_s_eager"], r["status_eager"]),
-                     _time(r["mean_s"], r["std_s"], r["status"]),
+                     _time(r["mean_s_eager"], r["std_s_eager"], r["status_eager"], r["source_eager"]),
+                     _time(r["mean_s"], r["std_s"], r["status"], r["source"]),
                      Cell(sig(ratio)) if ratio == ratio else Cell("–"),
-                     first_call_cell(r["first_call_s"], r["cache_hits"], r["first_calls"]),
-                     Cell("–" if r["graph_breaks"] is None or r["graph_breaks"] != r["graph_breaks"]
-                          else str(int(r["graph_breaks"])))])
+                     with_source(first_call_cell(r["first_call_s"], r["cache_hits"], r["first_calls"]), r["source"]),
+                     Cell("–") if r["graph_breaks"] is None or r["graph_breaks"] != r["graph_breaks"]
+                     else Cell(str(int(r["graph_breaks"])), source=r["source"])])
     impls = ", ".join(sorted(set(pairs["implementation"])))
     precisions = ", ".join(sorted(set(pairs["precision"])))
     return Table(

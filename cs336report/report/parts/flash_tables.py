@@ -22,7 +22,7 @@ def latency_table(df: pd.DataFrame, dtype: str, pass_name: str) -> Table:
             if r is None:
                 row.append(status_cell("missing"))
             elif r["status"] == "ok":
-                row.append(Cell(sig(r["median_s"] * 1e3)))
+                row.append(Cell(sig(r["median_s"] * 1e3), source=r["source"]))
             else:
                 row.append(status_cell(r["status"]))
         rows.append(row)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import accounting
-from ..tables import fmt_bytes, fmt_pct, fmt_seconds, sig
+from ..tables import Num, fmt_bytes, fmt_pct, fmt_seconds, sig
 from .memory_frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, is_measured, model_spec
 from .memory_shapes import explain_size, named_shapes
 
@@ -22,8 +22,9 @@ def _live_before(row) -> int:
     return row["snap"]["baseline"]["bytes"] if row["snap"] else 0
 
 
-def _gib(x) -> str:
-    return fmt_bytes(x) if is_measured(x) else "–"
+def _gib(x, source: str | None = None) -> str:
+    """Bytes in their unit; a measured value links to ``source``, the record it comes from."""
+    return Num(fmt_bytes(x), source) if is_measured(x) else "–"
 
 
 def start_bytes(snap: dict) -> int:
@@ -38,7 +39,8 @@ def phase_summary(row) -> dict:
     peaks = {}
     for p in snap["phases"]:
         peaks[p["phase"]] = max(peaks.get(p["phase"], 0), p["peak_bytes"])
-    return {"peak": _gib(snap["peak"]["bytes"]), "peak_phase": snap["peak"]["phase"], "start": _gib(start),
+    return {"peak": _gib(snap["peak"]["bytes"], row.get("source")), "peak_phase": snap["peak"]["phase"],
+            "start": _gib(start, row.get("source")),
             "phase_peaks": [{"phase": k, "peak": _gib(v)} for k, v in peaks.items()]}
 
 
@@ -61,7 +63,8 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     full = next((at[m] for m in FULL_STEP if m in at and at[m]["snap"]), None)
     if full is not None:
         out["full"] = {"label": MODE_LABELS[full["label"]], **phase_summary(full)}
-        out["full"]["start_per_param"] = sig(start_bytes(full["snap"]) / accounting.param_count(model_spec(full)), 3)
+        per_param = start_bytes(full["snap"]) / accounting.param_count(model_spec(full))
+        out["full"]["start_per_param"] = Num(sig(per_param, 3), full["source"])
     fwd = at.get("forward")
     if fwd is not None and fwd["snap"]:
         out["forward"] = phase_summary(fwd)
@@ -103,7 +106,8 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     ref = full if full is not None else (fwd if fwd is not None and fwd["snap"] else None)
     if ref is not None and ref["snap"]["top_allocations"]:
         big = ref["snap"]["top_allocations"][0]
-        out["largest"] = {"size": _gib(big["size"]), "category": CATEGORY_LABELS.get(big["category"], big["category"]),
+        out["largest"] = {"size": _gib(big["size"], ref["source"]),
+                          "category": CATEGORY_LABELS.get(big["category"], big["category"]),
                           "what": explain_size(big["size"], model_spec(ref), int(ref["batch"]), top_ctx,
                                                big["category"], ref["precision"]),
                           "phase": big["phase"], "label": MODE_LABELS[ref["label"]]}
@@ -111,7 +115,7 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
         scores = cats.get("AttnScores", {}).get("max_bytes", 0)
         if scores:
             spec = model_spec(ref)
-            out["scores"] = {"size": _gib(scores),
+            out["scores"] = {"size": _gib(scores, ref["source"]),
                              "what": explain_size(scores, spec, int(ref["batch"]), top_ctx, "AttnScores", ref["precision"]),
                              "h": spec.num_heads}
     # rise and fall
@@ -153,7 +157,8 @@ def weight_copies(row) -> dict | None:
     if not count:
         return None
     steps = row["steps"] if is_measured(row["steps"]) else row["snap"].get("n_steps") or 1
-    return {"label": MODE_LABELS[row["label"]], "per_step": sig(count / steps, 3), "bytes": _gib(nbytes / steps),
+    return {"label": MODE_LABELS[row["label"]], "per_step": sig(count / steps, 3),
+            "bytes": _gib(nbytes / steps, row.get("source")),
             "all_weights": _gib(accounting.autocast_cast_bytes(spec, "bf16")),
             "n_weights": accounting.linear_weight_count(spec), "rank": MODE_ORDER.index(row["label"])}
 

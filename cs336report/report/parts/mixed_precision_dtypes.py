@@ -52,7 +52,8 @@ def dtypes_part(records: list[dict]) -> dict | None:
             if o["status"] != "ok":
                 row.append(status_cell(o["status"]))
             else:
-                row.append(Cell(", ".join(short(t) for t in o["values"][label]) or "–"))
+                values = ", ".join(short(t) for t in o["values"][label])
+                row.append(Cell(values, source=o["source"]) if values else Cell("–"))
         rows.append(row)
     table = Table(title="dtypes observed under autocast (ToyModel)", columns=["tensor"] + columns, rows=rows,
                   sources=[o["source"] for o in observed],

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..plots import legend_outside  # noqa: E402
-from ..tables import Cell, Table, sig  # noqa: E402
+from ..tables import Cell, Num, Table, sig  # noqa: E402
 from .mixed_precision_dtypes import short  # noqa: E402
 
 # The 16-bit formats' machine epsilon and largest finite value (torch.finfo's eps and max; IEEE 754
@@ -104,7 +104,8 @@ def norm_plot(rows: pd.DataFrame):
     return fig
 
 
-def norm_analysis(data: dict) -> dict:
+def norm_analysis(data: dict, source: str | None = None) -> dict:
+    """The numbers (b) quotes; each measured one links to ``source``, the record holding ``data``."""
     rows = pd.DataFrame(data["rows"])
     summary = pd.DataFrame(data["summary"])
     out: dict = {"n_cases": int(len(rows) // len(STATISTICS))}
@@ -123,7 +124,7 @@ def norm_analysis(data: dict) -> dict:
             "input": inputs.min() if len(inputs) else None,
             "sum": s("rmsnorm", "meansq", "float16", "pairwise", "first_sum_overflow_magnitude"),
         }
-        out["fp16"] = {k: magnitude(v) if v is not None else None for k, v in out["fp16"].items()}
+        out["fp16"] = {k: Num(magnitude(v), source) if v is not None else None for k, v in out["fp16"].items()}
         out["fp16"]["largest"] = magnitude(rows["magnitude"].max())
     wide = {}
     for dtype in ("bfloat16", "float32"):
@@ -136,7 +137,8 @@ def norm_analysis(data: dict) -> dict:
     for (dtype, acc), g in out_rows.groupby(["dtype", "accumulate"]):
         top = g.loc[g["rel_error"].idxmax()]
         by_hidden = g.groupby("hidden")["rel_error"].max()
-        worst[(dtype, acc)] = {"value": top["rel_error"], "text": relerr(top["rel_error"]), "hidden": int(top["hidden"]),
+        worst[(dtype, acc)] = {"value": top["rel_error"], "text": Num(relerr(top["rel_error"]), source),
+                               "hidden": int(top["hidden"]),
                                "growth": by_hidden.iloc[-1] / by_hidden.iloc[0] if by_hidden.iloc[0] else math.nan,
                                "h_lo": int(by_hidden.index[0]), "h_hi": int(by_hidden.index[-1])}
     out["worst"] = {f"{short(t)}_{a}": {**v, "growth": sig(v["growth"])} for (t, a), v in worst.items()}
@@ -172,4 +174,4 @@ def norms_part(records: list[dict], ctx) -> dict | None:
             "hidden": ", ".join(str(h) for h in sorted({x["hidden"] for x in data["rows"]})),
             "offsets": ", ".join(format(o, "g") for o in sorted({x["offset"] for x in data["rows"]})),
             "eps": format(data["eps"], "g"), "rows_per_case": data["rows_per_case"],
-            "analysis": norm_analysis(data)}
+            "analysis": norm_analysis(data, r["_path"])}

@@ -105,7 +105,8 @@ def kernel_frame(records: list[dict]) -> pd.DataFrame:
             continue
         c = r["config"]
         for k in (r["data"] or {}).get("kernels", []):
-            rows.append({"size": c.get("size"), "context": c.get("context"), "mode": c.get("mode"), **k})
+            rows.append({"size": c.get("size"), "context": c.get("context"), "mode": c.get("mode"), **k,
+                         "path": r.get("_path", "")})
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,7 @@ from ... import accounting
 from ...kernels import CLASSES
 from ...spec import ModelSpec
 from ..plots import legend_outside
-from ..tables import Cell, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
+from ..tables import Cell, Num, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
 from .nsys_frames import MODE_LABELS, fb_kernels, fmt_ms, forward_kernels, is_number, select_kernels, span
 
 # A kernel (or class) is "non-trivial" when it takes at least this share of forward kernel time.
@@ -91,7 +91,8 @@ def non_gemm_table(kernels: pd.DataFrame, ref: tuple) -> tuple[Table, list[dict]
         columns=["kernel", "class", "share of forward kernel time", "calls per forward pass", "average duration"],
         units=["", "", "%", "", ""], rows=rows, sources=[],
         note="Names are shortened; the result file holds the full names.")
-    facts = [{"name": k["short_name"], "class": k["class"], "share": fmt_pct(k["share"])} for _, k in rest.head(5).iterrows()]
+    facts = [{"name": k["short_name"], "class": k["class"], "share": Num(fmt_pct(k["share"]), k["path"] or None)}
+             for _, k in rest.head(5).iterrows()]
     return table, facts
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..tables import Cell, Table, fmt_count, fmt_pct, sig, status_cell
+from ..tables import Cell, Num, Table, fmt_count, fmt_pct, sig, status_cell
 from .nsys_frames import MODE_LABELS, fmt_ms, is_number, span
 
 # A forward cell is GPU-bound when its kernels fill at least this share of benchmarking's forward time.
@@ -123,7 +123,8 @@ def timing_analysis(cells: pd.DataFrame) -> dict:
         diff = pd.Series([p[1] / 1e9 / p[2] - 1 for _, p in pairs])
         worst = pairs[int(diff.abs().idxmax())][0]
         out["range"] = {
-            "n": len(pairs), "median_abs": fmt_pct(diff.abs().median(), 2), "max_abs": fmt_pct(diff.abs().max(), 2),
+            "n": len(pairs), "median_abs": fmt_pct(diff.abs().median(), 2),
+            "max_abs": Num(fmt_pct(diff.abs().max(), 2), worst["path"] or None),
             "max_cell": f"{worst['size']}, context {worst['context']}", "n_longer": int((diff > 0).sum()),
             "n_step": sum(p[0] == "step" for _, p in pairs),
         }

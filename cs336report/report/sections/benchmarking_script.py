@@ -9,7 +9,7 @@ import pandas as pd
 from ... import accounting
 from .. import answer_parts, checks, plots
 from ..parts.bench_frame import MODE_COLUMNS, frame
-from ..tables import Cell, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
+from ..tables import Cell, Num, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
 
 ID = "benchmarking_script"
 TITLE = "benchmarking_script"
@@ -146,7 +146,7 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
     ok["cv"] = ok["std_s"] / ok["mean_s"]
     worst = ok.loc[ok["cv"].idxmax()]
     out["variability"] = {
-        "median_cv": fmt_pct(ok["cv"].median()), "max_cv": fmt_pct(worst["cv"]),
+        "median_cv": fmt_pct(ok["cv"].median()), "max_cv": Num(fmt_pct(worst["cv"]), worst["source"]),
         "max_cell": f"{worst['size']}, context {worst['context']}, {MODE_COLUMNS[worst['mode']]}",
         "n_noisy": int(ok["noisy"].sum()), "small": bool(ok["cv"].median() < 0.05),
     }
@@ -179,17 +179,19 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
         cold = wok.sort_values("warmup").iloc[0]
         warm = wok.sort_values("warmup").iloc[-1]
         first, rest = first_and_rest(cold["measured_s"])
+        c, w = cold["source"], warm["source"]  # each number below comes from one of these two records
         out["warmup"] = {
-            "cold_warmup": int(cold["warmup"]), "first": fmt_seconds(first), "rest": fmt_seconds(rest),
-            "first_over_rest": sig(first / rest), "cold_mean": fmt_seconds(cold["mean_s"]),
-            "cold_std": fmt_seconds(cold["std_s"]), "warm_warmup": int(warm["warmup"]),
-            "warm_mean": fmt_seconds(warm["mean_s"]), "warm_std": fmt_seconds(warm["std_s"]),
+            "cold_warmup": int(cold["warmup"]), "first": Num(fmt_seconds(first), c), "rest": Num(fmt_seconds(rest), c),
+            "first_over_rest": Num(sig(first / rest), c), "cold_mean": Num(fmt_seconds(cold["mean_s"]), c),
+            "cold_std": Num(fmt_seconds(cold["std_s"]), c), "warm_warmup": int(warm["warmup"]),
+            "warm_mean": Num(fmt_seconds(warm["mean_s"]), w), "warm_std": Num(fmt_seconds(warm["std_s"]), w),
             "mean_ratio": sig(cold["mean_s"] / warm["mean_s"]), "middle": [],
         }
         for _, r in wok.sort_values("warmup").iloc[1:-1].iterrows():  # e.g. 1 and 2 warm-up steps
             first, rest = first_and_rest(r["measured_s"])
             out["warmup"]["middle"].append({
-                "n": int(r["warmup"]), "first_over_rest": sig(first / rest), "mean": fmt_seconds(r["mean_s"]),
+                "n": int(r["warmup"]), "first_over_rest": Num(sig(first / rest), r["source"]),
+                "mean": Num(fmt_seconds(r["mean_s"]), r["source"]),
                 "vs_warm": f"{(r['mean_s'] / warm['mean_s'] - 1) * 100:+.1f} %",
                 "ordinary_first": bool(first / rest < FIRST_STEP_ORDINARY)})
         middle = out["warmup"]["middle"]

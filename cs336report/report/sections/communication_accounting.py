@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..tables import Cell, Table, sig
+from ..tables import Cell, Num, Table, sig
 
 ID = "communication_accounting"
 TITLE = "communication_accounting"
@@ -37,9 +37,10 @@ def fmt_short(value, unit: str) -> str:
     return fmt_value(value, unit)
 
 
-def _steps(steps: list[dict]) -> list[dict]:
-    return [{**s, "value_text": fmt_value(s["value"], s["unit"]), "short": fmt_short(s["value"], s["unit"])}
-            for s in steps]
+def _steps(steps: list[dict], source: str | None = None) -> list[dict]:
+    """The derivation's lines with their values formatted, each linked to ``source``, the record."""
+    return [{**s, "value_text": Num(fmt_value(s["value"], s["unit"]), source),
+             "short": Num(fmt_short(s["value"], s["unit"]), source)} for s in steps]
 
 
 def _by_name(steps: list[dict]) -> dict:
@@ -52,7 +53,7 @@ def build(ctx) -> dict:
         return {"ok": False}
     r = records[0]
     d = r["data"]
-    parts = {k: _steps(d[k]) for k in SUBQUESTIONS}
+    parts = {k: _steps(d[k], r["_path"]) for k in SUBQUESTIONS}
     rows = [[Cell(f"({k})"), Cell(s["name"]), Cell(s["formula"]), Cell(s["substituted"]), Cell(s["value_text"])]
             for k in SUBQUESTIONS for s in parts[k]]
     table = Table(title="Every line of the derivation", columns=["part", "quantity", "formula", "with numbers", "value"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...distributed import bucket_model
 from ..ddp import ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
 from ..student_rows import student_rows
-from ..tables import fmt_seconds, sig
+from ..tables import Num, fmt_seconds, sig
 
 ID = "ddp_bucketed_benchmarking"
 TITLE = "ddp_bucketed_benchmarking"
@@ -33,12 +33,13 @@ def model_fit(df) -> dict | None:
     best = measured.iloc[0] if len(measured) else None
     return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": fmt_seconds(fit["o_s"]),
             "w": f"{sig(fit['w_bytes_s'] / 1e9)} GB/s", "rmse": ms(fit["rmse_s"]),
-            "points": [{"n_b": int(n), "measured": ms(m), "predicted": ms(p)}
-                       for n, m, p in zip(pts["calls"], pts["sync_median"], fit["predicted_s"])],
+            "points": [{"n_b": int(n), "measured": Num(ms(m), src), "predicted": ms(p)}
+                       for n, m, p, src in zip(pts["calls"], pts["sync_median"], fit["predicted_s"], pts["source"])],
             "best_n": sig(pick["n_buckets"]), "best_size": f"{sig(pick['bucket_bytes'] / MIB)} MiB",
             "best_overhead": ms(pick["overhead_s"]),
-            "measured_best": {"size": f"{sig(best['bucket_mb'])} MiB", "step": ms(best["step_median"]),
-                              "sync": ms(best["sync_median"])} if best is not None else None}
+            "measured_best": {"size": f"{sig(best['bucket_mb'])} MiB",
+                              "step": Num(ms(best["step_median"]), best["source"]),
+                              "sync": Num(ms(best["sync_median"]), best["source"])} if best is not None else None}
 
 
 def build(ctx) -> dict:
@@ -53,15 +54,16 @@ def build(ctx) -> dict:
     ok = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "bucketed")]
     if len(ok):
         best, worst = ok.sort_values("step_median").iloc[0], ok.sort_values("step_median").iloc[-1]
-        out["best"] = {"size": f"{sig(best['bucket_mb'])} MiB", "step": ms(best["step_median"]),
-                       "sync": ms(best["sync_median"]), "worst_size": f"{sig(worst['bucket_mb'])} MiB",
-                       "worst_step": ms(worst["step_median"]), "worst_sync": ms(worst["sync_median"]),
+        b, w = best["source"], worst["source"]  # each time below comes from one of these two records
+        out["best"] = {"size": f"{sig(best['bucket_mb'])} MiB", "step": Num(ms(best["step_median"]), b),
+                       "sync": Num(ms(best["sync_median"]), b), "worst_size": f"{sig(worst['bucket_mb'])} MiB",
+                       "worst_step": Num(ms(worst["step_median"]), w), "worst_sync": Num(ms(worst["sync_median"]), w),
                        "step_s": float(best["step_median"]), "several": len(ok) > 1}
         ref = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "torch_ddp")].sort_values("step_median")
         if len(ref):
             r = ref.iloc[0]
             diff = best["step_median"] / r["step_median"] - 1
-            out["torch"] = {"cap": f"{sig(r['bucket_mb'])} MiB", "step": ms(r["step_median"]),
+            out["torch"] = {"cap": f"{sig(r['bucket_mb'])} MiB", "step": Num(ms(r["step_median"]), r["source"]),
                             "vs": f"{sig(100 * abs(diff), 2)} % {'slower' if diff > 0 else 'faster'}"}
         individual = step_numbers(df, "individual")
         if individual:

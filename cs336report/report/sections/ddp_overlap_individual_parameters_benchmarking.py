@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..ddp import (ddp_records, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame, steps_table,
                    timeline_plot, variant_label)
 from ..student_rows import student_rows
+from ..tables import Num
 
 ID = "ddp_overlap_individual_parameters_benchmarking"
 TITLE = "ddp_overlap_individual_parameters_benchmarking"
@@ -76,9 +77,13 @@ def build(ctx) -> dict:
     for _, label, _, overlaps, source in profiled:
         h = overlaps[0]
         fractions = [o["hidden_fraction"] for o in overlaps if o["hidden_fraction"] is not None]
-        out["overlap"].append({"label": label, "comm": ms(h["comm_us"] / 1e6), "hidden": ms(h["hidden_us"] / 1e6),
-                               "exposed": ms(h["exposed_us"] / 1e6), "step": ms(h["step_us"] / 1e6),
-                               "fraction": fmt_pct(h["hidden_fraction"]) if h["hidden_fraction"] is not None else "–",
+        # each profile's numbers link to the record that holds it
+        out["overlap"].append({"label": label, "comm": Num(ms(h["comm_us"] / 1e6), source),
+                               "hidden": Num(ms(h["hidden_us"] / 1e6), source),
+                               "exposed": Num(ms(h["exposed_us"] / 1e6), source),
+                               "step": Num(ms(h["step_us"] / 1e6), source),
+                               "fraction": Num(fmt_pct(h["hidden_fraction"]), source)
+                               if h["hidden_fraction"] is not None else "–",
                                "ranks": len(overlaps),
                                "range": (f"{fmt_pct(min(fractions))}–{fmt_pct(max(fractions))}"
                                          if len(fractions) > 1 else None), "source": source})

@@ -4,7 +4,7 @@ on GPUs, by tensor size and number of processes (records: the experiment of the 
 from __future__ import annotations
 
 from ..ddp import allreduce_frame, allreduce_plot, allreduce_table
-from ..tables import sig
+from ..tables import Num, sig
 
 ID = "distributed_communication_single_node"
 TITLE = "distributed_communication_single_node"
@@ -14,10 +14,13 @@ SUBQUESTIONS = ()
 
 
 def _row(r) -> dict:
+    """The sentence values of one all-reduce size of one cell; the measured ones link to its record."""
+    src = r["source"]
     return {"backend": r["backend"], "n": int(r["world_size"]), "size": sig(r["size_mb"]),
-            "latency": f"{sig(r['median_s'] * 1e3)} ms", "busbw": f"{sig(r['busbw_gb_s'])} GB/s",
-            "algbw": f"{sig(r['algbw_gb_s'])} GB/s", "peak": f"{sig(r['peak_gb_s'])} GB/s" if r["peak_gb_s"] else None,
-            "of_peak": f"{sig(100 * r['busbw_gb_s'] / r['peak_gb_s'])} %" if r["peak_gb_s"] else None,
+            "latency": Num(f"{sig(r['median_s'] * 1e3)} ms", src), "busbw": Num(f"{sig(r['busbw_gb_s'])} GB/s", src),
+            "algbw": Num(f"{sig(r['algbw_gb_s'])} GB/s", src),
+            "peak": f"{sig(r['peak_gb_s'])} GB/s" if r["peak_gb_s"] else None,
+            "of_peak": Num(f"{sig(100 * r['busbw_gb_s'] / r['peak_gb_s'])} %", src) if r["peak_gb_s"] else None,
             "interconnect": r["interconnect"], "nccl": r["nccl"], "devices": ", ".join(dict.fromkeys(r["devices"]))}
 
 

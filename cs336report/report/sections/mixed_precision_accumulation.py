@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..plots import legend_outside  # noqa: E402
-from ..tables import Cell, Table, fmt_pct, sig  # noqa: E402
+from ..tables import Cell, Num, Table, fmt_pct, sig  # noqa: E402
 
 ID = "mixed_precision_accumulation"
 TITLE = "mixed_precision_accumulation"
@@ -103,12 +103,12 @@ def analysis(df: pd.DataFrame) -> dict:
     ref = g[(g["accumulator_dtype"] == "float32") & (g["addend_dtype"] == "float32")]
     if len(ref):
         a = ref.iloc[0]
-        out["reference"] = {"description": a["description"], "result": num(a["result"]),
+        out["reference"] = {"description": a["description"], "result": Num(num(a["result"]), a["source"]),
                             "abs": num(a["abs_error"], 3), "rel": fmt_pct(a["rel_error"])}
     low = g[g["accumulator_dtype"] != "float32"].sort_values("rel_error", ascending=False)
     out["low"] = [{
         "description": r["description"], "dtype": SHORT.get(r["accumulator_dtype"], r["accumulator_dtype"]),
-        "result": num(r["result"]), "rel": fmt_pct(r["rel_error"]), "abs": num(r["abs_error"], 3),
+        "result": Num(num(r["result"]), r["source"]), "rel": fmt_pct(r["rel_error"]), "abs": num(r["abs_error"], 3),
         "sum_error": num(r["sum_error"], 3), "input_error": num(r["input_error"], 3),
         "vs_reference": sig(r["abs_error"] / ref.iloc[0]["abs_error"]) if len(ref) and ref.iloc[0]["abs_error"] else None,
     } for _, r in low.iterrows()]
@@ -127,7 +127,8 @@ def analysis(df: pd.DataFrame) -> dict:
             continue  # the same numbers as the loop without the cast
         mixed.append({
             "description": r["description"], "addend": SHORT.get(r["addend_dtype"], r["addend_dtype"]),
-            "stored": num(r["addend_value"], 10), "result": num(r["result"]), "abs": num(r["abs_error"], 3),
+            "stored": Num(num(r["addend_value"], 10), r["source"]), "result": Num(num(r["result"]), r["source"]),
+            "abs": num(r["abs_error"], 3),
             "input_error": num(r["input_error"], 3), "sum_error": num(r["sum_error"], 3),
             "input_share": fmt_pct(abs(r["input_error"]) / max(abs(r["input_error"]) + abs(r["sum_error"]), 1e-300)),
         })
@@ -135,7 +136,8 @@ def analysis(df: pd.DataFrame) -> dict:
     b = _row(g, "b")
     if b is not None and c is not None and c["abs_error"]:
         out["fp32_acc_gain"] = {"low": num(b["abs_error"], 3), "high": num(c["abs_error"], 3),
-                                "ratio": sig(b["abs_error"] / c["abs_error"])}
+                                "ratio": Num(sig(b["abs_error"] / c["abs_error"]),
+                                             b["source"] if b["source"] == c["source"] else None)}
     return out
 
 

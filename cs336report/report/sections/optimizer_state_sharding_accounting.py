@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from ..tables import STATUS_TEXT, Cell, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig, status_cell
+from ..tables import STATUS_TEXT, Cell, Num, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig, status_cell, with_source
 
 ID = "optimizer_state_sharding_accounting"
 TITLE = "optimizer_state_sharding_accounting"
@@ -59,8 +59,15 @@ def frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _b(x) -> str:
-    return fmt_bytes(x) if x is not None and x == x else "–"
+def _b(x, source: str | None = None) -> str:
+    """Bytes in their unit; a measured value links to ``source``, the record it comes from."""
+    return Num(fmt_bytes(x), source) if x is not None and x == x else "–"
+
+
+def _source(g: pd.DataFrame) -> str | None:
+    """The one record of an optimizer's rows (its ranks), or None where they come from several."""
+    sources = set(g["source"])
+    return sources.pop() if len(sources) == 1 else None
 
 
 def memory_table(df: pd.DataFrame) -> Table:
@@ -74,11 +81,13 @@ def memory_table(df: pd.DataFrame) -> Table:
         top = {col: g[col].max() for col in ("after_init_peak", "before_step_peak", "after_step_peak", "t_parameters",
                                              "t_gradients", "t_optimizer_state", "t_saved_activations")}
         same = _b(top["t_parameters"]) == _b(top["t_gradients"])
-        rows.append([Cell(LABELS[opt]), Cell(_b(top["after_init_peak"])), Cell(_b(top["before_step_peak"])),
-                     Cell(_b(top["after_step_peak"])),
-                     Cell(_b(top["t_parameters"]) if same else f"{_b(top['t_parameters'])} / {_b(top['t_gradients'])}"),
-                     Cell(f"{_b(top['t_optimizer_state'])} ({_b(state_expected)})"),
-                     Cell(f"{_b(top['t_saved_activations'])} ({_b(a['saved_activations'] + a['logits'])})")])
+        src = _source(g)  # every number of the row is this record's (its ranks' largest, its analytic counts)
+        rows.append([Cell(LABELS[opt])] + [
+            with_source(c, src) for c in (
+                Cell(_b(top["after_init_peak"])), Cell(_b(top["before_step_peak"])), Cell(_b(top["after_step_peak"])),
+                Cell(_b(top["t_parameters"]) if same else f"{_b(top['t_parameters'])} / {_b(top['t_gradients'])}"),
+                Cell(f"{_b(top['t_optimizer_state'])} ({_b(state_expected)})"),
+                Cell(f"{_b(top['t_saved_activations'])} ({_b(a['saved_activations'] + a['logits'])})"))])
     ranks = int(df.groupby("optimizer")["rank"].nunique().max())
     return Table(title="Peak allocated per rank and what it holds",
                  columns=["optimizer", "after model init", "before step", "after step", "parameters, gradients (each)",
@@ -144,11 +153,13 @@ def analysis(df: pd.DataFrame) -> dict:
                backend=first["backend"], params=f"{int(first['params']):,}")
     by = {opt: g.sort_values("rank") for opt, g in df.groupby("optimizer")}
     a = first["analytic"]
-    out["parameters"], out["gradients"] = _b(first["t_parameters"]), _b(first["t_gradients"])
-    out["activations"] = _b(first["t_saved_activations"])
-    out["activations_analytic"] = _b(a["saved_activations"] + a["logits"])
+    src = {opt: _source(g) for opt, g in by.items()}
+    out["parameters"] = _b(first["t_parameters"], first["source"])
+    out["gradients"] = _b(first["t_gradients"], first["source"])
+    out["activations"] = _b(first["t_saved_activations"], first["source"])
+    out["activations_analytic"] = _b(a["saved_activations"] + a["logits"], first["source"])
     if "adamw" in by:
-        out["state_full"] = _b(by["adamw"]["t_optimizer_state"].max())
+        out["state_full"] = _b(by["adamw"]["t_optimizer_state"].max(), src["adamw"])
     for opt in ("sharded", "zero", "student"):
         if opt in by and "adamw" in by:
             full = by["adamw"]["t_optimizer_state"].values
@@ -156,19 +167,21 @@ def analysis(df: pd.DataFrame) -> dict:
             saving = [f - m for f, m in zip(full, mine)]
             expected = a["unsharded"]["optimizer_state"] - a["sharded"]["optimizer_state"]
             worst = max(abs(s - expected) / expected for s in saving)
-            out[opt] = {"state": _b(max(mine)), "saving": _b(min(saving)), "expected": _b(expected),
+            out[opt] = {"state": _b(max(mine), src[opt]), "saving": _b(min(saving)), "expected": _b(expected),
                         "deviation": fmt_pct(worst), "goal_met": bool(worst <= STATE_GOAL)}
             if out["cuda"]:
                 allocated = by[opt]["state_allocated"].dropna()
                 out[opt].update(
                     allocated=_b(allocated.max()) if len(allocated) else "–",
-                    after_step=_b(by[opt]["after_step_peak"].max()), after_step_full=_b(by["adamw"]["after_step_peak"].max()),
-                    before_step=_b(by[opt]["before_step_peak"].max()),
-                    before_step_full=_b(by["adamw"]["before_step_peak"].max()),
-                    after_init=_b(by[opt]["after_init_peak"].max()))
+                    after_step=_b(by[opt]["after_step_peak"].max(), src[opt]),
+                    after_step_full=_b(by["adamw"]["after_step_peak"].max(), src["adamw"]),
+                    before_step=_b(by[opt]["before_step_peak"].max(), src[opt]),
+                    before_step_full=_b(by["adamw"]["before_step_peak"].max(), src["adamw"]),
+                    after_init=_b(by[opt]["after_init_peak"].max(), src[opt]))
     times = {opt: g.loc[g["rank"] == 0].iloc[0] for opt, g in by.items()}
-    out["times"] = {opt: {"mean": sig(r["mean_s"] * 1e3), "std": sig(r["std_s"] * 1e3, 2),
-                          "optimizer": sig(r["optimizer_s"] * 1e3)} for opt, r in times.items()}
+    out["times"] = {opt: {"mean": Num(sig(r["mean_s"] * 1e3), r["source"]),
+                          "std": Num(sig(r["std_s"] * 1e3, 2), r["source"]),
+                          "optimizer": Num(sig(r["optimizer_s"] * 1e3), r["source"])} for opt, r in times.items()}
     if "sharded" in times and "zero" in times:
         ratio = times["sharded"]["mean_s"] / times["zero"]["mean_s"]
         out["vs_zero"] = {"ratio": sig(ratio), "pct": fmt_pct(ratio - 1), "goal_met": bool(ratio - 1 <= TIME_GOAL)}
