@@ -47,6 +47,10 @@ def coverage(have: Iterable[tuple[str, str]], expected: dict[str, dict] | None) 
     return out
 
 
+# Profiled experiments whose record is written by the parse rule at the end of their chain.
+PARSED_BY = {"nsys_profile": "nsys_parse", "ddp_overlap_profile": "ddp_overlap_parse"}
+
+
 def result_target(experiment: str, cell: str) -> str:
     """The result file the workflow's rule for ``experiment`` writes for ``cell``."""
-    return f"results/{experiment}/{cell}.json"
+    return f"results/{PARSED_BY.get(experiment, experiment)}/{cell}.json"

@@ -29,11 +29,12 @@ BENCHMARK_COLUMNS = {"s": "wall_s", "max_rss": "max_rss_mib", "cpu_time": "cpu_t
 
 # A result written by the last job of a chain costs the whole chain: the nsys_parse record stands
 # for the profiled run, its stats export and the parse.
-JOB_CHAINS = {"nsys_parse": ("nsys_profile", "nsys_stats", "nsys_parse")}
+JOB_CHAINS = {"nsys_parse": ("nsys_profile", "nsys_stats", "nsys_parse"),
+              "ddp_overlap_parse": ("ddp_overlap_profile", "ddp_overlap_stats", "ddp_overlap_parse")}
 
 # Cell settings that a config resolves per machine (nsys_profile's ``tool: auto`` becomes nsys
 # where the executable is found), so a folder's config read elsewhere cannot say what they were.
-MACHINE_RESOLVED = {"nsys_profile": frozenset({"profiler"})}
+MACHINE_RESOLVED = {"nsys_profile": frozenset({"profiler"}), "ddp_overlap_profile": frozenset({"profiler"})}
 # How a cell is measured again when noisy, not what it measures: a record made without repeats
 # is a record of the same cell.
 MEASUREMENT_POLICY = frozenset({"repeats", "noisy_cv"})
