@@ -1,12 +1,10 @@
 """The answers layer: one block per handout problem and sub-question, answered from records, within
 the word budget, rendered without torch."""
 
-import json
 import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
@@ -104,25 +102,14 @@ def test_without_records_the_answer_names_the_command(tmp_path):
     assert "snakemake --cores 1 handout_tests" in blocks["flash_backward"]
 
 
-@pytest.mark.slow
-def test_published_answers(tmp_path):
-    """Re-render the committed report/data in a process that never imports torch, then check the
-    answers against the handout: a block for every sub-question, the forms asked, the word budget."""
-    from cs336report.coverage import with_expected_cells
-    from cs336report.publish import published_files
-
-    files, config = published_files(REPO / "report" / "data")
-    (tmp_path / "config.json").write_text(json.dumps(with_expected_cells(config)))
-    script = ("import json, sys\nfrom cs336report.report.render import render_report\n"
-              f"render_report({[str(REPO / f) if not Path(f).is_absolute() else f for f in files]!r}, "
-              f"json.load(open({str(tmp_path / 'config.json')!r})), {str(tmp_path / 'out')!r})\n"
-              "print('torch' in sys.modules)\n")
-    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip().splitlines()[-1] == "False", "rendering imported torch"
-    md = (tmp_path / "out" / "answers.md").read_text()
+def test_published_answers():
+    """The committed answers (the re-render check of CI renders report/data again and compares it
+    with them) against the handout: a block for every sub-question, the forms asked, the word
+    budget, every link opening a file."""
+    out = REPO / "report"
+    md = (out / "answers.md").read_text()
     for href in re.findall(r"\]\(([^)\s#]+)[^)\s]*\)", md):  # every link opens a file: a record, a figure, a page
-        assert (tmp_path / "out" / unquote(href)).exists(), href
+        assert (out / unquote(href)).exists(), href
     assert len(re.findall(r"\]\([^)\s]*\.json\.gz\)", md)) > 100  # the answers' numbers link to their records
     blocks = answer_blocks(md)
     # words as read: a link counts by its text, not by its address

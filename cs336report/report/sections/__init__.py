@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib
 
-from ...handout import BY_ID, HANDOUT, ORDER, Problem  # noqa: F401  (re-exported)
+from ...handout import BY_ID, HANDOUT, ORDER, Problem
+
+__all__ = ["BY_ID", "HANDOUT", "ORDER", "Problem", "SECTIONS"]
 
 
 def _load():

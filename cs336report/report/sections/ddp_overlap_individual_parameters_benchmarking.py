@@ -86,7 +86,8 @@ def build(ctx) -> dict:
                                if h["hidden_fraction"] is not None else "–",
                                "ranks": len(overlaps),
                                "range": (f"{fmt_pct(min(fractions))}–{fmt_pct(max(fractions))}"
-                                         if len(fractions) > 1 else None), "source": source})
+                                         if len(fractions) > 1 and min(fractions) != max(fractions) else None),
+                               "source": source})
     if profiled:
         out["figures"].append(ctx.figure(
             ID, timeline_plot([(label, profile) for _, label, profile, _, _ in profiled]),
