@@ -69,3 +69,31 @@ def test_section_fits_the_sweep(tmp_path):
     assert out["fit"]["o"].endswith(" µs") and number(out["fit"]["o"]) == pytest.approx(100, rel=0.02)
     assert number(out["fit"]["w"]) == pytest.approx(200, rel=0.02)
     assert number(out["fit"]["best_size"]) == pytest.approx(bm.best(s, w, o, t_b)["bucket_bytes"] / 2**20, rel=0.05)
+
+
+def _sweep_with_second_size():
+    """The H200 fixture's bucketed cell and a copy of it at 10 MiB."""
+    import copy
+    from pathlib import Path
+
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / "ddp_bucketed_benchmarking"
+    records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
+    bucketed = next(r for r in records if r["config"]["variant"] == "bucketed")
+    other = copy.deepcopy(bucketed)
+    other["config"]["bucket_size_mb"], other["data"]["allreduce_calls"] = 10, 760
+    return records + [other], bucketed["data"]["stats_s"]["step"]["std"]
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_bucket_sizes_inside_their_spread_are_not_ordered(tmp_path, apart):
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_bucketed_benchmarking as section
+
+    records, std = _sweep_with_second_size()
+    records[-1]["data"]["stats_s"]["step"]["median"] += 3 * std if apart else 0.5 * std  # the 10 MiB cell
+    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    assert out["best"]["within_spread"] is (not apart)
+    assert out["best"]["size"] == "100 MiB" and out["best"]["worst_size"] == "10.0 MiB"
+    assert ("within their spread" in section.headline(out)) is (not apart)

@@ -6,6 +6,8 @@ the fit and the best bucket size are ours."""
 
 from __future__ import annotations
 
+import math
+
 from ...distributed import bucket_model
 from ..ddp import ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
 from ..student_rows import student_rows
@@ -58,7 +60,11 @@ def build(ctx) -> dict:
         out["best"] = {"size": f"{sig(best['bucket_mb'])} MiB", "step": Num(ms(best["step_median"]), b),
                        "sync": Num(ms(best["sync_median"]), b), "worst_size": f"{sig(worst['bucket_mb'])} MiB",
                        "worst_step": Num(ms(worst["step_median"]), w), "worst_sync": Num(ms(worst["sync_median"]), w),
-                       "step_s": float(best["step_median"]), "several": len(ok) > 1}
+                       "step_s": float(best["step_median"]), "several": len(ok) > 1,
+                       # the sizes are not told apart where best and worst lie within their combined spread
+                       "within_spread": bool(len(ok) > 1 and (worst["step_median"] - best["step_median"]
+                                                              <= math.hypot(best["step_std"], worst["step_std"]))),
+                       "spread": ms(math.hypot(best["step_std"], worst["step_std"]))}
         ref = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "torch_ddp")].sort_values("step_median")
         if len(ref):
             r = ref.iloc[0]
@@ -74,4 +80,6 @@ def build(ctx) -> dict:
 
 def headline(d: dict) -> str:
     b = d.get("best")
+    if b and b["within_spread"]:
+        return f"bucket sizes within their spread: {b['step']} to {b['worst_step']} a step"
     return f"best bucket {b['size']}: {b['step']} a step" if b else "no bucketed step ran"
