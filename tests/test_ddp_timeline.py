@@ -94,3 +94,45 @@ def test_a_run_that_failed_gives_a_record_with_its_status(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(run))
     out = parse_timeline(tmp_path, tmp_path / "run.json", tmp_path / "out.json")
     assert out["status"] == "oom" and out["data"] == {} and (tmp_path / "out.json").exists()
+
+
+def test_profile_cells_are_gpu_cells_apart_from_the_timed_ones():
+    from cs336report import experiments
+    from helpers import tiny_config
+
+    cpu = tiny_config()
+    grid = cpu.grid("ddp_overlap_individual_parameters_benchmarking")
+    assert experiments.cells("ddp_overlap_profile", cpu) == {}  # no GPU kernels on a CPU run
+    timed = experiments.cells("ddp_overlap_individual_parameters_benchmarking", cpu)
+    assert timed and all(c["profile_steps"] == 0 for c in timed.values())  # timed cells run without a profiler
+    assert grid is not None
+    from cs336report.config import DEFAULT_CONFIG, Config, load_file
+
+    gpu = Config.from_dict({**load_file(DEFAULT_CONFIG), "device": "cuda", "jobs_elsewhere": True},
+                           require_cuda=False)
+    profiled = experiments.cells("ddp_overlap_profile", gpu)
+    assert sorted(profiled) == ["bucketed-100mb-xl-ctx128-w2", "individual-xl-ctx128-w2", "naive-xl-ctx128-w2"]
+    for cell in profiled.values():  # traced whole (the ranks are processes of their own), a few steps
+        assert cell["capture_range"] is False and cell["profile_steps"] == 2 and cell["backend"] == "nccl"
+        assert cell["profiler"] in ("nsys", "torch")
+
+
+def test_the_ddp_profile_is_traced_whole_and_exports_the_trace_reports(tmp_path, monkeypatch):
+    from cs336report import profiling
+
+    cell = {"nsys": "nsys", "profiler": "nsys"}
+    whole = profiling.nsys_profile_command({**cell, "capture_range": False}, tmp_path, ["python"])
+    ranged = profiling.nsys_profile_command(cell, tmp_path, ["python"])
+    assert not any(f.startswith("--capture-range") for f in whole)
+    assert "--capture-range=cudaProfilerApi" in ranged and whole[-1] == ranged[-1] == "python"
+    # the stats step asks nsys for the trace reports, and says so where the profile came from elsewhere
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "run.json").write_text(json.dumps({"status": "ok", "data": {}, "config": {}}))
+    export = profiling.export_stats(tmp_path / "prof", tmp_path / "stats", reports=("cuda_gpu_trace",))
+    assert "cuda_gpu_trace come from nsys only" in export["reason"]
+    calls = []
+    (tmp_path / "prof" / "profile.nsys-rep").write_text("")
+    done = type("Done", (), {"returncode": 0, "stdout": "NVIDIA Nsight Systems version 0"})
+    monkeypatch.setattr(profiling.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or done)
+    profiling.export_stats(tmp_path / "prof", tmp_path / "stats", nsys="nsys", reports=("cuda_gpu_trace", "nvtx_gpu_proj_trace"))
+    assert calls and calls[0][calls[0].index("--report") + 1] == "cuda_gpu_trace,nvtx_gpu_proj_trace"

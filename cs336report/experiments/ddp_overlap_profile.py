@@ -23,7 +23,8 @@ GRID = "ddp_overlap_individual_parameters_benchmarking"
 
 def cells(cfg) -> dict[str, dict]:
     grid = cfg.grid(GRID)
-    if not grid or not grid["profile_steps"] or not grid["profile_variants"]:
+    # the evidence is GPU kernels: a CPU run has none to draw
+    if not grid or cfg.device != "cuda" or not grid["profile_steps"] or not grid["profile_variants"]:
         return {}
     profiler = resolve_profiler(grid["profile_tool"], grid["nsys"], cfg.device)
     found = {}
