@@ -1,8 +1,10 @@
 """Start N processes of one experiment cell and collect what each returns.
 
-A distributed cell is still one Snakemake job: its experiment calls :func:`launch`, which spawns
-``world_size`` processes (``torch.multiprocessing``, start method "spawn", so CUDA is never
-forked), joins them into one process group on a free loopback port, calls ``fn(rank, world_size,
+A distributed cell is still one Snakemake job: its experiment calls :func:`launch`, which starts
+``world_size`` processes (``torch.multiprocessing``, start method "forkserver": each rank is forked
+from a server process that imported torch once and never touched CUDA, so a launch after the
+first costs no interpreter start-up and CUDA is never forked; each rank takes the caller's
+environment as it is at the launch, as a spawned one would), joins them into one process group on a free loopback port, calls ``fn(rank, world_size,
 device, *args)`` in each, and returns the ranks' return values in rank order. With NCCL each rank
 owns one GPU (``devices[rank]``, indices among the GPUs this job sees); with Gloo every rank runs
 on the CPU with its share of the cores' threads, so the same code runs anywhere.
@@ -40,6 +42,9 @@ import torch.multiprocessing as mp
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                  "NVSHMEM_DISABLE_NVLS": "1"}
+START_METHOD = "forkserver"
+# Imported once by the fork server, before any rank: what every rank needs (no CUDA initialisation).
+PRELOAD = ["torch", "torch.distributed"]
 BACKENDS = ("gloo", "nccl")
 
 
@@ -76,7 +81,11 @@ def gpus_present() -> int:
 
 
 def _rank_entry(rank: int, fn: Callable, world_size: int, backend: str, port: int,
-                devices: Sequence[int] | None, outdir: str, args: tuple, timeout_s: float) -> None:
+                devices: Sequence[int] | None, outdir: str, args: tuple, timeout_s: float,
+                environ: dict[str, str]) -> None:
+    # the fork server's environment is the one it started with: take the caller's, as of this launch
+    os.environ.clear()
+    os.environ.update(environ)
     os.environ.update(MULTICAST_OFF)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
@@ -135,10 +144,11 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", ar
         if len(devices) < world_size or present < world_size or max(devices) >= present:
             raise NotEnoughDevices(world_size, present)
     outdir = Path(tempfile.mkdtemp(prefix="cs336report-launch-"))
+    mp.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, at the first launch
     try:
         context = mp.start_processes(
-            _rank_entry, nprocs=world_size, join=False, start_method="spawn",
-            args=(fn, world_size, backend, free_port(), devices, str(outdir), args, timeout_s))
+            _rank_entry, nprocs=world_size, join=False, start_method=START_METHOD,
+            args=(fn, world_size, backend, free_port(), devices, str(outdir), args, timeout_s, dict(os.environ)))
         deadline = time.monotonic() + timeout_s + 60.0
         try:
             while not context.join(timeout=1.0):
