@@ -136,3 +136,12 @@ def test_the_ddp_profile_is_traced_whole_and_exports_the_trace_reports(tmp_path,
     monkeypatch.setattr(profiling.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or done)
     profiling.export_stats(tmp_path / "prof", tmp_path / "stats", nsys="nsys", reports=("cuda_gpu_trace", "nvtx_gpu_proj_trace"))
     assert calls and calls[0][calls[0].index("--report") + 1] == "cuda_gpu_trace,nvtx_gpu_proj_trace"
+
+
+def test_the_figure_names_compute_nccl_and_the_copy_back_stream(record):
+    from cs336report.report.ddp import timeline_plot
+
+    fig = timeline_plot([("bucketed", {"kernels": record["data"]["ranks"]["0"]["kernels"]})])
+    labels = [t.get_text().split(": ")[1] for t in fig.axes[0].get_yticklabels()]
+    # the busiest stream without NCCL kernels computes; the bucketed variant's copies run beside it
+    assert sorted(labels) == ["NCCL", "compute", "side stream"]

@@ -220,10 +220,17 @@ def timeline_plot(profiles: list[tuple[str, dict]]):
     for ax, (label, profile) in zip(axes[:, 0], profiles):
         kernels = profile["kernels"]
         streams = sorted({(k[0], k[3]) for k in kernels})
+        busy = {s: sum(k[2] for k in kernels if k[0] == s and not k[3]) for s, n in streams if not n}
+        main = max(busy, key=busy.get) if busy else None  # the compute stream; others: side streams (copies)
+
+        def kind(stream, nccl):
+            return "NCCL" if nccl else "compute" if stream == main else "side stream"
+
+        colors = {"NCCL": "tab:red", "compute": "tab:blue", "side stream": "tab:green"}
         for y, (stream, nccl) in enumerate(streams):
             spans = [(k[1] / 1e3, k[2] / 1e3) for k in kernels if k[0] == stream and k[3] == nccl]
-            ax.broken_barh(spans, (y - 0.4, 0.8), color="tab:red" if nccl else "tab:blue")
-        ax.set_yticks(range(len(streams)), [f"stream {s}: {'NCCL' if n else 'compute'}" for s, n in streams])
+            ax.broken_barh(spans, (y - 0.4, 0.8), color=colors[kind(stream, nccl)])
+        ax.set_yticks(range(len(streams)), [f"stream {s}: {kind(s, n)}" for s, n in streams])
         ax.set_title(label, fontsize="small", loc="left")
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("time from the step's first kernel (ms)")

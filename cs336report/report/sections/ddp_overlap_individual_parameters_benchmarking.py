@@ -92,7 +92,8 @@ def build(ctx) -> dict:
         out["figures"].append(ctx.figure(
             ID, timeline_plot([(label, profile) for _, label, profile, _, _ in profiled]),
             f"One profiled training step per variant, rank 0 ({tool}): every kernel on its CUDA stream (blue: "
-            "compute, red: NCCL); where red runs beside blue, communication is hidden behind compute.",
+            "compute, red: NCCL, green: a side stream, where the bucketed variant copies reduced buckets back); "
+            "where red runs beside blue, communication is hidden behind compute.",
             alt="Kernel timelines of one DDP step per variant, compute and NCCL streams."))
     elif any(r["config"].get("profile_steps") for r in records) or ctx.records("ddp_overlap_profile"):
         out["profile_note"] = "the profiles are CUDA only: this run's cells ran on the CPU"
