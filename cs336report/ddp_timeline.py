@@ -11,13 +11,12 @@ is used as it is.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .distributed.overlap import NVTX_STEP, hidden_fraction
 from .parsers.nsys_columns import NsysParseError
 from .parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
-from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX
+from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file
 from .results import load, now_iso, save
 
 REPORTS = ("cuda_gpu_trace", "nvtx_gpu_proj_trace")
@@ -53,10 +52,8 @@ def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path,
     """The record of one profiled DDP cell from its stats folder and its run's ``run.json``."""
     stats_dir, run_path = Path(stats_dir), Path(run_path)
     run = load(run_path)
-    export_path = stats_dir / EXPORT_FILE
-    export = json.loads(export_path.read_text()) if export_path.exists() else {}
-    launch_path = run_path.parent / LAUNCH_FILE
-    launch = json.loads(launch_path.read_text()) if launch_path.exists() else {}
+    export = read_step_file(stats_dir / EXPORT_FILE)
+    launch = read_step_file(run_path.parent / LAUNCH_FILE)
     status, error, data = run["status"], run.get("error"), {}
     profile = (run.get("data") or {}).get("profile") or {}
     if status == "ok" and profile.get("kernels") is not None:  # torch.profiler, in the run itself

@@ -12,14 +12,13 @@ the record has no wall time.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .config import DEFAULT_CONFIG, load_file
 from .experiments.benchmarking import CELL_NAME_FORM, cell_from_name
 from .parsers import nsys
 from .parsers.kernel_ranges import summarise
-from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX
+from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file
 from .results import SCHEMA, load, now_iso, save
 
 __all__ = ["CellNameError", "parse_stats"]
@@ -57,9 +56,8 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
             f"record (--run RUN.json) or name the cell as {CELL_NAME_FORM} (--name, e.g. "
             f"naive-fp32-small-ctx128-forward)")
     run_dir = Path(run_path).parent if run_path else None
-    export_path = prefix.parent / EXPORT_FILE
-    export = json.loads(export_path.read_text()) if export_path.exists() else {}
-    launch = json.loads((run_dir / LAUNCH_FILE).read_text()) if run_dir and (run_dir / LAUNCH_FILE).exists() else {}
+    export = read_step_file(prefix.parent / EXPORT_FILE)
+    launch = read_step_file(run_dir / LAUNCH_FILE if run_dir else None)
     cell = dict(run["config"]) if run else {**named, **_model_of(named["size"])}
     cell.pop("profile_dir", None)
     status, error, data = (run["status"], run.get("error"), {}) if run else ("ok", None, {})

@@ -54,6 +54,11 @@ def _write_json(path: Path, value: dict) -> None:
     os.replace(tmp, path)
 
 
+def read_step_file(path: Path | None) -> dict:
+    """A step's JSON file (``launch.json``, ``export.json``), or {} where the step left none."""
+    return json.loads(path.read_text()) if path is not None and path.exists() else {}
+
+
 def nsys_version(nsys: str) -> str | None:
     try:
         out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
@@ -119,7 +124,7 @@ def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None 
     profile_dir, out_dir = Path(profile_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = json.loads((profile_dir / RUN_FILE).read_text())
-    launch = json.loads((profile_dir / LAUNCH_FILE).read_text()) if (profile_dir / LAUNCH_FILE).exists() else {}
+    launch = read_step_file(profile_dir / LAUNCH_FILE)
     export = {"source": None, "activity": None, "reason": None, "started_at": now_iso()}
     t0 = time.perf_counter()
     report = next((profile_dir / f for f in REPORT_NAMES if (profile_dir / f).exists()), None)

@@ -90,16 +90,16 @@ class DDPIndividualParameters(_DDP):
 
     def __init__(self, module: nn.Module):
         super().__init__(module)
-        self._pending: list[tuple[torch.Tensor, dist.Work]] = []
+        self._pending: list[dist.Work] = []
         for p in trainable(module):
             p.register_post_accumulate_grad_hook(self._start)
 
     def _start(self, p: torch.Tensor) -> None:
         p.grad.div_(self.world_size)  # the sum of the ranks' shares is the mean
-        self._pending.append((p.grad, dist.all_reduce(p.grad, async_op=True)))
+        self._pending.append(dist.all_reduce(p.grad, async_op=True))
 
     def finish_gradient_synchronization(self) -> None:
-        for _, work in self._pending:
+        for work in self._pending:
             work.wait()
         self._pending.clear()
 

@@ -4,10 +4,11 @@ A distributed cell is still one Snakemake job: its experiment calls :func:`launc
 ``world_size`` processes (``torch.multiprocessing``, start method "forkserver": each rank is forked
 from a server process that imported torch once and never touched CUDA, so a launch after the
 first costs no interpreter start-up and CUDA is never forked; each rank takes the caller's
-environment as it is at the launch, as a spawned one would), joins them into one process group on a free loopback port, calls ``fn(rank, world_size,
-device, *args)`` in each, and returns the ranks' return values in rank order. With NCCL each rank
-owns one GPU (``devices[rank]``, indices among the GPUs this job sees); with Gloo every rank runs
-on the CPU with its share of the cores' threads, so the same code runs anywhere.
+environment as it is at the launch, as a spawned one would), joins them into one process group on
+a free loopback port, calls ``fn(rank, world_size, device, *args)`` in each, and returns the
+ranks' return values in rank order. With NCCL each rank owns one GPU (``devices[rank]``, indices
+among the GPUs this job sees); with Gloo every rank runs on the CPU with its share of the cores'
+threads, so the same code runs anywhere.
 
 A rank that raises ends the cell: the other ranks are terminated (they may be waiting in a
 collective) and :class:`RankFailed` carries the first failing rank's own error, its traceback and

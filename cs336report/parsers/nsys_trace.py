@@ -12,12 +12,11 @@ A missing column raises :class:`NsysParseError` naming the file and the columns 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from .nsys_columns import TIME_UNITS, NsysParseError
+from .nsys_columns import TIME_UNITS, NsysParseError, split_unit
 
 __all__ = ["read_gpu_trace", "read_nvtx_gpu_projection"]
 
@@ -29,9 +28,8 @@ TIMES = ("start", "duration")
 
 def _label(text: str) -> tuple[str, float]:
     """``'Start (ns)'`` -> ``('start', 1.0)``: the label without its unit, and the unit's factor to ns."""
-    m = re.fullmatch(r"\s*(.*?)\s*(?:\(([^)]*)\))?\s*", str(text))
-    name, unit = m.group(1).lower(), (m.group(2) or "").strip().lower()
-    return name, TIME_UNITS.get(unit, 1.0)
+    name, unit = split_unit(str(text))
+    return name.lower(), TIME_UNITS.get((unit or "").lower(), 1.0)
 
 
 def _read(path: str | Path, wanted: dict[str, str], report: str) -> pd.DataFrame:

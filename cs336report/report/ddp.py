@@ -156,6 +156,11 @@ def _across_runs(runs: list[dict]) -> dict:
     return out
 
 
+def by_step(df: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """The cells of ``variant`` that ran, fastest median step first."""
+    return df[(df["status"] == "ok") & (df["variant"] == variant)].sort_values("step_median")
+
+
 def variant_label(row) -> str:
     label = VARIANT_LABELS.get(row["variant"], row["variant"])
     if row.get("bucket_mb") is not None and row["bucket_mb"] == row["bucket_mb"]:

@@ -246,7 +246,8 @@ def _model_provenance(records: list[dict]) -> dict:
                info.get("implementation"))
         models.setdefault(key, {
             "kind": info.get("kind"), "object": info.get("object"), "factory": info.get("factory"),
-            "implementation": info.get("implementation"), "file": portable_path(info.get("file"), (info.get("object") or "").split(":")[0] or None) or "unknown",
+            "implementation": info.get("implementation"),
+            "file": portable_path(info.get("file"), (info.get("object") or "").split(":")[0] or None) or "unknown",
             "sha256_16": info.get("sha256_16") or "unknown", "package": package or None,
             "functions": {role: f.get("path") for role, f in (info.get("functions") or {}).items()},
         })

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ...distributed import bucket_model
-from ..ddp import ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
+from ..ddp import by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
 from ..student_rows import student_rows
 from ..tables import Num, fmt_seconds, sig
 
@@ -31,7 +31,7 @@ def model_fit(df) -> dict | None:
     t_b = float(pts["backward_median"].median())
     fit = bucket_model.fit(pts["calls"], pts["sync_median"], s, t_b)
     pick = bucket_model.best(s, fit["w_bytes_s"], fit["o_s"], t_b)
-    measured = pts[pts["variant"] == "bucketed"].sort_values("step_median")
+    measured = by_step(pts, "bucketed")
     best = measured.iloc[0] if len(measured) else None
     return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": fmt_seconds(fit["o_s"]),
             "w": f"{sig(fit['w_bytes_s'] / 1e9)} GB/s", "rmse": ms(fit["rmse_s"]),
@@ -53,9 +53,9 @@ def build(ctx) -> dict:
     out["student"] = student_rows(sweep, ctx.records(ID), "student_bucketed", "bucketed")
     out.update(table=steps_table(sweep, "Bucketed DDP by bucket size, and PyTorch's DDP"), setting=setting(sweep))
     out["rows"] = [n for _, r in sweep.iterrows() if (n := step_numbers(sweep, r["variant"], r["bucket_mb"]))]
-    ok = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "bucketed")]
+    ok = by_step(sweep, "bucketed")
     if len(ok):
-        best, worst = ok.sort_values("step_median").iloc[0], ok.sort_values("step_median").iloc[-1]
+        best, worst = ok.iloc[0], ok.iloc[-1]
         b, w = best["source"], worst["source"]  # each time below comes from one of these two records
         out["best"] = {"size": f"{sig(best['bucket_mb'])} MiB", "step": Num(ms(best["step_median"]), b),
                        "sync": Num(ms(best["sync_median"]), b), "worst_size": f"{sig(worst['bucket_mb'])} MiB",
@@ -65,7 +65,7 @@ def build(ctx) -> dict:
                        "within_spread": bool(len(ok) > 1 and (worst["step_median"] - best["step_median"]
                                                               <= math.hypot(best["step_std"], worst["step_std"]))),
                        "spread": ms(math.hypot(best["step_std"], worst["step_std"]))}
-        ref = sweep[(sweep["status"] == "ok") & (sweep["variant"] == "torch_ddp")].sort_values("step_median")
+        ref = by_step(sweep, "torch_ddp")
         if len(ref):
             r = ref.iloc[0]
             diff = best["step_median"] / r["step_median"] - 1
