@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cells)
 
     p = sub.add_parser("run", help="measure one cell and write its result JSON")
+    _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
     p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_run)
 
     p = sub.add_parser("run-job", help="measure several cells in one process, in order, and write a result JSON each")
+    _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--job", required=True, help="job name, recorded in each result")
     p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell], or @FILE")
@@ -244,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_missing)
 
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")
+    _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
     p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
@@ -294,4 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_rerender_check)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    # With several GPU slots, a job runs on the GPUs and cores it claims, one that times nothing on
+    # the cores the timed jobs leave (cs336report.gpu_slots); otherwise nothing is bound.
+    from .gpu_slots import claim
+
+    with claim(getattr(args, "gpus", 0)):
+        return args.func(args)
+
+
+def _gpus_argument(p) -> None:
+    p.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (Snakemake's resources.gpu): with "
+                   "several GPU slots it runs on that many free ones and their cores (cs336report.gpu_slots)")

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .gpu_slots import parse_cpus, placement
+
 # The command line of a job of this workflow names the package (python -m cs336report ...).
 JOB_MARK = "cs336report"
 
@@ -84,8 +86,20 @@ def workflow_jobs() -> list[dict] | None:
     for pid in [pid for pid, words in found.items() if _is_own_client(words)]:
         for own in _own_lineage(pid):
             found.pop(own, None)
-    return [{"pid": pid, "command": " ".join(Path(w).name if "/" in w else w for w in words[:6])}
+    return [{"pid": pid, "command": " ".join(Path(w).name if "/" in w else w for w in words[:6]),
+             "cpus": _cpus_allowed(pid)}
             for pid, words in sorted(found.items())]
+
+
+def _cpus_allowed(pid: int) -> str | None:
+    """The cores a process may run on, in the kernel's list format, or None where unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def _is_worker(words: list[str]) -> bool:
@@ -112,7 +126,7 @@ def gpu_processes() -> list[dict] | None:
             out = []
             for i in range(pynvml.nvmlDeviceGetCount()):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):  # index i: PCI order
                     out.append({"pid": int(p.pid), "used_bytes": int(p.usedGpuMemory or 0), "gpu": i})
             return out
         finally:
@@ -120,23 +134,34 @@ def gpu_processes() -> list[dict] | None:
     except Exception:
         pass
     try:
-        res = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
+        query = ["nvidia-smi", "--format=csv,noheader,nounits"]
+        apps = subprocess.run(query + ["--query-compute-apps=pid,used_memory,gpu_uuid"],
+                              capture_output=True, text=True, timeout=20)
+        gpus = subprocess.run(query + ["--query-gpu=index,uuid"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if res.returncode != 0:
+    if apps.returncode != 0:
         return None
-    return parse_compute_apps(res.stdout)
+    return parse_compute_apps(apps.stdout, gpus.stdout if gpus.returncode == 0 else "")
 
 
-def parse_compute_apps(text: str) -> list[dict]:
-    """``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`` lines (MiB)."""
+def parse_compute_apps(text: str, gpus: str = "") -> list[dict]:
+    """``nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid --format=csv,noheader,nounits``
+    lines (MiB), each process's GPU numbered by ``--query-gpu=index,uuid`` lines (``gpus``)."""
+    index = {}
+    for line in gpus.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            index[parts[1]] = int(parts[0])
     out = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and parts[0].isdigit():
             used = float(parts[1]) if parts[1].replace(".", "", 1).isdigit() else 0.0
-            out.append({"pid": int(parts[0]), "used_bytes": int(used * 2**20)})
+            app = {"pid": int(parts[0]), "used_bytes": int(used * 2**20)}
+            if len(parts) >= 3 and parts[2] in index:
+                app["gpu"] = index[parts[2]]
+            out.append(app)
     return out
 
 
@@ -158,17 +183,42 @@ def snapshot() -> dict:
     gpu = gpu_processes()
     for p in gpu or []:
         p["worker"] = _is_worker(_cmdline(p["pid"]))
-    return {"gpu_processes": gpu, "load_avg": load, "cpu_count": os.cpu_count(), "workflow_jobs": workflow_jobs()}
+    where = placement()
+    return {"gpu_processes": gpu, "load_avg": load, "cpu_count": os.cpu_count(), "workflow_jobs": workflow_jobs(),
+            "gpus": where["gpus"], "cpus": where["cpus"]}
+
+
+def _overlap(a: str | None, b: str | None) -> bool:
+    """Whether two core lists share a core (unknown counts as shared)."""
+    if not a or not b:
+        return True
+    try:
+        return bool(set(parse_cpus(a)) & set(parse_cpus(b)))
+    except ValueError:
+        return True
+
+
+def _on_gpus(process: dict, gpus) -> bool:
+    """Whether a GPU process runs on one of ``gpus`` (a list of device numbers; "all" or unknown: yes)."""
+    if not isinstance(gpus, list) or "gpu" not in process:
+        return True
+    return str(process["gpu"]) in {str(g) for g in gpus}
 
 
 def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
-    """The cell's mark from its two snapshots: the other processes that held the GPU, the other
-    jobs of the workflow that ran, and ``shared`` when there was either (the cell's timings are not
-    compared with others'). This process's ancestors are not other users: a cell's repeats run in
-    processes it starts and waits for, which keeps its CUDA context meanwhile."""
+    """The cell's mark from its two snapshots: the other processes that held its GPUs, the other
+    jobs of the workflow that ran on its cores, and ``shared`` when there was either (the cell's
+    timings are not compared with others'). With several GPU slots (:mod:`cs336report.gpu_slots`)
+    a job on other GPUs and other cores is a neighbour, listed but not sharing. This process's
+    ancestors are not other users: a cell's repeats run in processes it starts and waits for, which
+    keeps its CUDA context meanwhile."""
     own = {own_pid or os.getpid()} | (_own_lineage() if own_pid is None else set())
+    gpus, cpus = start.get("gpus", "all"), start.get("cpus")
     gpu = sorted({p["pid"] for s in (start, end) for p in (s.get("gpu_processes") or [])
-                  if p["pid"] not in own and not p.get("worker")})
-    jobs = sorted({j["pid"] for s in (start, end) for j in (s.get("workflow_jobs") or [])})
+                  if p["pid"] not in own and not p.get("worker") and _on_gpus(p, gpus)})
+    seen = {j["pid"]: j for s in (start, end) for j in (s.get("workflow_jobs") or [])}
+    jobs = sorted(pid for pid, j in seen.items() if _overlap(cpus, j.get("cpus")))
+    neighbours = sorted(set(seen) - set(jobs))
     return {"start": start, "end": end, "other_gpu_pids": gpu, "other_job_pids": jobs,
+            "neighbour_job_pids": neighbours,
             "shared_gpu": bool(gpu), "beside_jobs": bool(jobs), "shared": bool(gpu or jobs)}

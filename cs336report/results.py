@@ -32,6 +32,8 @@ import tempfile
 import zlib
 from pathlib import Path
 
+from .gpu_slots import placement
+
 SCHEMA = "cs336report.result/1"
 STATUSES = ("ok", "oom", "error", "skipped", "not_implemented", "not_run")
 REQUIRED_KEYS = ("schema", "experiment", "cell", "status", "config", "data", "provenance")
@@ -283,6 +285,7 @@ def provenance(device: str) -> dict:
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "argv": [portable_path(a) if os.path.isabs(a) else a for a in sys.argv],
+        "placement": placement(),  # which GPUs of how many slots, on which cores
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

@@ -97,8 +97,8 @@ def _rank_entry(rank: int, fn: Callable, world_size: int, backend: str, port: in
             torch.cuda.set_device(device)
         else:
             device = torch.device("cpu")
-            # the ranks share the host's cores: each takes its share of threads, not all of them
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+            # the ranks share the job's cores: each takes its share of threads, not all of them
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
         dist.init_process_group(backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         result = fn(rank, world_size, device, *args)

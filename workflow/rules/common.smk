@@ -12,7 +12,7 @@ os.environ.update(
     )
 )
 
-from cs336report import experiments
+from cs336report import experiments, gpu_slots
 from cs336report.codeinputs import closure
 from cs336report.config import Config
 from cs336report.handout import BY_ID, HANDOUT
@@ -31,18 +31,35 @@ CFG = Config.from_dict(
 )
 PY = sys.executable
 GPU = 1 if CFG.device == "cuda" else 0
-# One timed job on the GPU at a time unless --resources gpu=N says otherwise, so a run with more
-# cores needs no --resources (which takes several values, and would swallow a target after it).
-# On a cluster each job has its own GPU: no limit here.
+# One GPU job at a time unless --resources gpu=K says otherwise, so a run with more cores needs
+# no --resources (which takes several values, and would swallow a target after it). On a
+# cluster each job has its own GPU: no limit here.
 if "gpu" not in workflow.global_resources and not config.get("jobs_elsewhere", False):
     workflow.register_resource("gpu", 1)
-# A job that measures takes every core Snakemake is given (threads: TIMED), so however many
-# cores it has, no parse or render job runs beside a timed cell: Snakemake schedules by cores.
-# Commands that run no job (--unlock, --report, --lint) give no --cores: one thread stands in.
+# GPU slots (cs336report/gpu_slots.py): with --resources gpu=K (K > 1, at most the GPUs present)
+# each GPU job runs on GPUs and cores of its own; with one slot nothing is bound, and a job that
+# measures takes every core Snakemake is given (threads: TIMED), so no parse or render job runs
+# beside a timed cell: Snakemake schedules by cores. With K slots a timed job takes its slots'
+# cores, and the jobs that time nothing run on the cores left over. Commands that run no job
+# (--unlock, --report, --lint) give no --cores: one thread stands in.
 try:
-    TIMED = workflow.cores
+    CORES = workflow.cores
 except WorkflowError:
-    TIMED = 1
+    CORES = 1
+GPU_SLOTS = 1
+if CFG.device == "cuda" and not config.get("jobs_elsewhere", False):
+    from cs336report.distributed.launch import gpus_present
+
+    GPU_SLOTS = max(1, min(workflow.global_resources["gpu"].value, gpus_present()))
+TIMED = gpu_slots.timed_threads(CORES, GPU_SLOTS)
+os.environ.update(
+    {
+        gpu_slots.SLOTS_ENV: str(GPU_SLOTS),
+        gpu_slots.CPUS_ENV: gpu_slots.format_cpus(
+            sorted(os.sched_getaffinity(0))[: max(1, CORES)]
+        ),
+    }
+)
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
 REPORT_INPUTS = {}
 
@@ -95,7 +112,7 @@ def run_cell(experiment, command="run", out="{output}", worker=True):
         f'"$CS336REPORT_PYTHON" -m cs336report {command} {experiment} --name {{wildcards.cell}}'
         f" --cell @{{params.cell}} --out {out} --log {{log}}"
         + ("" if worker else " --no-worker")
-        + " > {log} 2>&1"
+        + " --gpus {resources.gpu} > {log} 2>&1"
     )
 
 
@@ -195,3 +212,14 @@ def distributed_gpus(experiment):
         return wanted if limit is None else min(wanted, limit)
 
     return gpus
+
+
+def distributed_threads(experiment):
+    """threads function: a distributed cell's ranks run on the cores of the GPU slots they hold (with
+    one slot, every core)."""
+    gpus = distributed_gpus(experiment)
+
+    def threads(wildcards):
+        return gpu_slots.timed_threads(CORES, GPU_SLOTS, max(1, gpus(wildcards)))
+
+    return threads

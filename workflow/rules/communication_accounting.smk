@@ -12,6 +12,8 @@ rule communication_accounting:
         "logs/communication_accounting/{cell}.log",
     conda:
         CONDA_ENV
+    resources:
+        gpu=0,
     params:
         cell=cell_file("communication_accounting"),
     shell:

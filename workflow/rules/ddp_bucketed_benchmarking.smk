@@ -16,7 +16,7 @@ rule ddp_bucketed_benchmarking:
         "benchmarks/ddp_bucketed_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
-    threads: TIMED
+    threads: distributed_threads("ddp_bucketed_benchmarking")
     resources:
         gpu=distributed_gpus("ddp_bucketed_benchmarking"),
     params:

@@ -18,7 +18,7 @@ rule ddp_overlap_individual_parameters_benchmarking:
         "benchmarks/ddp_overlap_individual_parameters_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
-    threads: TIMED
+    threads: distributed_threads("ddp_overlap_individual_parameters_benchmarking")
     resources:
         gpu=distributed_gpus("ddp_overlap_individual_parameters_benchmarking"),
     params:
@@ -38,14 +38,14 @@ rule ddp_overlap_profile:
         "benchmarks/ddp_overlap_profile/{cell}.tsv"
     conda:
         CONDA_ENV
-    threads: TIMED
+    threads: distributed_threads("ddp_overlap_profile")
     resources:
         gpu=distributed_gpus("ddp_overlap_profile"),
     params:
         cell=cell_file("ddp_overlap_profile"),
     shell:
         '"$CS336REPORT_PYTHON" -m cs336report profile ddp_overlap_profile --name {wildcards.cell} '
-        "--cell @{params.cell} --out-dir {output} > {log} 2>&1"
+        "--cell @{params.cell} --out-dir {output} --gpus {resources.gpu} > {log} 2>&1"
 
 
 rule ddp_overlap_stats:

@@ -16,7 +16,7 @@ rule distributed_communication_single_node:
         "benchmarks/distributed_communication_single_node/{cell}.tsv"
     conda:
         CONDA_ENV
-    threads: TIMED
+    threads: distributed_threads("distributed_communication_single_node")
     resources:
         gpu=distributed_gpus("distributed_communication_single_node"),
     params:

@@ -21,7 +21,7 @@ rule memory_profiling:
         cell=cell_file("memory_profiling"),
     shell:
         '"$CS336REPORT_PYTHON" -m cs336report run memory_profiling --name {wildcards.cell} --cell @{params.cell}'
-        " --out {output.result} > {log} 2>&1"
+        " --out {output.result} --gpus {resources.gpu} > {log} 2>&1"
 
 
 rule memory_profiling_parse:

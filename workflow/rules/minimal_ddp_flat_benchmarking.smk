@@ -16,7 +16,7 @@ rule minimal_ddp_flat_benchmarking:
         "benchmarks/minimal_ddp_flat_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
-    threads: TIMED
+    threads: distributed_threads("minimal_ddp_flat_benchmarking")
     resources:
         gpu=distributed_gpus("minimal_ddp_flat_benchmarking"),
     params:

@@ -13,7 +13,7 @@ rule naive_ddp_benchmarking:
         "benchmarks/naive_ddp_benchmarking/{cell}.tsv"
     conda:
         CONDA_ENV
-    threads: TIMED
+    threads: distributed_threads("naive_ddp_benchmarking")
     resources:
         gpu=distributed_gpus("naive_ddp_benchmarking"),
     params:

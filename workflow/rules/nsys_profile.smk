@@ -21,7 +21,7 @@ rule nsys_profile:
         cell=cell_file("nsys_profile"),
     shell:
         '"$CS336REPORT_PYTHON" -m cs336report profile nsys_profile --name {wildcards.cell} --cell @{params.cell} '
-        "--out-dir {output} > {log} 2>&1"
+        "--out-dir {output} --gpus {resources.gpu} > {log} 2>&1"
 
 
 rule nsys_stats:

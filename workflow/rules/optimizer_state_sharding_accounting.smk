@@ -18,7 +18,7 @@ rule optimizer_state_sharding_accounting:
         "benchmarks/optimizer_state_sharding_accounting/{cell}.tsv"
     conda:
         CONDA_ENV
-    threads: TIMED
+    threads: distributed_threads("optimizer_state_sharding_accounting")
     resources:
         gpu=distributed_gpus("optimizer_state_sharding_accounting"),
     params:

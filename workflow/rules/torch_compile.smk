@@ -64,7 +64,7 @@ rule compiled_model:
         cells=compiled_job_cells,
     shell:
         '"$CS336REPORT_PYTHON" -m cs336report run-job compiled_model --job {wildcards.prefix}-compiled --cells @{params.cells} '
-        "--out {output} > {log} 2>&1"
+        "--out {output} --gpus {resources.gpu} > {log} 2>&1"
 
 
 # The uncompiled twins that benchmarking does not run (none on the shipped grids): one job each.

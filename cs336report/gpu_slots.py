@@ -1,0 +1,172 @@
+"""Which GPUs and which cores a job of the workflow holds.
+
+Snakemake counts GPUs (``--resources gpu=K``) and cores (``--cores N``) but names neither: it
+knows that a job holds one GPU, not which. This module gives a job its own GPUs and its own cores.
+
+* **One slot** (the default: no ``--resources gpu`` or ``gpu=1``): nothing is bound. A timed job
+  takes every core Snakemake has (``threads``), so nothing runs beside it, and it sees every GPU
+  (a distributed cell uses as many as it needs).
+* **K slots** (``gpu=K`` with K > 1, at most the GPUs present): the cores Snakemake may use are cut
+  into K blocks of ``len(cores) // (K + 1)``, one per GPU slot, and the rest, which is for the jobs
+  that time nothing (parsing, exports, rendering). A job that holds n GPUs takes n free slots (a
+  lock file each, held while the job runs), sees only their GPUs (``CUDA_VISIBLE_DEVICES``) and runs
+  on their cores only (``sched_setaffinity``). Snakemake's counting guarantees a free slot for every
+  GPU it grants; a claim that finds none waits. A job that holds no GPU runs on the rest. A cell
+  that needs more GPUs than there are slots takes every slot and sees every GPU.
+
+The workflow tells its jobs the slots through the environment (:data:`SLOTS_ENV`, :data:`CPUS_ENV`);
+the claim tells the cell where it ran (:data:`PLACEMENT_ENV`, read by :func:`placement` into each
+record).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+SLOTS_ENV = "CS336REPORT_GPU_SLOTS"  # K, set by the workflow (workflow/rules/common.smk)
+CPUS_ENV = "CS336REPORT_CPUS"  # the cores Snakemake may use, as a list ("0-15")
+PLACEMENT_ENV = "CS336REPORT_PLACEMENT"  # set by claim(): where this job runs, as JSON
+LOCK_DIR = Path(".snakemake") / "cs336report" / "gpu-slots"
+WAIT_S = 600.0  # a claim that finds no free slot for this long fails
+
+
+class SlotError(RuntimeError):
+    pass
+
+
+def parse_cpus(text: str) -> list[int]:
+    """``"0-3,8,10-11"`` (the kernel's list format) as sorted core numbers."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"not a list of cores: {text!r}")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(out)
+
+
+def format_cpus(cpus) -> str:
+    """Core numbers in the kernel's list format (``[0, 1, 2, 5]`` -> ``"0-2,5"``)."""
+    cpus, parts, start = sorted(set(cpus)), [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            parts.append(f"{start}-{c}" if c != start else str(c))
+            start = None
+    return ",".join(parts)
+
+
+def plan(cpus: list[int], slots: int) -> tuple[list[list[int]], list[int]]:
+    """The cores of each GPU slot and the cores left for the jobs that time nothing. With one slot
+    there is one block of every core, shared with nothing (a timed job takes all the threads)."""
+    cpus = sorted(cpus)
+    if slots <= 1:
+        return [cpus], cpus
+    size = max(1, len(cpus) // (slots + 1))
+    blocks = [cpus[i * size:(i + 1) * size] or cpus[-1:] for i in range(slots)]
+    rest = cpus[slots * size:] or cpus[-1:]
+    return blocks, rest
+
+
+def timed_threads(cores: int, slots: int, gpus: int = 1) -> int:
+    """Threads Snakemake counts for a timed job holding ``gpus`` GPUs: every core with one slot,
+    else the cores of the slots it holds."""
+    if slots <= 1:
+        return cores
+    size = max(1, cores // (slots + 1))
+    return size * max(1, min(gpus, slots))
+
+
+def _visible(slots: int) -> list[str]:
+    """The device of each slot: the i-th GPU this process may see."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given:
+        return [d.strip() for d in given.split(",") if d.strip()][:slots]
+    return [str(i) for i in range(slots)]
+
+
+def _try_lock(path: Path):
+    fh = open(path, "a")  # not inherited by child processes (PEP 446): a worker never holds it
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        fh.close()
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return None
+        raise
+    return fh
+
+
+def _take(n: int, slots: int, lock_dir: Path, wait_s: float) -> tuple[list[int], list]:
+    """``n`` free slots and their held lock files; waits while fewer are free."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        taken, held = [], []
+        for i in range(slots):
+            fh = _try_lock(lock_dir / f"{i}.lock")
+            if fh is not None:
+                taken.append(i)
+                held.append(fh)
+                if len(taken) == n:
+                    return taken, held
+        for fh in held:  # all or nothing: two jobs holding half each would wait for ever
+            fh.close()
+        if time.monotonic() > deadline:
+            raise SlotError(f"no {n} free GPU slot(s) of {slots} in {lock_dir} after {wait_s:.0f} s")
+        time.sleep(0.2)
+
+
+@contextmanager
+def claim(gpus: int, lock_dir: Path = LOCK_DIR, wait_s: float = WAIT_S):
+    """Hold ``gpus`` GPU slots (none: the cores of the untimed jobs) for the ``with`` block, in this
+    process and every process it starts. Binds nothing outside a workflow with several slots."""
+    slots = int(os.environ.get(SLOTS_ENV) or 0)
+    if slots <= 1:
+        yield None
+        return
+    cpus = parse_cpus(os.environ.get(CPUS_ENV) or format_cpus(os.sched_getaffinity(0)))
+    blocks, rest = plan(cpus, slots)
+    held: list = []
+    try:
+        if gpus <= 0:
+            where = {"gpus": [], "slots": [], "of": slots, "cpus": format_cpus(rest)}
+            os.sched_setaffinity(0, rest)
+        else:
+            taken, held = _take(min(gpus, slots), slots, lock_dir, wait_s)
+            cores = sorted({c for i in taken for c in blocks[i]})
+            devices = _visible(slots)
+            if gpus <= slots:  # else every slot is held, and the cell sees every GPU
+                os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the numbering nvidia-smi and NVML use
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices[i] for i in taken)
+            where = {"gpus": [devices[i] for i in taken] if gpus <= slots else "all", "slots": taken,
+                     "of": slots, "cpus": format_cpus(cores)}
+            os.sched_setaffinity(0, cores)
+        os.environ[PLACEMENT_ENV] = json.dumps(where, sort_keys=True)
+        yield where
+    finally:
+        for fh in held:
+            fh.close()
+
+
+def placement() -> dict:
+    """Where this process's cell runs: the claim's GPUs, slots and cores, or, outside a claim, the
+    GPUs it may see and its cores."""
+    text = os.environ.get(PLACEMENT_ENV)
+    if text:
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    try:
+        cores = format_cpus(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = None
+    return {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "all"), "slots": None, "of": 1, "cpus": cores}

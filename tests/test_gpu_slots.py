@@ -1,0 +1,134 @@
+"""GPU slots: each job of a run with several GPUs gets GPUs and cores of its own."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cs336report import contention, gpu_slots
+from cs336report.results import load
+
+
+def test_core_lists_read_and_write_the_kernels_format():
+    assert gpu_slots.parse_cpus("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    assert gpu_slots.format_cpus([5, 0, 1, 2, 11, 10]) == "0-2,5,10-11"
+    assert gpu_slots.format_cpus(gpu_slots.parse_cpus("4,6-7")) == "4,6-7"
+    with pytest.raises(ValueError):
+        gpu_slots.parse_cpus("0-x")
+
+
+def test_each_slot_gets_its_own_block_and_the_untimed_jobs_the_rest():
+    blocks, rest = gpu_slots.plan(list(range(64)), 4)
+    assert [len(b) for b in blocks] == [12, 12, 12, 12] and len(rest) == 16
+    everything = [c for b in blocks for c in b] + rest
+    assert sorted(everything) == list(range(64))  # no core in two places
+    assert gpu_slots.timed_threads(64, 4) == 12 and gpu_slots.timed_threads(64, 4, gpus=2) == 24
+    # one slot: a timed job holds every core, as without slots
+    assert gpu_slots.plan([0, 1, 2], 1) == ([[0, 1, 2]], [0, 1, 2])
+    assert gpu_slots.timed_threads(16, 1) == 16
+    # a cell needing more GPUs than slots holds them all
+    assert gpu_slots.timed_threads(16, 2, gpus=4) == 10
+
+
+_CLAIM = textwrap.dedent("""
+    import json, os, sys, time
+    from cs336report import gpu_slots
+    with gpu_slots.claim(int(sys.argv[1]), lock_dir=__import__("pathlib").Path(sys.argv[2]), wait_s=float(sys.argv[3])) as where:
+        print(json.dumps({"where": where, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                          "affinity": sorted(os.sched_getaffinity(0))}), flush=True)
+        time.sleep(float(sys.argv[4]))
+""")
+
+
+def _claim(tmp_path, gpus, hold_s=0.0, wait_s=5.0, slots=2, cpus="0-5"):
+    env = {**os.environ, gpu_slots.SLOTS_ENV: str(slots), gpu_slots.CPUS_ENV: cpus}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return subprocess.Popen([sys.executable, "-c", _CLAIM, str(gpus), str(tmp_path / "locks"), str(wait_s), str(hold_s)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to")
+def test_two_jobs_hold_different_gpus_and_cores_and_a_third_waits(tmp_path):
+    cpus = gpu_slots.format_cpus(sorted(os.sched_getaffinity(0)))
+    first = _claim(tmp_path, 1, hold_s=3, cpus=cpus)
+    a = json.loads(first.stdout.readline())
+    second = _claim(tmp_path, 1, hold_s=3, cpus=cpus)
+    b = json.loads(second.stdout.readline())
+    assert {a["where"]["slots"][0], b["where"]["slots"][0]} == {0, 1}
+    assert {a["visible"], b["visible"]} == {"0", "1"}
+    assert not set(a["affinity"]) & set(b["affinity"])  # cores of their own
+    # both slots are held: a third job waits, and fails once its wait is over
+    third = _claim(tmp_path, 1, wait_s=0.5, cpus=cpus)
+    _, err = third.communicate(timeout=30)
+    assert third.returncode != 0 and "no 1 free GPU slot(s) of 2" in err
+    first.wait(timeout=30)
+    second.wait(timeout=30)
+    # once they are done, a job needing both gets both
+    both = _claim(tmp_path, 2, cpus=cpus)
+    out, _ = both.communicate(timeout=30)
+    assert json.loads(out)["where"]["slots"] == [0, 1] and json.loads(out)["visible"] == "0,1"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to")
+def test_a_job_without_a_gpu_runs_on_the_cores_the_slots_leave(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    blocks, rest = gpu_slots.plan(cpus, 2)
+    out, _ = _claim(tmp_path, 0, cpus=gpu_slots.format_cpus(cpus)).communicate(timeout=30)
+    got = json.loads(out)
+    assert got["affinity"] == rest and got["visible"] is None and got["where"]["gpus"] == []
+
+
+def test_one_slot_binds_nothing(tmp_path):
+    out, _ = _claim(tmp_path, 1, slots=1).communicate(timeout=30)
+    got = json.loads(out)
+    assert got["where"] is None and got["visible"] is None
+    assert got["affinity"] == sorted(os.sched_getaffinity(0))
+
+
+def test_a_cell_run_by_the_cli_records_its_slot(tmp_path):
+    """The run command claims before the cell runs; the record says which GPU of how many, on
+    which cores (a CPU cell stands in for a GPU one: the claim does not look at the device)."""
+    from cs336report import experiments
+    from cs336report.config import Config
+
+    cfg = Config.from_file("workflow/config/default.yaml", cuda_available=False)
+    name, resolved = next(iter(experiments.cells("communication_accounting", cfg).items()))
+    env = {**os.environ, gpu_slots.SLOTS_ENV: "2",
+           gpu_slots.CPUS_ENV: gpu_slots.format_cpus(sorted(os.sched_getaffinity(0))), "CS336REPORT_WORKER": "0"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    out = tmp_path / "r.json"
+    subprocess.run([sys.executable, "-m", "cs336report", "run", "communication_accounting", "--name", name,
+                    "--cell", json.dumps(resolved), "--out", str(out), "--gpus", "1"],
+                   env=env, check=True, cwd=tmp_path, capture_output=True)
+    where = load(out)["provenance"]["placement"]
+    assert where["of"] == 2 and where["slots"] in ([0], [1]) and where["gpus"] in (["0"], ["1"])
+    assert gpu_slots.parse_cpus(where["cpus"])
+
+
+def test_a_neighbour_on_other_gpus_and_cores_is_not_sharing():
+    me = 1000
+    jobs = [{"pid": 2001, "command": "python -m cs336report run", "cpus": "4-7"},
+            {"pid": 2002, "command": "python -m cs336report parse-nsys", "cpus": "12-15"},
+            {"pid": 2003, "command": "python -m cs336report run", "cpus": "2-5"}]
+    gpus = [{"pid": me, "used_bytes": 1, "gpu": 0}, {"pid": 3001, "used_bytes": 1, "gpu": 1},
+            {"pid": 3002, "used_bytes": 1, "gpu": 0}]
+    snap = {"gpu_processes": gpus, "workflow_jobs": jobs, "gpus": ["0"], "cpus": "0-3"}
+    v = contention.verdict(snap, snap, own_pid=me)
+    assert v["other_gpu_pids"] == [3002]  # the one on our GPU; 3001 runs on GPU 1
+    assert v["other_job_pids"] == [2003] and v["neighbour_job_pids"] == [2001, 2002]
+    assert v["shared"]
+    quiet = {**snap, "gpu_processes": gpus[:2], "workflow_jobs": jobs[:2]}
+    v = contention.verdict(quiet, quiet, own_pid=me)
+    assert not v["shared"] and v["neighbour_job_pids"] == [2001, 2002]
+    # without placement (one slot, or an older record) every other job and GPU process shares
+    legacy = {"gpu_processes": gpus, "workflow_jobs": jobs}
+    v = contention.verdict(legacy, legacy, own_pid=me)
+    assert v["other_gpu_pids"] == [3001, 3002] and v["other_job_pids"] == [2001, 2002, 2003]
+
+
+def test_nvidia_smi_names_each_processes_gpu():
+    apps = contention.parse_compute_apps("11, 512, GPU-aaa\n12, 100, GPU-bbb\n", "0, GPU-aaa\n1, GPU-bbb\n")
+    assert [(a["pid"], a["gpu"]) for a in apps] == [(11, 0), (12, 1)]
