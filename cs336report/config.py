@@ -136,6 +136,12 @@ def _unknown_key_message(err, files, source: str) -> str:
     return f"{_file_of(parent + [key], files, source)}: unknown key '{_key_path(parent + [key])}'{hint}"
 
 
+def handout_grid(grids: dict) -> dict:
+    """``grids.handout`` is written as changes to ``grids.gpu`` (an experiment set to null is not
+    run): the gpu grid with those changes merged in, key by key, lists replaced."""
+    return merge(grids.get("gpu") or {}, grids.get("handout") or {})
+
+
 def validate(raw: dict, schema: dict | None = None, source: str = "config", files=None) -> dict:
     """Return a copy of ``raw`` with defaults filled in, or raise ConfigError naming the key.
 
@@ -145,6 +151,10 @@ def validate(raw: dict, schema: dict | None = None, source: str = "config", file
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     schema = schema or load_schema()
     instance = copy.deepcopy(raw)
+    # The handout grid is the gpu grid with its own changes laid over it (handout_grid).
+    grids = instance.get("grids")
+    if isinstance(grids, dict) and isinstance(grids.get("handout"), dict):
+        grids["handout"] = handout_grid(grids)
     # An experiment set to null in a grid is not run there: a config file laid over another (Snakemake's
     # --configfile merge) cannot delete a key, only give it a new value.
     for grid in (instance.get("grids") or {}).values():
@@ -237,6 +247,13 @@ class Config:
                 cuda_available = torch.cuda.is_available()
             device = "cuda" if cuda_available else "cpu"
         cfg = cls(data=data, device=device)
+        if data["grid"] in ("gpu", "handout") and device != "cuda":
+            raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': {data['grid']!r} runs the "
+                              f"handout's model sizes on a CUDA device; this run's device is {device} "
+                              f"(use 'grid: auto' or 'grid: cpu')")
+        if data["grid"] not in ("auto", *data["grids"]):
+            raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': no grid {data['grid']!r} "
+                              f"under 'grids' (there are {', '.join(data['grids'])})")
         cfg._check_sizes(source, files)
         student = _check_student(data.get("student"), source, device)
         model = _student_model(data.get("model"), student, source)
@@ -248,6 +265,10 @@ class Config:
 
     @property
     def grid_name(self) -> str:
+        """The grid this run measures: ``grid``, or with ``grid: auto`` the gpu grid on CUDA and
+        the cpu grid otherwise."""
+        if self.data["grid"] != "auto":
+            return self.data["grid"]
         return "gpu" if self.device == "cuda" else "cpu"
 
     @property

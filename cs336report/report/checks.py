@@ -127,17 +127,22 @@ def note(flags: list[dict], sources) -> str:
 
 
 def cut_down_grid(config: dict, handout: dict | None = None) -> list[str]:
-    """Where ``config``'s GPU grid is smaller than the handout's (the GPU grid of the default
-    config): an experiment left out, or a list of sizes, contexts, modes, ... that holds only part
-    of the handout's. A verdict on the whole report (its cost) holds for that grid only."""
+    """Where ``config``'s grid (gpu, or handout) is smaller than the same grid of the default config
+    (``handout``): an experiment left out, or a list of sizes, contexts, modes, ... that holds only
+    part of the default's. A verdict on the whole report (its cost) holds for that grid only."""
+    from ..config import handout_grid
+
     if handout is None:
         import yaml
 
         from ..config import DEFAULT_CONFIG
 
         handout = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    want = (handout.get("grids") or {}).get("gpu") or {}
-    have = (config.get("grids") or {}).get("gpu") or {}
+    name = "handout" if config.get("_grid") == "handout" else "gpu"
+    grids = handout.get("grids") or {}
+    want = (handout_grid(grids) if name == "handout" else grids.get("gpu")) or {}
+    want = {k: v for k, v in want.items() if v is not None}
+    have = (config.get("grids") or {}).get(name) or {}
     out = []
     for experiment, grid in want.items():
         if not isinstance(grid, dict):

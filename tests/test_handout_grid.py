@@ -1,0 +1,96 @@
+"""The handout grid (`--config grid=handout`): exactly the cells the handout asks for."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cs336report import experiments
+from cs336report.config import DEFAULT_CONFIG, Config, ConfigError, load_file
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _config(grid: str) -> Config:
+    raw = {**load_file(DEFAULT_CONFIG), "device": "cuda", "jobs_elsewhere": True, "grid": grid}
+    return Config.from_dict(raw, require_cuda=False)
+
+
+def _cells(cfg) -> dict[str, dict]:
+    return {name: experiments.cells(name, cfg) for name in experiments.names()}
+
+
+def test_the_handout_grid_is_the_gpu_grid_without_its_extensions():
+    gpu, handout = _cells(_config("gpu")), _cells(_config("handout"))
+    for name, cells in handout.items():  # nothing the full grid lacks
+        assert set(cells) <= set(gpu[name]), name
+    # the handout's own settings (assignment §1.2), cell by cell
+    attention = [c for c in handout["pytorch_attention"].values()]
+    assert sorted({(c["d_head"], c["seq"]) for c in attention}) == [
+        (d, s) for d in (16, 32, 64, 128) for s in (256, 1024, 4096, 8192, 16384)]
+    assert {c["implementation"] for c in attention} == {"naive"}  # no SDPA rows
+    flash = handout["flash_benchmarking"].values()
+    assert {c["implementation"] for c in flash} == {"triton", "naive"}
+    assert {c["dtype"] for c in flash} == {"bf16", "fp32"}
+    nsys = handout["nsys_profile"].values()
+    assert len(handout["nsys_profile"]) == 5 * 4 * 2 and {c["context"] for c in nsys} == {128, 256, 512, 1024}
+    memory = handout["memory_profiling"].values()
+    assert {(c["context"], c["mode"], c["precision"]) for c in memory} == {
+        (t, m, p) for t in (128, 256, 512) for m in ("forward", "train_step") for p in ("fp32", "bf16")}
+    assert {c["size"] for c in handout["benchmarking"].values()} == {"small", "medium", "large", "xl", "2.7B"}
+    for extension in ("optimized_step", "flash_leaderboard", "autocast_memory", "autocast_saved_tensors"):
+        assert gpu[extension] and not handout[extension], extension
+    assert not any("torch_ddp" in n for n in handout["ddp_bucketed_benchmarking"])
+    assert len(handout["ddp_bucketed_benchmarking"]) == 4  # 1, 10, 100, 1000 MB
+    assert not any(n.startswith("zero") for n in handout["optimizer_state_sharding_accounting"])
+    assert sum(map(len, handout.values())) < sum(map(len, gpu.values())) / 2
+
+
+def test_the_handout_grid_needs_cuda_and_names_the_key():
+    raw = {**load_file(DEFAULT_CONFIG), "device": "cpu", "grid": "handout"}
+    with pytest.raises(ConfigError, match="key 'grid'.*CUDA"):
+        Config.from_dict(raw)
+    assert Config.from_dict({**raw, "grid": "cpu"}).grid_name == "cpu"
+    with pytest.raises(ConfigError, match="key 'grid'"):
+        Config.from_dict({**raw, "grid": "everything"})
+
+
+def test_a_handout_change_set_to_null_drops_the_experiment():
+    raw = load_file(DEFAULT_CONFIG)
+    raw["grids"]["handout"]["roofline"] = None
+    cfg = Config.from_dict({**raw, "device": "cuda", "jobs_elsewhere": True, "grid": "handout"}, require_cuda=False)
+    assert cfg.grid("roofline") is None and cfg.grid("benchmarking")["contexts"] == [512]
+    assert _config("gpu").grid("roofline") is not None
+
+
+def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_path):
+    """The report of a handout-grid run: the published records restricted to its cells render, every
+    problem is answered, the cost verdict holds for the whole (handout) grid."""
+    from cs336report.report.checks import cut_down_grid
+    from cs336report.report.render import render_report
+
+    published = json.loads((REPO / "report/data/config.json").read_text())
+    default = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw = {k: v for k, v in published.items() if not k.startswith("_")}
+    raw["grids"] = {**raw["grids"], "handout": default["grids"]["handout"]}
+    cfg = Config.from_dict({**raw, "grid": "handout", "jobs_elsewhere": True}, require_cuda=False)
+    cells = _cells(cfg)
+    keep = []
+    for path in sorted((REPO / "report/data").glob("*/*.json.gz")):
+        experiment = path.parent.name.removesuffix("_parse")
+        if path.name.removesuffix(".json.gz") in cells.get(experiment, {}):
+            keep.append(str(path))
+    config = {**{k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")},
+              "_device": "cuda", "_grid": "handout"}
+    assert cut_down_grid(config) == []
+    render_report(keep, config, tmp_path)
+    md = (tmp_path / "answers.md").read_text()
+    # nothing goes unanswered that the full grid's answers answer
+    not_run = [line for line in md.splitlines() if "Not run" in line]
+    assert not_run == [line for line in (REPO / "report/answers.md").read_text().splitlines() if "Not run" in line]
+    import re
+
+    linked = {Path(h).name for h in re.findall(r"\]\(([^)\s]+\.json\.gz)\)", md)}
+    assert linked and linked <= {Path(p).name for p in keep}
+    assert not (tmp_path / "answers.md").read_text().count("leaderboard")
