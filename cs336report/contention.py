@@ -79,7 +79,7 @@ def workflow_jobs() -> list[dict] | None:
                 continue
         except OSError:
             continue
-        if any(JOB_MARK in w for w in words) and not _is_worker(words):
+        if any(JOB_MARK in w for w in words) and not _is_worker(words) and not _is_shell(words):
             found[int(entry.name)] = words
     # In a warm worker, the job of this cell is its client and the shell that started the client:
     # the client's own lineage is this cell's job, not another one.
@@ -100,6 +100,15 @@ def _cpus_allowed(pid: int) -> str | None:
     except OSError:
         pass
     return None
+
+
+# The shell Snakemake starts a job's command in waits for the job's own process, which is counted
+# (with the cores it was given; the shell keeps Snakemake's).
+SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
+
+
+def _is_shell(words: list[str]) -> bool:
+    return bool(words) and Path(words[0]).name in SHELLS
 
 
 def _is_worker(words: list[str]) -> bool:

@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -132,3 +134,34 @@ def test_a_neighbour_on_other_gpus_and_cores_is_not_sharing():
 def test_nvidia_smi_names_each_processes_gpu():
     apps = contention.parse_compute_apps("11, 512, GPU-aaa\n12, 100, GPU-bbb\n", "0, GPU-aaa\n1, GPU-bbb\n")
     assert [(a["pid"], a["gpu"]) for a in apps] == [(11, 0), (12, 1)]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to")
+def test_a_neighbour_job_pinned_to_other_cores_is_listed_but_not_sharing():
+    """As Snakemake starts it: a shell (on every core) waiting for the job's python, which runs on
+    cores of its own. Neither marks this process's cell shared; the python one is a neighbour."""
+    cores = sorted(os.sched_getaffinity(0))
+    mine, theirs = cores[:1], cores[1:]
+    job = (f"taskset -c {gpu_slots.format_cpus(theirs)} {sys.executable} -c 'import time; time.sleep(60)' "
+           f"cs336report run benchmarking; true")
+    # not a descendant of this process (the fork's parent exits), as another job of the workflow
+    line = f'bash -c "{job}" >/dev/null 2>&1 & echo $!'
+    shell = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True).stdout)
+    os.sched_setaffinity(0, mine)
+    try:
+        for _ in range(200):
+            child = contention._descendants(shell)
+            if child and any(contention._cpus_allowed(c) == gpu_slots.format_cpus(theirs) for c in child):
+                break
+            time.sleep(0.05)
+        snap = contention.snapshot()
+        snap["cpus"] = gpu_slots.format_cpus(mine)
+        v = contention.verdict(snap, snap)
+        assert shell not in {j["pid"] for j in snap["workflow_jobs"]}  # the waiting shell is no job
+        assert child and child <= set(v["neighbour_job_pids"]) and not v["beside_jobs"], v
+        snap["cpus"] = gpu_slots.format_cpus(cores)  # on every core, the same job shares
+        assert contention.verdict(snap, snap)["beside_jobs"]
+    finally:
+        os.sched_setaffinity(0, cores)
+        for pid in contention._descendants(shell) | {shell}:
+            os.kill(pid, signal.SIGKILL)
