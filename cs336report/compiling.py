@@ -13,9 +13,12 @@ and measured steps.
 Inductor and Triton keep compiled graphs and kernels in on-disk caches shared by every process
 of the machine, so a cell compiled after another of the same shapes would skip most of its
 compilation. :func:`compile_fn` therefore points both caches at a folder of the process's own
-(removed when the process exits): each compiled cell runs in a fresh process (see
-:mod:`cs336report.worker`), so its first call is a full compilation whatever ran before it. The
-one exception is by design: a compiled_model job runs the cells of one model in one process
+(removed when the process exits). A warm worker (:mod:`cs336report.worker`) runs compiled cells
+one after another in one process: between cells it resets TorchDynamo and empties those caches
+(:func:`clear_private_caches`), so each cell's first call compiles its graph from scratch, without
+the process start-up, the import of Inductor and the start of its compile workers, which the
+worker paid once (the cell's ``process.cells_before`` says how many cells ran before it). The one
+exception is by design: a compiled_model job runs the cells of one model in one process
 (:func:`cs336report.runner.run_job`), and its later cells record the earlier cells' first calls
 beside their own.
 """
@@ -52,6 +55,15 @@ def use_private_caches() -> str:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_private_cache, "inductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(_private_cache, "triton")
     return _private_cache
+
+
+def clear_private_caches() -> None:
+    """Empty this process's private caches (a warm worker does this between cells), so that the next
+    cell's first call compiles its graph from scratch, as it would in a fresh process."""
+    if _private_cache is None:
+        return
+    for entry in os.listdir(_private_cache):
+        shutil.rmtree(os.path.join(_private_cache, entry), ignore_errors=True)
 
 
 _setup_s: float | None = None  # how long the last compile_fn took, until first_call reads it

@@ -19,9 +19,10 @@ process-global state back to what it was at start-up before the next cell.
   two clients never start two workers on one slot. A worker that has been idle for
   ``CS336REPORT_WORKER_IDLE_S`` seconds (default 120) takes its slot's lock, so that no client
   is on its way, removes its socket and exits.
-* **Cold measurements stay cold.** Cells whose numbers include a first call -- the warm-up
-  study and every ``torch.compile`` cell, whose compile time is its first step -- run in the
-  client's own process, as before (:func:`cold_start_reason`).
+* **Cold measurements stay cold.** The warm-up study, whose numbers are the first steps of a
+  fresh process, runs in the client's own process (:func:`cold_start_reason`). A
+  ``torch.compile`` cell runs in the worker, whose reset between cells empties the compile
+  caches, so its first call still compiles its graph from scratch.
 * **Failures.** No worker can be started (or all slots are busy, or the lock cannot be
   taken): the client runs the cell itself. The worker goes away before it accepts the cell:
   the client starts another one (three tries). The worker dies while it runs the cell: the
@@ -103,11 +104,12 @@ def worker_key(cell: dict | None = None) -> str:
 
 
 def cold_start_reason(experiment: str, cell: dict) -> str | None:
-    """Why a cell must run in a fresh process (its numbers include first-call costs), or None."""
+    """Why a cell must run in a fresh process (its numbers include first-call costs), or None. A
+    compiled cell runs in the worker: between cells it resets TorchDynamo and empties the
+    compile caches (:func:`cs336report.compiling.clear_private_caches`), so a first call still
+    compiles its graph from scratch."""
     if experiment == "benchmarking_warmup":
         return "the warm-up study times the first steps of a fresh process"
-    if cell.get("compile") or cell.get("implementation") == "compiled":
-        return "its compile time is the first call of a fresh process"
     return None
 
 
@@ -379,6 +381,8 @@ def reset_process_state(initial: dict) -> None:
     import torch
 
     gc.collect()
+    if "cs336report.compiling" in sys.modules:  # the next compiled cell compiles from scratch
+        sys.modules["cs336report.compiling"].clear_private_caches()
     if "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
         from torch._dynamo.utils import counters

@@ -71,3 +71,33 @@ def test_compiled_attention_cells_carry_compile_threads_only_where_configured():
     cpu = experiments.cells("compiled_attention", Config.from_dict(raw, cuda_available=False))
     assert gpu and all(c["compile_threads"] == 1 for c in gpu.values())
     assert cpu and not any("compile_threads" in c for c in cpu.values())
+
+
+WORKER_PROBE = """
+import json, torch
+from cs336report.compiling import compile_fn, first_call
+from cs336report.worker import global_state, reset_process_state
+initial = global_state()
+f = lambda x: (x.cos() * 3 - 1).sum()
+x = torch.randn(32)
+calls = []
+for reset in (True, False, False):  # two cells of a warm worker, then the control (no emptying before it)
+    g = compile_fn(f, threads=1)
+    calls.append(first_call(lambda: (g(x), None)[1], "cpu"))
+    reset_process_state(initial) if reset else None
+    torch._dynamo.reset()
+print(json.dumps(calls))
+"""
+
+
+def test_a_warm_workers_next_compiled_cell_compiles_from_scratch(tmp_path):
+    """Between cells the worker empties the compile caches: the second cell's first call misses
+    Inductor's cache as the first one did; after a TorchDynamo reset alone, the same graph hits it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-c", WORKER_PROBE], capture_output=True, text=True, env=env,
+                         cwd=REPO_ROOT, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    first, second, control = json.loads(res.stdout.strip().splitlines()[-1])
+    for call in (first, second):
+        assert call["private_caches"] and call["inductor_cache_misses"] >= 1 and call["inductor_cache_hits"] == 0
+    assert control["inductor_cache_hits"] >= 1
