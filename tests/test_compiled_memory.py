@@ -98,3 +98,31 @@ def test_master_weights_swap_autocast_copies_for_working_copies():
     with pytest.raises(ValueError, match="unknown optimizer"):
         accounting.predicted_peak_bytes(spec, 4, 128, "train_step", optimizer="sgd")
 
+
+def record(**config) -> dict:
+    model = dict(d_model=64, d_ff=256, num_layers=2, num_heads=2, vocab_size=100)
+    base = {"model": model, "batch_size": 2, "context": 32, "mode": "train_step", "precision": "bf16",
+            "implementation": "native"}
+    return {"config": {**base, **config}, "data": {}, "provenance": {"gpu_capability": "9.0"}}
+
+
+def test_a_records_settings_switch_the_terms_on():
+    """One reading of a record's settings serves every table that predicts its peak."""
+    from cs336report.report.parts.memory_accounting import prediction_inputs
+    from cs336report.report.parts.mixed_precision_memory import predicted
+
+    plain = prediction_inputs(record())
+    assert (plain["compiled"], plain["master_weights"], plain["optimizer"]) == (False, False, "foreach")
+    optimized = prediction_inputs(record(compile=True, fused_adamw=True))
+    assert (optimized["compiled"], optimized["master_weights"], optimized["optimizer"]) == (True, False, "fused")
+    master = prediction_inputs(record(compile=True, fused_adamw=True, master_weights=True))
+    assert (master["compiled"], master["master_weights"], master["optimizer"]) == (True, True, "fused")
+    eager_update = record(master_weights=True)
+    eager_update["data"] = {"model": {"master_weights": {"compiled": False}}}
+    assert prediction_inputs(eager_update)["optimizer"] == "per_tensor"
+    assert not prediction_inputs(record(precision="fp32", master_weights=True))["master_weights"]
+    assert prediction_inputs(record(implementation="flash_triton"))["impl"] == "naive"
+    assert prediction_inputs(record(model=None)) is None
+    r = record(compile=True, fused_adamw=True, master_weights=True)
+    assert predicted(r) == accounting.predicted_peak_bytes(**prediction_inputs(r))
+    assert predicted(r)["autocast_casts"] == 0
