@@ -17,6 +17,8 @@ Per forward pass, with B = batch, T = context, d = d_model, f = d_ff, L = layers
 
 from __future__ import annotations
 
+from . import accounting_compiled
+from .accounting_compiled import compiled_saved_items, per_tensor_update_bytes
 from .spec import ModelSpec
 
 FLOP_FORMULA = (
@@ -117,6 +119,7 @@ def attention_flops(spec: ModelSpec, batch: int, context: int) -> dict[str, int]
 # 10 with the fused attention, whose cuDNN kernel keeps its own output), the B·T·f tensors, and
 # the probabilities; exp runs in fp32 under autocast, so exp(scores - max) stays 4 bytes a score.
 # Terms of B·T, B·h·T and T² elements (norm scales, row statistics, mask, RoPE tables) are left out.
+COMPILED_ACTIVATION_FORMULA = accounting_compiled.COMPILED_ACTIVATION_FORMULA
 ACTIVATION_FORMULA = (
     "saved for backward, fp32 = 4 bytes × [L·(10·B·T·d + 5·B·T·f + m·B·h·T²) + 3·B·T·d]; "
     "under bf16 autocast = 4 bytes × [L·(4·B·T·d + B·h·T²) + 2·B·T·d] "
@@ -133,36 +136,45 @@ def _bytes(items: Items, blocks: bool = False) -> int:
 
 
 def saved_activation_items(spec: ModelSpec, batch: int, context: int, impl: str = "naive",
-                           saved_matrices: int | None = None, precision: str = "fp32") -> dict[str, Items]:
+                           saved_matrices: int | None = None, precision: str = "fp32", compiled: bool = False,
+                           attention_output_merged: bool | None = None) -> dict[str, Items]:
     """The tensors of ACTIVATION_FORMULA as (count, bytes each), by kind: ``layer`` (one block),
-    ``attention`` (one block's seq × seq matrices), ``final`` (after the blocks)."""
-    B, T, d, f, h, L = batch, context, spec.d_model, spec.d_ff, spec.num_heads, spec.num_layers
+    ``attention`` (one block's seq × seq matrices), ``final`` (after the blocks), ``first`` (what the
+    first block keeps beyond the others: nothing in eager mode). ``compiled``: what the torch.compile'd
+    graph saves instead (COMPILED_ACTIVATION_FORMULA; ``saved_matrices`` does not change it,
+    ``attention_output_merged`` is its layout switch, see accounting_compiled.compiled_saved_items)."""
+    B, T, d, f, h = batch, context, spec.d_model, spec.d_ff, spec.num_heads
     if impl not in ("naive", "native"):
         raise ValueError(f"unknown implementation {impl!r}; expected 'naive' or 'native'")
+    c = compute_bytes(precision)
+    if compiled:
+        return compiled_saved_items(spec, batch, context, impl, c, attention_output_merged)
     BTd, BTf, S = B * T * d, B * T * f, B * h * T * T
     m = (saved_matrices or NAIVE_SAVED_MATRICES) if impl == "naive" else 0
-    c = compute_bytes(precision)
     attention = [(1, 4 * S), (m - 1, c * S)] if m else []  # exp(scores − max) is fp32 under autocast too
     if c == 4:
         layer, final = [(10, 4 * BTd), (5, 4 * BTf)], [(3, 4 * BTd)]
     else:
         layer = [(4, 4 * BTd), (9 if impl == "naive" else 10, c * BTd), (5, c * BTf)]
         final = [(2, 4 * BTd), (1, c * BTd)]
-    return {"layer": layer, "attention": attention, "final": final}
+    return {"layer": layer, "attention": attention, "final": final, "first": []}
 
 
 def saved_activation_bytes(spec: ModelSpec, batch: int, context: int, impl: str = "naive",
-                           saved_matrices: int | None = None, precision: str = "fp32") -> dict[str, int]:
+                           saved_matrices: int | None = None, precision: str = "fp32", compiled: bool = False,
+                           attention_output_merged: bool | None = None) -> dict[str, int]:
     """Activations the forward pass keeps for backward (see ACTIVATION_FORMULA); ``saved_matrices``:
     the naive attention's seq × seq matrices per layer, where not the built-in model's
-    (``NAIVE_SAVED_MATRICES``); ``precision``: fp32, or bf16 / fp16 under CUDA autocast."""
-    items = saved_activation_items(spec, batch, context, impl, saved_matrices, precision)
+    (``NAIVE_SAVED_MATRICES``); ``precision``: fp32, or bf16 / fp16 under CUDA autocast; ``compiled``:
+    the torch.compile'd graph's (COMPILED_ACTIVATION_FORMULA)."""
+    items = saved_activation_items(spec, batch, context, impl, saved_matrices, precision, compiled,
+                                   attention_output_merged)
     attention = _bytes(items["attention"])
     per_layer = _bytes(items["layer"]) + attention
-    final = _bytes(items["final"])
+    final, first = _bytes(items["final"]), _bytes(items["first"])
     L = spec.num_layers
     return {"per_layer": per_layer, "attention_per_layer": attention, "layers": L * per_layer, "final": final,
-            "total": L * per_layer + final}
+            "first": first, "total": L * per_layer + first + final}
 
 
 def compute_bytes(precision: str) -> int:
@@ -233,8 +245,11 @@ def autocast_cast_bytes(spec: ModelSpec, precision: str) -> int:
 
 # AdamW's foreach implementation (torch's default on CUDA) computes sqrt(v) for every parameter
 # at once into a temporary as large as the weights: 4 bytes/parameter on top of the 16 at the end
-# of a train step. The fused implementation works in place.
+# of a train step. The fused implementation works in place. ``per_tensor``: an update run one
+# tensor at a time (the master-weight update run eagerly), whose temporaries are the largest
+# tensor's (accounting_compiled.PER_TENSOR_UPDATE_BYTES).
 ADAMW_TEMPORARY_BYTES_PER_PARAM = {"foreach": 4, "fused": 0}
+OPTIMIZERS = ("foreach", "fused", "per_tensor")
 
 # In the last block's attention backward (the first to run), the division's backward holds the
 # gradient of the probabilities (fp32; under autocast cast up from the gradient of the saved bf16
@@ -255,7 +270,11 @@ PEAK_FORMULA = (
     "(ii) the last block's attention backward adds 20 bytes a score in fp32, 22 under autocast, and the "
     "gradients so far, less what that block's backward has freed; (iii) the optimizer step holds weights, "
     "gradients, moments and foreach AdamW's temporary, 20·P (16·P fused). Plus 32 MiB of cuBLAS workspace "
-    "a thread that runs matrix products (H100, H200). c = 2 under bf16 autocast, else 4; P parameters"
+    "a thread that runs matrix products (H100, H200). c = 2 under bf16 autocast, else 4; P parameters. "
+    "Compiled (torch.compile): the compiled graph's saved activations, its 16-bit weight copies in place of "
+    "autocast's, and moments (i) and (iii) (its backward is one graph that releases what forward saved as it "
+    "makes the gradients). Master weights: each matrix weight of M values in all is a bf16 working copy beside "
+    "its fp32 master (+2·M) with a bf16 gradient (−2·M), and nothing is copied by autocast"
 )
 
 
@@ -263,19 +282,31 @@ def _params(sizes: list[int], bytes_per_value: int) -> Items:
     return [(1, bytes_per_value * n) for n in sizes]
 
 
+def _gradients(sizes: list[int], matrix: list[int], master_weights: bool) -> Items:
+    """One gradient a parameter: fp32, but bf16 for the matrix weights held as bf16 working copies."""
+    if not master_weights:
+        return _params(sizes, 4)
+    rest = list(sizes)
+    for n in matrix:
+        rest.remove(n)
+    return _params(rest, 4) + _params(matrix, 2)
+
+
 def _moments(spec: ModelSpec, batch: int, context: int, mode: str, grad: str, impl: str, precision: str,
-             optimizer: str, saved_matrices: int | None, capability: str | None,
-             output_held: bool) -> dict[str, dict[str, Items]]:
+             optimizer: str, saved_matrices: int | None, capability: str | None, output_held: bool,
+             compiled: bool = False, master_weights: bool = False,
+             attention_output_merged: bool | None = None) -> dict[str, dict[str, Items]]:
     """The live tensors of each candidate peak of one step, by part."""
     B, T, d, f, V, L = batch, context, spec.d_model, spec.d_ff, spec.vocab_size, spec.num_layers
     BTd, BTf, BTV, S = B * T * d, B * T * f, B * T * V, B * spec.num_heads * T * T
     c = compute_bytes(precision)
-    sizes = parameter_sizes(spec)
-    weights = _params(sizes, 4)
-    casts = _params(matrix_weight_sizes(spec), 2) if c == 2 else []
+    master_weights = master_weights and c == 2
+    sizes, matrix = parameter_sizes(spec), matrix_weight_sizes(spec)
+    weights = _params(sizes, 4) + (_params(matrix, 2) if master_weights else [])  # masters, and working copies
+    casts = _params(matrix, 2) if c == 2 and not master_weights else []
     ws = cublas_workspace_bytes(capability)
-    acts = saved_activation_items(spec, B, T, impl, saved_matrices, precision)
-    saved = [(L * n, b) for n, b in acts["layer"] + acts["attention"]] + acts["final"]
+    acts = saved_activation_items(spec, B, T, impl, saved_matrices, precision, compiled, attention_output_merged)
+    saved = [(L * n, b) for n, b in acts["layer"] + acts["attention"]] + acts["first"] + acts["final"]
     logits = [(1, c * BTV)]
     if mode == "forward":
         base = {"parameters": weights, "autocast_casts": casts, "workspace": [(1, ws)] if ws else []}
@@ -290,26 +321,32 @@ def _moments(spec: ModelSpec, batch: int, context: int, mode: str, grad: str, im
         return out
     if mode not in ("forward_backward", "train_step"):
         raise ValueError(f"unknown mode {mode!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {OPTIMIZERS}")
     workspace = [(2, ws)] if ws else []
     moments = _params(sizes, 8) if mode == "train_step" else []
-    grads = _params(sizes, 4)
+    grads = _gradients(sizes, matrix, master_weights)
     start = {"parameters": weights, "optimizer_state": moments, "autocast_casts": casts, "workspace": workspace}
     out = {"loss backward": {**start, "activations": saved, "logits": logits + [(3, 4 * BTV)]}}
-    if impl == "naive":
+    if impl == "naive" and not compiled:
         # the last block's backward before its attention core: LM head, final norm, feed-forward,
         # second norm and output projection have made their gradients and released what they saved
         done = [(1, V * d), (3, d * f), (1, d * d), (2, d)]
+        done_matrix = [n for k, n in done[:3] for _ in range(k)]
         freed = [(-7, 4 * BTd), (-5, 4 * BTf)] if c == 4 else \
             [(-4, 4 * BTd), (-4, c * BTd), (-5, c * BTf)]
         out["last attention backward"] = {
-            **start, "gradients": _params([n for k, n in done for _ in range(k)], 4),
-            "autocast_casts": casts + [(-1, 2 * n) for k, n in done[:3] for _ in range(k)] if c == 2 else [],
+            **start, "gradients": _params(done_matrix, 2 if master_weights else 4) + _params([d, d], 4),
+            "autocast_casts": casts + [(-1, 2 * n) for n in done_matrix] if casts else [],
             "activations": saved + freed, "logits": logits,
             "temporaries": [(1, ATTENTION_BACKWARD_BYTES_PER_SCORE[c] * S)]}
     end = {"parameters": weights, "gradients": grads, "optimizer_state": moments,
            "logits": logits if output_held else [], "workspace": workspace}
     if mode == "train_step":
-        end["optimizer_temporary"] = _params(sizes, ADAMW_TEMPORARY_BYTES_PER_PARAM[optimizer])
+        if optimizer == "per_tensor":
+            end["optimizer_temporary"] = [(1, per_tensor_update_bytes(sizes, matrix if master_weights else []))]
+        else:
+            end["optimizer_temporary"] = _params(sizes, ADAMW_TEMPORARY_BYTES_PER_PARAM[optimizer])
         out["optimizer step"] = end
     else:
         out["end of backward"] = end
@@ -323,7 +360,8 @@ PEAK_PARTS = ("parameters", "gradients", "optimizer_state", "optimizer_temporary
 def predicted_peak_bytes(spec: ModelSpec, batch: int, context: int, mode: str, grad: str = "enabled",
                          impl: str = "naive", precision: str = "fp32", optimizer: str = "foreach",
                          saved_matrices: int | None = None, capability: str | None = None,
-                         output_held: bool = True) -> dict:
+                         output_held: bool = True, compiled: bool = False, master_weights: bool = False,
+                         attention_output_merged: bool | None = None) -> dict:
     """What is live at the peak of one step (PEAK_FORMULA), in tensor bytes by part, with ``total``
     (what a memory snapshot's requested sizes add up to), ``allocated`` (the same tensors in the
     caching allocator's blocks: what torch.cuda.max_memory_allocated counts) and ``moment``, the
@@ -332,9 +370,13 @@ def predicted_peak_bytes(spec: ModelSpec, batch: int, context: int, mode: str, g
     ``capability``: the GPU's compute capability, for the cuBLAS workspaces (None: not counted);
     ``output_held``: the step keeps its logits until it returns (the benchmark's step), not only
     through backward; ``saved_matrices``: the naive attention's seq × seq matrices per layer (3 for
-    a model whose softmax took amax)."""
+    a model whose softmax took amax); ``optimizer``: foreach or fused AdamW, or ``per_tensor`` (an
+    update one tensor at a time); ``compiled``: the model runs torch.compile'd (what its graph
+    saves, accounting_compiled); ``master_weights``: under 16-bit autocast, the matrix weights are
+    bf16 working copies of fp32 masters the optimizer keeps (cs336report.master_weights);
+    ``attention_output_merged``: see accounting_compiled.compiled_saved_items."""
     moments = _moments(spec, batch, context, mode, grad, impl, precision, optimizer, saved_matrices, capability,
-                       output_held)
+                       output_held, compiled, master_weights, attention_output_merged)
     totals = {k: sum(_bytes(items) for items in parts.values()) for k, parts in moments.items()}
     blocks = {k: sum(_bytes(items, blocks=True) for items in parts.values()) for k, parts in moments.items()}
     moment = max(totals, key=totals.get)

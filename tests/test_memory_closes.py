@@ -1,6 +1,7 @@
-"""The analytic peak closes on the published H200 records: every eager train step within 1.00 ± 0.03
-of its peak allocated, every memory_profiling cell within 1.00 ± 0.03 of its snapshot peak
-(requested), and the count of saved activations matches the census of what autograd saved."""
+"""The analytic peak closes on the published H200 records: every train step, eager and compiled,
+within 1.00 ± 0.03 of its peak allocated, every memory_profiling cell within 1.00 ± 0.03 of its
+snapshot peak (requested), and the count of saved activations matches the census of what autograd
+saved."""
 
 import json
 from pathlib import Path
@@ -57,17 +58,26 @@ def test_a_27b_bf16_train_step_at_context_1024_closes():
     assert pred["moment"] == "last attention backward" and pred["autocast_casts"] > 0
 
 
-def test_compiled_steps_close_only_where_the_graph_does_not_matter(steps):
-    """A compiled step whose peak is the optimizer step closes; one whose peak is in backward saves less
-    than the eager count and stays above the optimizer-step floor, as the report says."""
-    compiled = [x for x in steps if x["compiled"] and x["ratio"] is not None]
-    assert compiled
-    for x in compiled:
-        if x["pred"]["moment"] == "optimizer step":
-            assert x["ratio"] == pytest.approx(1, abs=0.03)
-        assert x["measured"] >= x["pred"]["moments"]["optimizer step"]["total"]
+def test_every_compiled_train_step_closes(steps):
+    """compiled_model and optimized_step, with what the compiled graph saves: at context 512 the eager count
+    over-predicted them by up to 29 %."""
+    compiled = {f"{x['experiment']}/{x['implementation']}-{x['size']}-{x['precision']}-{x['context']}": x
+                for x in steps if x["ratio"] is not None and x["compiled"]}
+    assert len(compiled) >= 11  # compiled_model 10, optimized_step 1
+    assert {k.split("/")[0] for k in compiled} == {"compiled_model", "optimized_step"}
+    assert all(0.97 <= x["ratio"] <= 1.03 for x in compiled.values()), \
+        {k: x["ratio"] for k, x in compiled.items() if abs(x["ratio"] - 1) > 0.03}
+    # the context-512 steps peak where the graph's saved activations count: at the start of backward
+    at_512 = {x["pred"]["moment"] for k, x in compiled.items() if k.endswith("-512") and "2.7B" not in k}
+    assert at_512 == {"loss backward"}
+    optimized = compiled["optimized_step/native-2.7B-bf16-512"]
+    assert optimized["inputs"]["optimizer"] == "fused" and optimized["pred"]["autocast_casts"] > 0
+    for x in compiled.values():  # the eager count misses the context-512 steps by more than the band
+        eager = accounting.predicted_peak_bytes(**{**x["inputs"], "compiled": False}, output_held=True)
+        if x["context"] == 512 and eager["moment"] != "optimizer step":
+            assert x["measured"] / eager["allocated"] < 0.97
     a = accounting_analysis([], steps)["compiled"]
-    assert a["below"]["n"] == len([x for x in compiled if x["ratio"] < 0.97]) > 0
+    assert a["within"] and a["n"] == len(compiled) and not a["outside"]
 
 
 def test_every_profiled_cell_closes_on_its_requested_bytes(profiled):

@@ -22,8 +22,46 @@ TOLERANCE = 0.03
 STATE_PARTS = ("parameters", "gradients", "optimizer_state", "optimizer_temporary")
 
 
-def _impl(r) -> str:
-    return r["implementation"] if r["implementation"] in ("naive", "native") else "naive"
+def _impl(implementation: str | None) -> str:
+    """The formula's implementation: the built-in naive or native one (another attention counts as naive)."""
+    return implementation if implementation in ("naive", "native") else "naive"
+
+
+def prediction_inputs(record: dict) -> dict | None:
+    """The arguments of :func:`cs336report.accounting.predicted_peak_bytes` for one Transformer step on
+    record (benchmarking, compiled_model, optimized_step, ...): its model, batch, context and mode, the
+    implementation, precision, the optimizer its train step ran, whether the model ran compiled and with
+    master weights, the naive attention's saved matrices and the GPU's compute capability. None without a
+    model, batch or mode.
+
+    The optimizer: with master weights (``master_weights`` under 16-bit precision) the update runs fused
+    where it was compiled (the record's ``model.master_weights.compiled``, else the cell's ``compile``) and
+    one tensor at a time where not; otherwise torch's fused AdamW where ``fused_adamw``, else foreach."""
+    c, d = record["config"], record.get("data") or {}
+    if not c.get("model") or not c.get("batch_size") or not c.get("mode"):
+        return None
+    precision = c.get("precision", "fp32")
+    compiled = bool(c.get("compile"))
+    master = bool(c.get("master_weights")) and precision != "fp32"
+    if master:
+        update_compiled = ((d.get("model") or {}).get("master_weights") or {}).get("compiled", compiled)
+        optimizer = "fused" if update_compiled else "per_tensor"
+    else:
+        optimizer = "fused" if c.get("fused_adamw") else "foreach"
+    return {"spec": ModelSpec(**c["model"]), "batch": int(c["batch_size"]), "context": int(c["context"]),
+            "mode": c["mode"], "grad": c.get("grad", "enabled"), "impl": _impl(c.get("implementation")),
+            "precision": precision, "optimizer": optimizer,
+            "saved_matrices": accounting.saved_matrices_of(d, record.get("provenance")),
+            "capability": (record.get("provenance") or {}).get("gpu_capability"), "compiled": compiled,
+            "master_weights": master}
+
+
+def _profiled_inputs(r) -> dict:
+    """prediction_inputs of one memory_profiling cell, from its row of the frame (an eager step, foreach AdamW)."""
+    return {"spec": model_spec(r), "batch": int(r["batch"]), "context": int(r["context"]), "mode": r["mode"],
+            "grad": r["grad"], "impl": _impl(r["implementation"]), "precision": r["precision"], "optimizer": "foreach",
+            "saved_matrices": r["saved_matrices"], "capability": r.get("capability"), "compiled": False,
+            "master_weights": False}
 
 
 def accounting_rows(df: pd.DataFrame) -> list[dict]:
@@ -33,9 +71,7 @@ def accounting_rows(df: pd.DataFrame) -> list[dict]:
     for _, r in df.iterrows():
         if r["model"] is None or r["batch"] is None:
             continue
-        pred = accounting.predicted_peak_bytes(model_spec(r), int(r["batch"]), int(r["context"]), r["mode"], r["grad"],
-                                               _impl(r), r["precision"], "foreach", r["saved_matrices"],
-                                               r.get("capability"), output_held=False)
+        pred = accounting.predicted_peak_bytes(**_profiled_inputs(r), output_held=False)
         ok = r["status"] == "ok"
         requested = r["snap_peak"] if ok and is_measured(r["snap_peak"]) else None
         allocated = r["peak_alloc"] if ok and is_measured(r["peak_alloc"]) else None
@@ -76,24 +112,26 @@ def accounting_table(items: list[dict]) -> Table | None:
     )
 
 
-def _config_label(c: dict) -> str:
-    parts = ["torch.compile" if c.get("compile") else "eager"]
-    if c.get("fused_adamw"):
+def _config_label(inputs: dict, c: dict) -> str:
+    parts = ["torch.compile" if inputs["compiled"] else "eager"]
+    if c.get("compile_mode") and c["compile_mode"] != "default":
+        parts.append(f"mode {c['compile_mode']}")
+    if inputs["master_weights"]:
+        parts.append("bf16 working weights from fp32 masters")
+    if inputs["optimizer"] == "fused":
         parts.append("fused AdamW")
     return ", ".join(parts)
 
 
 def _record_row(r: dict) -> dict | None:
     c, d = r["config"], r["data"] or {}
-    if c.get("mode") != "train_step" or not c.get("model") or not c.get("batch_size"):
+    inputs = prediction_inputs(r)
+    if inputs is None or inputs["mode"] != "train_step":
         return None
     peak = (d.get("peak_memory") or {}).get("allocated_bytes")
     return {"experiment": r["experiment"], "size": c.get("size", "?"), "implementation": c.get("implementation", "naive"),
-            "precision": c.get("precision", "fp32"), "context": int(c["context"]), "batch": int(c["batch_size"]),
-            "model": c["model"], "compiled": bool(c.get("compile")), "configuration": _config_label(c),
-            "optimizer": "fused" if c.get("fused_adamw") else "foreach", "status": r["status"],
-            "saved_matrices": accounting.saved_matrices_of(d, r.get("provenance")),
-            "capability": (r.get("provenance") or {}).get("gpu_capability"),
+            "precision": inputs["precision"], "context": inputs["context"], "compiled": inputs["compiled"],
+            "configuration": _config_label(inputs, c), "status": r["status"], "inputs": inputs,
             "measured": peak if r["status"] == "ok" and peak else None, "output_held": True, "source": r["_path"]}
 
 
@@ -103,20 +141,15 @@ def train_step_rows(df: pd.DataFrame, records: dict[str, list[dict]]) -> list[di
     for _, r in (df[df["label"] == "train_step"].iterrows() if not df.empty else []):
         if r["model"] is not None and r["batch"] is not None:
             rows.append({"experiment": "memory_profiling", "size": r["size"], "implementation": r["implementation"],
-                         "precision": r["precision"], "context": int(r["context"]), "batch": int(r["batch"]),
-                         "model": r["model"], "compiled": False, "configuration": "eager", "optimizer": "foreach",
-                         "status": r["status"], "saved_matrices": r["saved_matrices"], "capability": r["capability"],
+                         "precision": r["precision"], "context": int(r["context"]), "compiled": False,
+                         "configuration": "eager", "status": r["status"], "inputs": _profiled_inputs(r),
                          "measured": r["peak_alloc"] if r["status"] == "ok" and is_measured(r["peak_alloc"]) else None,
                          "output_held": False, "source": r["source"]})
     for experiment in TRAIN_STEP_EXPERIMENTS[1:]:
         rows += [x for x in (_record_row(r) for r in records.get(experiment, [])) if x]
     for x in rows:
-        spec = ModelSpec(**x["model"])
-        impl = x["implementation"] if x["implementation"] in ("naive", "native") else "naive"
-        x["params"] = accounting.param_count(spec)
-        x["pred"] = accounting.predicted_peak_bytes(spec, x["batch"], x["context"], "train_step", "enabled", impl,
-                                                    x["precision"], x["optimizer"], x["saved_matrices"],
-                                                    x["capability"], x["output_held"])
+        x["params"] = accounting.param_count(x["inputs"]["spec"])
+        x["pred"] = accounting.predicted_peak_bytes(**x["inputs"], output_held=x["output_held"])
         x["ratio"] = x["measured"] / x["pred"]["allocated"] if x["measured"] else None
     order = {e: i for i, e in enumerate(TRAIN_STEP_EXPERIMENTS)}
     return sorted(rows, key=lambda x: (order.get(x["experiment"], 99), x["implementation"], x["precision"],
@@ -142,9 +175,8 @@ def train_step_table(rows: list[dict]) -> Table | None:
         units=["", "", "", "tokens", "", "", unit, unit, "×"], rows=cells, sources=sorted(x["source"] for x in rows),
         note=(f"{PREDICTED}: the formula's tensors at the moment of the step that holds the most (peak at), each "
               f"counted at the block the CUDA caching allocator gives it, which is what {PEAK_ALLOCATED} "
-              "(torch.cuda.max_memory_allocated over the warm-up and measured steps) counts; the formula counts the "
-              "tensors of the eager graph, so it does not describe a torch.compile row whose peak falls in backward "
-              "(see the text)"),
+              "(torch.cuda.max_memory_allocated over the warm-up and measured steps) counts; a torch.compile row "
+              "counts the activations its compiled graph saves, not the eager graph's"),
     )
 
 
@@ -167,16 +199,14 @@ def accounting_analysis(items: list[dict], steps: list[dict]) -> dict:
                         "backward": sum(x["pred"]["moment"] != "optimizer step" for x in eager)}
     compiled = [x for x in steps if x["ratio"] is not None and x["compiled"]]
     if compiled:
-        closes = [x for x in compiled if abs(x["ratio"] - 1) <= TOLERANCE]
-        below = [x for x in compiled if x["ratio"] < 1 - TOLERANCE]
-        out["compiled"] = {"n": len(compiled), "closes": _span([x["ratio"] for x in closes]) if closes else None,
-                           "closes_moments": sorted({x["pred"]["moment"] for x in closes}),
-                           "below": _span([x["ratio"] for x in below]) if below else None,
-                           "below_cells": [f"{x['size']}, context {x['context']}"
-                                           + (f" ({x['experiment']}: {x['implementation']}, {x['precision']}, "
-                                              f"{x['configuration']})" if x["experiment"] != "compiled_model" else "")
-                                           for x in below]}
-        if below:  # against the tensors' bytes, which no allocator block undercuts
-            floor = [x["measured"] / x["pred"]["moments"]["optimizer step"]["total"] for x in below]
-            out["compiled"]["floor"] = _span(floor)
+        out["compiled"] = {**_span([x["ratio"] for x in compiled]),
+                           "experiments": sorted({x["experiment"] for x in compiled}, key=TRAIN_STEP_EXPERIMENTS.index),
+                           "optimizer": sum(x["pred"]["moment"] == "optimizer step" for x in compiled),
+                           "backward": sum(x["pred"]["moment"] != "optimizer step" for x in compiled),
+                           "outside": [_where(x) for x in compiled if abs(x["ratio"] - 1) > TOLERANCE]}
     return out
+
+
+def _where(x: dict) -> str:
+    return (f"{x['experiment']} {x['size']}, context {x['context']} ({x['implementation']}, {x['precision']}, "
+            f"{x['configuration']}): {sig(x['ratio'], 3)}×")

@@ -7,11 +7,11 @@ import math
 import pandas as pd
 
 from ... import accounting
-from ...spec import ModelSpec
 from .. import checks
 from ..labels import PEAK_ALLOCATED, PREDICTED
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell
 from .bench_frame import MODE_COLUMNS
+from .memory_accounting import prediction_inputs
 from .mixed_precision_speed import paired, speed_table, transformer_frame
 
 
@@ -51,15 +51,10 @@ def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = N
 
 def predicted(record: dict) -> dict | None:
     """The formula's peak of one Transformer record (cs336report.accounting), or None without a model."""
-    c = record["config"]
-    if not c.get("model") or not c.get("batch_size") or c.get("mode") not in MODE_COLUMNS:
+    inputs = prediction_inputs(record)
+    if inputs is None or inputs["mode"] not in MODE_COLUMNS:
         return None
-    impl = c.get("implementation") if c.get("implementation") in ("naive", "native") else "naive"
-    return accounting.predicted_peak_bytes(
-        ModelSpec(**c["model"]), int(c["batch_size"]), int(c["context"]), c["mode"], "enabled", impl,
-        c.get("precision", "fp32"), "fused" if c.get("fused_adamw") else "foreach",
-        accounting.saved_matrices_of(record["data"], record.get("provenance")),
-        (record.get("provenance") or {}).get("gpu_capability"))
+    return accounting.predicted_peak_bytes(**inputs)
 
 
 def formula_rows(pairs: pd.DataFrame, records: dict[str, dict]) -> list[dict]:

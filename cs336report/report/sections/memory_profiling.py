@@ -46,6 +46,7 @@ def build(ctx) -> dict:
     out = {"figures": [], "peak_tables": [], "top_tables": [], "category_tables": [], "precision_table": None,
            "residual_table": None, "residual": [], "ramp_table": None, "accounting_table": None, "sizes": [],
            "formulas": {"activations": accounting.ACTIVATION_FORMULA, "peak": accounting.PEAK_FORMULA,
+                        "compiled_activations": accounting.COMPILED_ACTIVATION_FORMULA,
                         "state": "weights 4 B, gradients 4 B, AdamW moments 8 B per parameter (16 B/parameter)"},
            "labels": [{"name": k, "means": MEMORY_LABELS[k]} for k in (PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK)],
            "train_step_table": None, "accounting": {},
