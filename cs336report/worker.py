@@ -70,6 +70,7 @@ MAX_SLOTS = 32
 CONNECT_TRIES = 3
 INTERRUPT_GRACE_S = 30.0  # a cell whose client is gone gets this long to stop before the worker exits
 GO_TIMEOUT_S = 30.0  # between the worker's acceptance and the client's go-ahead
+EXIT_WAIT_S = 60.0  # worker-stop waits this long for a worker to be gone (its exit shuts down compile workers)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Environment variables that change what a torch process does (read at import or at start-up).
@@ -340,8 +341,29 @@ def stop_workers(directory: Path = SOCKET_DIR, timeout: float = 5.0) -> list[str
             if not path.exists():
                 break
             time.sleep(0.02)
+        _wait_gone(reply.get("pid"), EXIT_WAIT_S)  # then shuts down what it started (Inductor's compile workers)
         lines.append(f"{path}: stopped worker pid {reply.get('pid')} after {reply.get('cells')} cell(s)")
     return lines
+
+
+def _wait_gone(pid, timeout: float) -> bool:
+    """Wait until process ``pid`` has exited (True), at most ``timeout`` seconds."""
+    if not isinstance(pid, int):
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True  # exited, not yet reaped by its parent
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.05)
+    return False
 
 
 # --------------------------------------------------------------------------- worker
