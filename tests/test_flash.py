@@ -295,6 +295,24 @@ def test_tensor_descriptors_are_not_chosen_off_the_gpu():
     assert not tk._use_tma(False, q)
 
 
+def test_tuning_script_times_the_defaults_and_every_autotuner_candidate():
+    from cs336report.flash import triton_kernels as tk
+    from cs336report.flash import tune
+
+    specs = tune.variants()
+    timed = {(s["pass"], s.get("backward"), s["tiles"], s["tma"], s.get("tma_reduce")) for s in specs.values()}
+    for t in (tk.default_tiles("fwd", 128), *tk.AUTOTUNE_TILES["fwd"]):
+        assert ("fwd", None, t, True, None) in timed
+    for t in (tk.default_tiles("bwd", 128), *tk.AUTOTUNE_TILES["bwd"]):
+        assert ("bwd", "fused", t, True, True) in timed
+    # each path at least once: pointers, descriptors without reductions, the two-pass backward
+    assert ("fwd", None, tk.default_tiles("fwd", 128), False, None) in timed
+    assert {(s["backward"], s["tma"], s["tma_reduce"]) for s in specs.values() if s["pass"] == "bwd"} >= {
+        ("fused", False, False), ("fused", True, False), ("two_pass", False, False), ("two_pass", True, False)}
+    ratios = tune.bound_ratios([("o", torch.tensor([1.0, -2.0]), torch.tensor([1.03, -2.0]))])
+    assert ratios == {"o": pytest.approx(0.03 / (0.03 + 0.03 * 1.03), abs=1e-4)}
+
+
 # ----------------------------------------------------------------------------- Triton interpreter (CPU)
 
 # name -> (batch, n_q, n_k, d, dtype, is_causal, q_tile, k_tile)
@@ -547,6 +565,17 @@ def test_gpu_every_backward_and_tile_path_matches_the_reference(dtype):
             compare((o, lse, dq, dk, dv), want, tol)
     finally:
         tk.set_triton_backward(before)
+
+
+@pytest.mark.gpu
+def test_gpu_tuning_script_checks_the_defaults(tmp_path):
+    from cs336report.flash import tune
+
+    tune.main(["--out", str(tmp_path), "--phases", "check,sweep", "--shape", "2,1024,64"])
+    phases = json.loads((tmp_path / "tune.json").read_text())["phases"]
+    assert max(phases["check"]["worst_ratio"].values()) <= 1, phases["check"]
+    assert phases["check"]["config"]["bwd"]["autotuned"] is False
+    assert all(row["passed"] for row in phases["sweep"].values()), phases["sweep"]
 
 
 @pytest.mark.gpu
