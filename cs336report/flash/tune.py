@@ -86,14 +86,22 @@ def variant_call(spec, q, k, v, do, o=None, lse=None, causal=True):
     return backward
 
 
+SWEEP_DS = (16, 32, 64, 128)
+SWEEP_SHAPE = (2, 1000)  # a ragged length: every kernel's bounds checks run
+
+
 def _warm(item):
-    """Pool worker: run one variant once at the shape it is timed at, compiling it into the shared cache."""
-    (name, spec), shape = item
+    """Pool worker: run one variant (None: the defaults' forward and backward) once at the shape and
+    dtype it is timed or checked at, compiling it into the shared cache."""
+    name, spec, shape, dtype = item
     start = time.perf_counter()
     try:
-        q, k, v, do = inputs(shape)
+        q, k, v, do = inputs(shape, getattr(torch, dtype))
         o, lse = tk.flash_forward_triton(q, k, v, True)
-        variant_call(spec, q, k, v, do, o, lse)()
+        if spec is None:
+            tk.flash_backward_triton(q, k, v, o, do, lse, True)
+        else:
+            variant_call(spec, q, k, v, do, o, lse)()
         torch.cuda.synchronize()
         return name, "ok", round(time.perf_counter() - start, 1)
     except Exception as exc:
@@ -118,7 +126,9 @@ class Tuner:
             json.dump(self.results, fh, indent=1, default=str)
 
     def warm(self):
-        items = [(item, self.shape) for item in variants().items()]
+        items = [(name, spec, self.shape, "bfloat16") for name, spec in variants().items()]
+        items += [(f"sweep {dtype} d{d}", None, (*SWEEP_SHAPE, d), dtype) for dtype in ("bfloat16", "float32")
+                  for d in SWEEP_DS]
         with ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn")) as pool:
             done = list(pool.map(_warm, items))
         return {"variants": len(done), "failed": [d for d in done if d[1] != "ok"]}
@@ -222,8 +232,8 @@ class Tuner:
         rows = {}
         for dtype in (torch.bfloat16, torch.float32):
             tol = 3e-2 if dtype == torch.bfloat16 else 1e-2
-            for d in (16, 32, 64, 128):
-                q, k, v, do = inputs((2, 1000, d), dtype, seed=d)
+            for d in SWEEP_DS:
+                q, k, v, do = inputs((*SWEEP_SHAPE, d), dtype, seed=d)
                 o, lse = tk.flash_forward_triton(q, k, v, True)
                 dq, dk, dv = tk.flash_backward_triton(q, k, v, o, do, lse, True)
                 leaves = [t.float().requires_grad_(True) for t in (q, k, v)]
