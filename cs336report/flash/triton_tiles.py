@@ -32,10 +32,14 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # (tensor cores) with a float32 accumulator.
 _WIDEN_DOT_OPERANDS = tl.constexpr(INTERPRET)
 
+# Launches with ``tma=None`` take tensor descriptors wherever :func:`tma_usable` allows; False keeps
+# them all on pointers.
+TMA_BY_DEFAULT = True
+
 
 def tma_usable(*tensors: torch.Tensor) -> bool:
-    """Whether the kernels may reach these (batch, rows, D) tensors through tensor descriptors."""
-    if INTERPRET or not hasattr(tl, "make_tensor_descriptor"):
+    """Whether the kernels reach these (batch, rows, D) tensors through tensor descriptors by default."""
+    if not TMA_BY_DEFAULT or INTERPRET or not hasattr(tl, "make_tensor_descriptor"):
         return False
     if not all(t.is_cuda for t in tensors) or torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
         return False
