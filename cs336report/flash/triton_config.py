@@ -18,7 +18,7 @@ import torch
 # its largest row; docs/flash.md gives the measurements and the compiler's resource reports.
 DEFAULT_TILES = {
     "fwd": ((128, (128, 64, 8, 3)), (None, (64, 64, 4, 2))),
-    "bwd": ((128, (64, 128, 8, 2)), (256, (64, 64, 8, 2)), (None, (32, 64, 8, 2))),
+    "bwd": ((128, (64, 64, 4, 3)), (256, (64, 64, 8, 2)), (None, (32, 64, 8, 2))),
     "bwd_dkdv": ((128, (64, 64, 4, 3)), (None, (64, 64, 4, 2))),
     "bwd_dq": ((128, (64, 64, 4, 4)), (None, (64, 64, 4, 2))),
 }
