@@ -254,6 +254,65 @@ def test_triton_on_cpu_without_interpreter_raises():
         flash_attention(q, q, q, impl="triton")
 
 
+def test_default_tiles_follow_the_row_size_and_caller_tiles_override_them():
+    from cs336report.flash import triton_kernels as tk
+
+    for kernel, tiers in tk.DEFAULT_TILES.items():
+        bounds = [bound for bound, _ in tiers]
+        assert bounds[-1] is None and bounds[:-1] == sorted(bounds[:-1]), kernel  # ordered, then a catch-all
+        for (bound, cfg), (_, after) in zip(tiers, tiers[1:]):
+            assert tk.default_tiles(kernel, bound) == cfg and tk.default_tiles(kernel, bound + 1) == after
+    q = torch.empty(1, 8, 64, dtype=torch.bfloat16)
+    assert tk._tile_args("bwd", q, None, None, None, None) == tk.default_tiles("bwd", 128)
+    assert tk._tile_args("bwd", q.float(), None, None, None, None) == tk.default_tiles("bwd", 256)
+    bk = tk.default_tiles("bwd", 128)[1]
+    assert tk._tile_args("bwd", q, 32, None, None, None) == (32, bk, tk.DEFAULT_NUM_WARPS, tk.DEFAULT_NUM_STAGES)
+    assert tk._tile_args("fwd", q, 16, 32, 8, 3) == (16, 32, 8, 3)
+    with pytest.raises(ValueError):
+        tk._tile_args("fwd", q, 24, None, None, None)
+
+
+def test_backward_kind_is_fused_unless_set():
+    from cs336report.flash import triton_kernels as tk
+
+    assert tk.triton_backward() == "fused"
+    with pytest.raises(ValueError):
+        tk.set_triton_backward("three_pass")
+    tk.set_triton_backward("two_pass")
+    try:
+        assert tk.triton_backward() == "two_pass"
+    finally:
+        tk.set_triton_backward("fused")
+
+
+def test_tensor_descriptors_are_not_chosen_off_the_gpu():
+    from cs336report.flash import triton_kernels as tk
+
+    if not tk.HAS_TRITON:
+        pytest.skip("no Triton")
+    q = torch.randn(1, 32, 16)
+    assert not tk._use_tma(None, q, q, q)
+    assert not tk._use_tma(False, q)
+
+
+def test_tuning_script_times_the_defaults_and_every_autotuner_candidate():
+    from cs336report.flash import triton_kernels as tk
+    from cs336report.flash import tune
+
+    specs = tune.variants()
+    timed = {(s["pass"], s.get("backward"), s["tiles"], s["tma"], s.get("tma_reduce")) for s in specs.values()}
+    for t in (tk.default_tiles("fwd", 128), *tk.AUTOTUNE_TILES["fwd"]):
+        assert ("fwd", None, t, True, None) in timed
+    for t in (tk.default_tiles("bwd", 128), *tk.AUTOTUNE_TILES["bwd"]):
+        assert ("bwd", "fused", t, True, True) in timed
+    # each path at least once: pointers, descriptors without reductions, the two-pass backward
+    assert ("fwd", None, tk.default_tiles("fwd", 128), False, None) in timed
+    assert {(s["backward"], s["tma"], s["tma_reduce"]) for s in specs.values() if s["pass"] == "bwd"} >= {
+        ("fused", False, False), ("fused", True, False), ("two_pass", False, False), ("two_pass", True, False)}
+    ratios = tune.bound_ratios([("o", torch.tensor([1.0, -2.0]), torch.tensor([1.03, -2.0]))])
+    assert ratios == {"o": pytest.approx(0.03 / (0.03 + 0.03 * 1.03), abs=1e-4)}
+
+
 # ----------------------------------------------------------------------------- Triton interpreter (CPU)
 
 # name -> (batch, n_q, n_k, d, dtype, is_causal, q_tile, k_tile)
@@ -278,27 +337,91 @@ TRITON_CASES = {
 def _triton_skip_reason():
     if importlib.util.find_spec("triton") is None:
         return "triton is not installed"
-    major, minor = importlib.metadata.version("triton").split(".")[:2]
-    if (int(major), int(minor)) >= (3, 9):
-        return "these kernels use tl.make_block_ptr, removed in Triton 3.9"
     return None
 
 
+# The other paths of the kernels, each on a few TRITON_CASES: name -> (case, backward, tma). The
+# cases above run the defaults under the interpreter: the fused backward, tiles through pointers.
+# "tma" moves the tiles through tensor descriptors (loads and stores; the interpreter has no
+# descriptor reductions, so dQ's atomic adds stay on pointers), where the interpreter has them.
+TRITON_PATH_CASES = {
+    "two-pass/fp32-n100-d16-causal": ("fp32-n100-d16-causal", "two_pass", False),
+    "two-pass/fp32-cross-nq72-nk40-d16-causal": ("fp32-cross-nq72-nk40-d16-causal", "two_pass", False),
+    "two-pass/bf16-n64-d16-causal": ("bf16-n64-d16-causal", "two_pass", False),
+    "tma/fp32-n100-d16-causal": ("fp32-n100-d16-causal", "fused", True),
+    "tma/fp32-cross-nq40-nk72-d16": ("fp32-cross-nq40-nk72-d16", "fused", True),
+    "tma/fp32-n50-d32-causal-bq16-bk32": ("fp32-n50-d32-causal-bq16-bk32", "fused", True),
+}
+
+
+def _raw_passes(backward: str, tma: bool, bq: int, bk: int):
+    """``fn(q, k, v, causal)`` through the raw forward and backward launchers, the backward's kind and tiles' path set."""
+    from cs336report.flash import triton_kernels as tk
+
+    class Passes(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal):
+            o, lse = tk.flash_forward_triton(q, k, v, causal, bq, bk, tma=tma)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal = causal
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            before = tk.triton_backward()
+            tk.set_triton_backward(backward)
+            try:
+                grads = tk.flash_backward_triton(*ctx.saved_tensors[:4], do, ctx.saved_tensors[4], ctx.causal, bq, bk,
+                                                 tma=tma, tma_reduce=False)
+            finally:
+                tk.set_triton_backward(before)
+            assert set(tk.last_triton_config()) == {"fwd", *(("bwd",) if backward == "fused" else ("bwd_dkdv", "bwd_dq"))}
+            assert all(c["tma"] is tma for c in tk.last_triton_config().values())
+            return (*grads, None)
+
+    return Passes.apply
+
+
+def _interpreter_has_descriptors() -> bool:
+    import triton.language as tl
+
+    return hasattr(tl, "make_tensor_descriptor")
+
+
+def _check_case(name, fn) -> dict:
+    """Run ``fn(q, k, v, causal)`` on TRITON_CASES[name] against the reference; {"ok", "error"}."""
+    b, n_q, n_k, d, dtype, causal, bq, bk = TRITON_CASES[name]
+    try:
+        q, k, v, do = make_inputs(b, n_q, d, dtype=DTYPES[dtype], seed=len(name), n_k=n_k)
+        got = run_attention(fn, q, k, v, do, causal)
+        compare(got, reference_results(q, k, v, do, causal), BF16_TOL if dtype == "bfloat16" else FP32_TOL)
+        return {"ok": True, "error": ""}
+    except Exception as exc:  # reported back to the parent test
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def run_triton_cases_here() -> dict:
-    """Run every TRITON_CASES entry in this process; returns {name: {"ok", "error", "seconds"}}."""
+    """Run every TRITON_CASES, TRITON_PATH_CASES and OP_CASES entry in this process; returns
+    {name: {"ok", "error", "seconds"}}."""
     from cs336report.flash import flash_attention as fa
+
+    from cs336report.flash import last_triton_config
 
     report = {}
     for name, (b, n_q, n_k, d, dtype, causal, bq, bk) in TRITON_CASES.items():
         start = time.perf_counter()
-        try:
-            q, k, v, do = make_inputs(b, n_q, d, dtype=DTYPES[dtype], seed=len(name), n_k=n_k)
-            fn = lambda a, bb, c, cz: fa(a, bb, c, cz, impl="triton", q_tile_size=bq, k_tile_size=bk)  # noqa: E731
-            got = run_attention(fn, q, k, v, do, causal)
-            compare(got, reference_results(q, k, v, do, causal), BF16_TOL if dtype == "bfloat16" else FP32_TOL)
-            report[name] = {"ok": True, "error": ""}
-        except Exception as exc:  # reported back to the parent test
-            report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        fn = lambda a, bb, c, cz, bq=bq, bk=bk: fa(a, bb, c, cz, impl="triton", q_tile_size=bq, k_tile_size=bk)  # noqa: E731
+        report[name] = _check_case(name, fn)
+        if report[name]["ok"] and set(last_triton_config()) != {"fwd", "bwd"}:  # the fused backward is the default
+            report[name] = {"ok": False, "error": f"kernels run: {sorted(last_triton_config())}"}
+        report[name]["seconds"] = round(time.perf_counter() - start, 3)
+    for name, (case, backward, tma) in TRITON_PATH_CASES.items():
+        start = time.perf_counter()
+        if tma and not _interpreter_has_descriptors():
+            report[name] = {"ok": None, "error": "this Triton has no tensor descriptors"}
+            continue
+        _, _, _, _, _, _, bq, bk = TRITON_CASES[case]
+        report[name] = _check_case(case, _raw_passes(backward, tma, bq, bk))
         report[name]["seconds"] = round(time.perf_counter() - start, 3)
     for name, check in OP_CASES.items():
         start = time.perf_counter()
@@ -358,9 +481,11 @@ def triton_interpreter_report():
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", list(TRITON_CASES) + ["opcheck-fwd-bwd", "compiled-aot-eager"])
+@pytest.mark.parametrize("case", list(TRITON_CASES) + list(TRITON_PATH_CASES) + ["opcheck-fwd-bwd", "compiled-aot-eager"])
 def test_triton_interpreter(case, triton_interpreter_report):
     result = triton_interpreter_report[case]
+    if result["ok"] is None:
+        pytest.skip(result["error"])
     assert result["ok"], result["error"]
 
 
@@ -409,12 +534,48 @@ def test_gpu_triton_autotune_reports_config():
     got = run_attention(triton_impl(autotune=True), q, k, v, do, True)
     compare(got, reference_results(q, k, v, do, True), BF16_TOL)
     cfg = last_triton_config()
-    assert set(cfg) == {"fwd", "bwd_dkdv", "bwd_dq"}
+    assert set(cfg) == {"fwd", "bwd"}
     assert all(c["autotuned"] and c["Q_TILE_SIZE"] >= 16 for c in cfg.values())
     for name, c in cfg.items():  # a shape not tuned before in this process: the table comes with it
         timed = [r for r in c.get("candidates", []) if r["ms"] is not None]
         assert timed, name
         assert (timed[0]["Q_TILE_SIZE"], timed[0]["K_TILE_SIZE"]) == (c["Q_TILE_SIZE"], c["K_TILE_SIZE"]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_every_backward_and_tile_path_matches_the_reference(dtype):
+    """Fused (atomic adds through pointers or descriptor reductions) and two-pass backward, tiles through
+    pointers or tensor descriptors, on a ragged causal shape."""
+    from cs336report.flash import triton_kernels as tk
+
+    q, k, v, do = make_inputs(2, 1000, 64, dtype=DTYPES[dtype], device="cuda", seed=13)
+    want = reference_results(q, k, v, do, True)
+    tol = BF16_TOL if dtype == "bfloat16" else FP32_TOL
+    paths = [("fused", False, False), ("two_pass", False, False)]
+    if tk.tma_usable(q, k, v, do):
+        paths += [("fused", True, False), ("fused", True, True), ("two_pass", True, False)]
+    before = tk.triton_backward()
+    try:
+        for backward, tma, reduce in paths:
+            tk.set_triton_backward(backward)
+            o, lse = tk.flash_forward_triton(q, k, v, True, tma=tma)
+            dq, dk, dv = tk.flash_backward_triton(q, k, v, o, do, lse, True, tma=tma, tma_reduce=reduce)
+            assert all(c["tma"] is tma for c in tk.last_triton_config().values())
+            compare((o, lse, dq, dk, dv), want, tol)
+    finally:
+        tk.set_triton_backward(before)
+
+
+@pytest.mark.gpu
+def test_gpu_tuning_script_checks_the_defaults(tmp_path):
+    from cs336report.flash import tune
+
+    tune.main(["--out", str(tmp_path), "--phases", "check,sweep", "--shape", "2,1024,64"])
+    phases = json.loads((tmp_path / "tune.json").read_text())["phases"]
+    assert max(phases["check"]["worst_ratio"].values()) <= 1, phases["check"]
+    assert phases["check"]["config"]["bwd"]["autotuned"] is False
+    assert all(row["passed"] for row in phases["sweep"].values()), phases["sweep"]
 
 
 @pytest.mark.gpu

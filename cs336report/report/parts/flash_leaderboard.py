@@ -81,7 +81,8 @@ def leaderboard(records: list[dict]) -> dict | None:
     return out
 
 
-KERNEL_LABELS = {"fwd": "forward", "bwd_dkdv": "backward dK/dV", "bwd_dq": "backward dQ"}
+# The Triton row's kernels as last_triton_config names them: the fused backward, or the two passes.
+KERNEL_LABELS = {"fwd": "forward", "bwd": "backward (fused)", "bwd_dkdv": "backward dK/dV", "bwd_dq": "backward dQ"}
 KERNEL_NAME_CHARS = 72  # kernel names are cut to this length in the table
 KERNEL_MIN_SHARE = 0.01  # an implementation's own kernels below this share of its time are summed in one row
 

@@ -7,6 +7,7 @@ import pandas as pd
 from ...experiments.flash_names import IMPLEMENTATIONS
 from ..tables import Cell, Table, sig, status_cell
 from .flash_frames import PASS_LABELS, present_implementations
+from .flash_leaderboard import KERNEL_LABELS
 
 
 def latency_table(df: pd.DataFrame, dtype: str, pass_name: str) -> Table:
@@ -52,7 +53,8 @@ def memory_table(mem: pd.DataFrame, dtype: str, d: int) -> Table:
 
 
 def tiles_table(tiles: pd.DataFrame) -> Table:
-    kernels = {"fwd": "forward", "bwd_dkdv": "backward dK/dV", "bwd_dq": "backward dQ"}
+    present = set(tiles["kernel"])
+    kernels = {k: label for k, label in KERNEL_LABELS.items() if k in present}
     dtypes = sorted(set(tiles["dtype"]))
     columns, keys = ["d_head", "seq"], []
     for dtype in dtypes:

@@ -30,9 +30,11 @@ DESCRIPTIONS = {
                       "in tests/adapters.py",
     "student_pytorch": "your PyTorch FlashAttention-2, from get_flashattention_autograd_function_pytorch "
                        "in tests/adapters.py",
-    "triton": "FlashAttention-2 forward kernel and two-pass backward kernels (dK/dV, then dQ) in Triton, "
-              "tile sizes, warps and stages chosen per shape by triton.autotune",
-    "triton_fixed": "the same Triton kernels with fixed 64 × 64 tiles, 4 warps, 2 stages",
+    "triton": "FlashAttention-2 forward kernel and fused backward kernel (one sweep per key tile, dQ by float32 "
+              "atomic adds) in Triton, tiles moved by TMA on Hopper, tile sizes, warps and stages chosen per shape "
+              "by triton.autotune",
+    "triton_fixed": "the same Triton kernels with their default tile sizes, warps and stages for the head size "
+                    "and dtype, not autotuned",
     "flash_pytorch": "the tiled FlashAttention-2 forward in PyTorch, with the recomputing backward through torch.compile",
     "flash_pytorch_eager": "the tiled FlashAttention-2 forward in PyTorch, with the recomputing backward run eagerly",
     "naive": "the hand-written attention of the built-in model (einsum scores, causal mask built in the call, "
