@@ -23,7 +23,8 @@ and memory operations (``[CUDA memcpy Device-to-Device]``, ``[CUDA memset]``).
     stand-alone softmax / log-softmax kernels, eager or Triton.
 ``"optimizer"``
     optimizer updates: fused Adam/AdamW/SGD kernels and the
-    ``multi_tensor_apply`` (``torch._foreach_*``) kernels they are built on.
+    ``multi_tensor_apply`` (``torch._foreach_*``) kernels they are built on, and the Triton
+    kernels of an AdamW step compiled by ``torch.compile`` (their names hold ``lerp``).
 ``"copy/memset"``
     memcpy/memset activity, ``direct_copy_kernel`` casts and copies,
     concatenation, fills and gathers.
@@ -102,7 +103,9 @@ def _classify_triton(kind: str, ops: str) -> str | None:
         return "gemm"
     if "softmax" in lowered:
         return "softmax"
-    if re.search(r"adam|sgd|foreach", lowered):
+    # a compiled AdamW step (cs336report.master_weights) fuses each tensor's update into one kernel,
+    # named by its operators: the first moment's lerp marks it
+    if re.search(r"adam|sgd|foreach|lerp", lowered):
         return "optimizer"
     if kind in ("red", "per"):
         return "reduction"

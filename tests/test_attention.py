@@ -81,6 +81,8 @@ def test_compiled_model_cells_reuse_the_benchmarking_cells():
     (name, cell), = optimized.items()
     assert (cell["implementation"], cell["precision"], cell["mode"]) == ("native", "bf16", "train_step")
     assert cell["fused_adamw"] is True and cell["compile"] is False and name.endswith("-fused")
+    # bf16 working copies of fp32 master weights by default
+    assert cell["master_weights"] is True
     # GPU time per kernel is a CUDA measurement: its steps are a setting of CUDA cells only
     assert "kernel_steps" not in cell
     (gpu_cell,) = experiments.cells("optimized_step", config("cuda")).values()
@@ -265,7 +267,8 @@ def test_optimized_step_shows_where_the_time_goes(tmp_path):
     roofline = json.loads((tmp_path / "roofline" / "probe.json").read_text())["data"]["matmul"]["bf16"]["tflops"]
     fraction = data["tflops"] / roofline
     row = next(line for line in section.splitlines() if line.startswith("| micro | 8 | 4 |"))
-    assert "native, bf16 autocast, not compiled, fused AdamW" in row
+    assert "native, bf16 autocast, not compiled, bf16 working weights written by AdamW from fp32 masters" in row
+    assert data["model"]["master_weights"]["working_copies"] == 7 + 1  # one block's matrices and the LM head
     assert f"| {attention_section.sig(100 * fraction)} |" in row
     shares = [float(line.split("|")[3]) for line in section.splitlines()
               if line.startswith(("| forward |", "| backward |", "| optimizer step |", "| rest of the step"))]
@@ -334,8 +337,12 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
     assert len(data["whole_steps_s"]) == cell["whole_steps"] and min(data["whole_steps_s"]) > 0
     assert data["kernel_steps"] == cell["kernel_steps"] == 3
     classes = {classify(name) for name in data["kernels"]}
-    assert {"gemm", "optimizer"} <= classes
+    assert {"gemm", "optimizer"} <= classes  # the master-weight update compiled by Inductor reads as the optimizer
+    assert data["model"]["master_weights"]["compiled"] is True
     assert 0 < sum(k["ms"] for k in data["kernels"].values()) / 1e3 <= data["stats_s"]["max"]
+    idle = data["idle"]  # where no kernel ran, in steps profiled one by one: the parts add up to the step
+    parts = idle["busy_ms"] + idle["short_gaps_ms"] + idle["long_gaps_ms"] + idle["outside_ms"]
+    assert idle["steps"] == 3 and parts == pytest.approx(idle["wall_ms"], abs=0.1)
 
 
 def test_first_steps_served_from_inductors_cache_are_marked_and_left_out_of_the_compile_range():

@@ -29,7 +29,8 @@ from .. import accounting
 from ..measure import PhaseTimer, count_casts, host_time, peak_memory, reset_peak_memory, summarize, time_steps
 from ..annotate import region
 from ..compiling import compile_fn, first_call
-from ..kernel_times import kernel_times
+from ..kernel_times import idle_time, kernel_times
+from ..master_weights import MasterWeightAdamW
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 
@@ -136,11 +137,14 @@ def set_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+LR = 1e-3  # the train step's AdamW learning rate (its other settings are torch.optim.AdamW's defaults)
+
+
 def autocast_context(device: str, precision: str):
     if precision == "fp32":
         return nullcontext()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    return torch.autocast(device_type=device.split(":")[0], dtype=dtype)
+    return torch.autocast(device_type=device.split(":")[0], dtype=AUTOCAST_DTYPES[precision])
 
 
 @contextmanager
@@ -170,16 +174,23 @@ def _build(cell: dict) -> dict:
     model, model_info = build_model(cell)
     tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
     targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
+    master = None
+    if cell.get("master_weights") and cell["precision"] != "fp32":  # bf16 working copies of fp32 masters
+        master = MasterWeightAdamW(model, tokens[:1], AUTOCAST_DTYPES[cell["precision"]], lr=LR,
+                                   compile=bool(cell.get("compile")))
+        model_info = {**model_info, "master_weights": master.describe()}
     forward = compile_fn(model) if cell.get("compile") else model
     return {"key": model_key(cell), "model": model, "model_info": model_info, "spec": spec, "tokens": tokens,
-            "targets": targets, "forward": forward, "first_calls": []}
+            "targets": targets, "forward": forward, "master": master, "first_calls": []}
 
 
 def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None):
     """The model of ``cell`` on its device and one step of its mode.
 
     Returns (model, model_info, spec, step); ``step()`` runs forward (and backward, and the
-    AdamW step, as the mode asks) and returns the synchronized time of each phase. ``shared`` is
+    AdamW step, as the mode asks) and returns the synchronized time of each phase. A cell with
+    ``master_weights`` (and autocast) runs the model on bf16 working copies of its fp32 master
+    weights, and its AdamW step writes them (:mod:`cs336report.master_weights`). ``shared`` is
     the state of a job whose cells differ only in mode: the model (and its compiled forward)
     built for an earlier cell of the job is reused, so its graphs are compiled once per job.
     """
@@ -194,7 +205,9 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     else:
         set_tf32(cell["tf32"])
     model, forward, tokens, targets = built["model"], built["forward"], built["tokens"], built["targets"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=cell.get("fused_adamw") or None) if mode == "train_step" else None
+    optimizer = None
+    if mode == "train_step":
+        optimizer = built["master"] or torch.optim.AdamW(model.parameters(), lr=LR, fused=cell.get("fused_adamw") or None)
 
     def step(phases: bool = True) -> dict:
         """One step; ``phases``: time each phase between two synchronizations (else none inside the step)."""
@@ -245,8 +258,10 @@ def run(cell: dict, shared: dict | None = None) -> dict:
     if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
         whole = time_steps(lambda: step(phases=False), 0, cell["whole_steps"], device)["measured_s"]
         extra.update(whole_steps_s=whole, whole_step_stats_s=summarize(whole))
-    if cell.get("kernel_steps"):  # GPU time of every kernel per step, in steps of their own after the timed ones
-        extra.update(kernel_steps=cell["kernel_steps"], kernels=kernel_times(step, cell["kernel_steps"]))
+    if cell.get("kernel_steps"):  # GPU time of every kernel per step, in steps of their own after the timed ones,
+        whole_step = lambda: step(phases=False)  # noqa: E731 (and where no kernel ran, in as many again)
+        extra.update(kernel_steps=cell["kernel_steps"], kernels=kernel_times(whole_step, cell["kernel_steps"]),
+                     idle=idle_time(whole_step, cell["kernel_steps"]))
     return {
         "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),

@@ -15,12 +15,16 @@ Three experiments:
   train step's first call then compiles only what the forward cell did not (the backward).
 * ``optimized_step`` -- one row per size x context with every speed-up switched on: the
   ``native`` implementation (F.linear, F.scaled_dot_product_attention), bf16 autocast,
-  ``torch.compile`` and fused AdamW. Its FLOP rate is compared in the report with the bf16
+  ``torch.compile`` and AdamW in one fused pass per tensor; with ``master_weights`` (the default)
+  the weights autocast would convert are bf16 working copies that the optimizer step writes from
+  fp32 master weights (:mod:`cs336report.master_weights`), so no step converts a weight, and the
+  update is compiled with the model. Its FLOP rate is compared in the report with the bf16
   matmul peak the roofline probe measured. ``whole_steps`` more steps are then timed with one
   synchronization each, at the step's end, for the step without its phase timing. On CUDA,
   ``kernel_steps`` more steps then run under torch.profiler, and the record keeps the GPU time
   of every kernel per step, which the report sums by kernel class to show where the step's
-  time goes below the phases.
+  time goes below the phases, and as many again, each profiled on its own, split the time no
+  kernel ran (:func:`cs336report.kernel_times.idle_time`).
 
     python -m cs336report cells optimized_step
 """
@@ -108,6 +112,8 @@ def optimized_cells(cfg) -> dict[str, dict]:
         for context in grid["contexts"]:
             cell = transformer_cell(cfg, size, context, grid["mode"], grid["precision"], grid["implementation"],
                                     compile=grid["compile"], fused_adamw=grid["fused_adamw"])
+            if grid["master_weights"] and grid["precision"] != "fp32":
+                cell["master_weights"] = True
             if grid.get("batch_size"):
                 cell["batch_size"] = grid["batch_size"]
             if grid["whole_steps"]:

@@ -28,6 +28,7 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
         earlier = compile_info.get("earlier_first_calls") or []  # a job's earlier cells' first calls
         rows.append({
             "key": _key(c), "compiled": bool(c.get("compile")), "fused": bool(c.get("fused_adamw")),
+            "master_weights": (d.get("model") or {}).get("master_weights"),  # its description, where the step had them
             "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
             "context": c["context"], "mode": c["mode"], "batch": c["batch_size"], "status": r["status"],
             "error": r.get("error"), "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
@@ -40,7 +41,7 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
             "graph_breaks": compile_info.get("graph_breaks"), "graphs": compile_info.get("graphs"),
             **{f"{p}_mean_s": phases.get(p, {}).get("mean", math.nan) for p, _, _ in PHASES},
             "params": d.get("params"), "d_model": c["model"]["d_model"] * c["model"]["num_layers"],
-            "spec": c["model"], "kernels": d.get("kernels"), "kernel_steps": d.get("kernel_steps"),
+            "spec": c["model"], "kernels": d.get("kernels"), "kernel_steps": d.get("kernel_steps"), "idle": d.get("idle"),
             "whole_mean_s": (d.get("whole_step_stats_s") or {}).get("mean", math.nan),
             "whole_steps": len(d.get("whole_steps_s") or []),
             "source": r["_path"], "gpu": (r.get("provenance") or {}).get("gpu"),

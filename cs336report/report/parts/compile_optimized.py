@@ -13,6 +13,13 @@ from ..tables import Cell, Table, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds,
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from .compile_model import MODE_LABELS, PHASES, model_frame, same_card
 
+# The optimizer step of cs336report.master_weights, byte by byte (the accounting of ADAMW_TRAFFIC_FORMULA).
+MASTER_TRAFFIC_FORMULA = ("Memory traffic of the AdamW step with master weights = 28 bytes × parameters, as without them: "
+                          "for a weight with a bf16 working copy it reads the fp32 master, the bf16 gradient and both fp32 "
+                          "moments (14 bytes) and writes the master, both moments and the working copy (14 bytes); for a "
+                          "weight kept in fp32 it reads weight, gradient and moments (16 bytes) and writes weight and moments "
+                          "(12 bytes)")
+
 
 def _probe(roofline: list[dict], gpu: str | None) -> dict:
     """The data of the first ok roofline probe on card ``gpu`` (any card when not given), or {}."""
@@ -53,6 +60,17 @@ def optimizer_floor(r, peak: float, bandwidth: float) -> dict | None:
             "fb_needed_pct": fmt_pct(rate(budget)) if budget > 0 else None}
 
 
+def _switches(r) -> str:
+    """The row's configuration in words: implementation, precision, compilation, optimizer."""
+    parts = [r["implementation"], f"{r['precision']} autocast" if r["precision"] != "fp32" else "fp32"]
+    parts.append("torch.compile" if r["compiled"] else "not compiled")
+    if isinstance(r["master_weights"], dict):
+        parts.append(f"{r['precision']} working weights written by AdamW from fp32 masters")
+    elif r["mode"] == "train_step":
+        parts.append("fused AdamW" if r["fused"] else "default AdamW")
+    return ", ".join(parts)
+
+
 def _vanilla(row, eager: pd.DataFrame, run_impl: str):
     """The uncompiled fp32 run of the same size, context, mode and batch (the benchmarking baseline)."""
     if eager.empty:
@@ -72,13 +90,15 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
     eager = model_frame(benchmark_records)
     rows, phase_tables, items = [], [], []
     for _, r in df.sort_values(["d_model", "context"]).iterrows():
-        switches = ", ".join(s for s, on in ((r["implementation"], True), (f"{r['precision']} autocast" if r["precision"] != "fp32" else "fp32", True),
-                                             ("torch.compile" if r["compiled"] else "not compiled", True),
-                                             ("fused AdamW" if r["fused"] else "default AdamW", r["mode"] == "train_step")) if on)
+        switches = _switches(r)
         base = _vanilla(r, eager, run_impl)
         item = {"size": str(r["size"]), "context": int(r["context"]), "batch": int(r["batch"]), "switches": switches,
                 "status": r["status"], "mode": MODE_LABELS[r["mode"]],
                 "is_target": (str(r["size"]), int(r["context"]), int(r["batch"])) == OPTIMIZED_TARGET_CELL}
+        if isinstance(r["master_weights"], dict):
+            m = r["master_weights"]
+            item["master"] = {"copies": fmt_count(m["working_copies"]), "fp32_only": fmt_count(m["fp32_only"]),
+                              "compiled": bool(m["compiled"])}
         if r["status"] != "ok":
             rows.append([Cell(item["size"]), Cell(str(item["context"])), Cell(str(item["batch"])), Cell(switches)]
                         + [status_cell(r["status"])] * 6)
@@ -123,7 +143,9 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
         sources=sorted(df["source"]),
         note="achieved = FLOPs per step (formula below) / mean step time; vanilla: the benchmarking run of the same "
              "size, context and batch (fp32, uncompiled, default AdamW)")
-    return {"table": table, "phase_tables": phase_tables, "items": items, "uncompiled": int((~df["compiled"]).sum())}
+    master = any("master" in it for it in items)
+    return {"table": table, "phase_tables": phase_tables, "items": items, "uncompiled": int((~df["compiled"]).sum()),
+            "master": master, "adamw_formula": MASTER_TRAFFIC_FORMULA if master else None}
 
 
 def phase_table(r, peak: float) -> tuple[Table, dict]:
@@ -163,6 +185,20 @@ KERNEL_CLASS_LABELS = {"gemm": "matrix products", "attention": "attention", "sof
                        "reduction": "reductions (norms, loss)", "elementwise": "element-wise", "other": "other"}
 
 
+# The idle time of a profiled step (cs336report.kernel_times.idle_time): label, time key, count key.
+IDLE_ROWS = (("… between queued kernels (gaps under {short} µs: launch latency)", "short_gaps_ms", "short_gaps"),
+             ("… waiting for the host mid-step (longer gaps)", "long_gaps_ms", "long_gaps"),
+             ("… before the first kernel and after the last (host start, final synchronization)", "outside_ms", None))
+
+
+def idle_split(idle: dict, step_ms: float) -> dict:
+    """The profiled steps' idle time in words: each part's time and share of the step, and gap counts."""
+    out = {key: {"ms": fmt_seconds(idle[key] / 1e3), "share": fmt_pct(idle[key] / step_ms),
+                 "count": fmt_count(idle[count]) if count else None} for _, key, count in IDLE_ROWS}
+    total = sum(idle[key] for _, key, _ in IDLE_ROWS)
+    return {**out, "total": fmt_seconds(total / 1e3), "steps": int(idle["steps"]), "short_us": f"{idle['short_gap_us']:g}"}
+
+
 def dtype_conversion(name: str) -> bool:
     """A kernel that only converts dtype: a Triton kernel of ``_to_copy`` (and views) alone, or an
     eager bf16/fp32 copy kernel."""
@@ -195,10 +231,16 @@ def kernel_table(r, peak: float) -> tuple[Table, dict]:
     idle_ms = step_ms - busy_ms
     rows.append([Cell("no kernel running (step minus the kernels' time)"), Cell(sig(idle_ms) if idle_ms > 0 else "–"),
                  Cell(sig(100 * idle_ms / step_ms) if idle_ms > 0 else "–"), Cell("–"), Cell("0"), Cell("–"), Cell("–")])
+    split = idle_split(r["idle"], step_ms) if isinstance(r["idle"], dict) else None
+    for label, key, count in IDLE_ROWS if split else ():
+        ms = r["idle"][key]
+        rows.append([Cell(label.format(short=split["short_us"])), Cell(sig(ms)), Cell(sig(100 * ms / step_ms)),
+                     Cell(fmt_count(r["idle"][count]) if count else "–"), Cell("0"), Cell("–"), Cell("–")])
     casts = kernels[kernels["name"].map(dtype_conversion)]
     facts = {"steps": int(r["kernel_steps"]), "classes": rates, "busy": fmt_seconds(busy_ms / 1e3),
              "idle": fmt_seconds(idle_ms / 1e3) if idle_ms > 0 else None, "idle_share": fmt_pct(idle_ms / step_ms),
              "outside_gemm": fmt_seconds((step_ms - by_class.set_index("class")["total_ns"].get("gemm", 0) / 1e6) / 1e3),
+             "idle_split": split,
              "casts": {"ms": fmt_seconds(casts["ms"].sum() / 1e3), "share": fmt_pct(casts["ms"].sum() / step_ms),
                        "launches": fmt_count(casts["calls"].sum()),
                        "weights": accounting.linear_weight_count(spec)} if not casts.empty else None}
@@ -208,5 +250,8 @@ def kernel_table(r, peak: float) -> tuple[Table, dict]:
         units=["", "ms", "%", "per step", "TFLOP", "TFLOP/s", "%"], rows=rows, sources=[r["source"]],
         note=f"each kernel's GPU time per step from torch.profiler over {int(r['kernel_steps'])} further steps after the "
              "timed ones, summed by class; share of the mean measured step; FLOPs: the formula's terms without "
-             "attention for the matrix products, its attention term for attention")
+             "attention for the matrix products, its attention term for attention"
+             + ("; the rows under \"no kernel running\" split the idle time of as many steps again, each profiled "
+                "and synchronized on its own (launches column: the number of gaps; the profiled steps' idle time is "
+                f"{split['total']}, against the row above)" if split else ""))
     return table, facts
