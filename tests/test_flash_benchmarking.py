@@ -616,3 +616,19 @@ def test_the_report_sets_kernel_time_beside_do_bench_time():
     assert t.rows[0][2].text == "0.0900" and t.rows[0][3].text == "0.0100"  # do_bench, kernels only (ms)
     assert t.rows[0][-2].text == "89" and t.rows[1][-2].text == "5"  # overhead share
     assert kernel_overhead.table([record], 128) is None
+
+
+def test_the_triton_row_names_the_backward_its_records_ran():
+    """A record made with the two-pass backward is described as such, one with the fused kernel as
+    fused: the description follows the tiles the record names, not the current code."""
+    import copy
+
+    from cs336report.report.sections.flash_benchmarking import BACKWARDS, triton_backward
+
+    two_pass = {"config": {"implementation": "triton"},
+                "data": {"shapes": [{"tiles": {"fwd": {}, "bwd_dkdv": {}, "bwd_dq": {}}}]}}
+    fused = copy.deepcopy(two_pass)
+    fused["data"]["shapes"][0]["tiles"] = {"fwd": {}, "bwd": {}}
+    assert triton_backward([two_pass]) == BACKWARDS["two_pass"]
+    assert triton_backward([fused]) == BACKWARDS["fused"]
+    assert BACKWARDS["two_pass"] in triton_backward([two_pass, fused])

@@ -30,9 +30,8 @@ DESCRIPTIONS = {
                       "in tests/adapters.py",
     "student_pytorch": "your PyTorch FlashAttention-2, from get_flashattention_autograd_function_pytorch "
                        "in tests/adapters.py",
-    "triton": "FlashAttention-2 forward kernel and fused backward kernel (one sweep per key tile, dQ by float32 "
-              "atomic adds) in Triton, tiles moved by TMA on Hopper, tile sizes, warps and stages chosen per shape "
-              "by triton.autotune",
+    "triton": "FlashAttention-2 forward kernel and {backward} in Triton, tile sizes, warps and stages chosen "
+              "per shape by triton.autotune",
     "triton_fixed": "the same Triton kernels with their default tile sizes, warps and stages for the head size "
                     "and dtype, not autotuned",
     "flash_pytorch": "the tiled FlashAttention-2 forward in PyTorch, with the recomputing backward through torch.compile",
@@ -71,12 +70,37 @@ def skip_reason(ctx) -> str:
     return "the active grid configures no flash_benchmarking cells"
 
 
+# The Triton backward a record ran, by the kernels its tiles name (older records: two-pass).
+BACKWARDS = {
+    "fused": "fused backward kernel (one sweep per key tile, dQ by float32 atomic adds; tiles moved by TMA on "
+             "Hopper)",
+    "two_pass": "two-pass backward kernels (dK/dV, then dQ)",
+}
+
+
+def triton_backward(records: list[dict]) -> str:
+    """The description of the backward the Triton records ran: fused where their tiles name the
+    fused kernel (``bwd``), two-pass where they name its two kernels, both where they differ."""
+    kinds = set()
+    for r in records:
+        if (r.get("config") or {}).get("implementation") not in ("triton", "triton_fixed"):
+            continue
+        for shape in (r.get("data") or {}).get("shapes") or []:
+            tiles = shape.get("tiles") or {}
+            kinds |= {"fused"} if "bwd" in tiles else {"two_pass"} if "bwd_dkdv" in tiles else set()
+    return " or ".join(BACKWARDS[k] for k in sorted(kinds)) or BACKWARDS["fused"]
+
+
+def _description(key: str, records: list[dict]) -> str:
+    return DESCRIPTIONS[key].format(backward=triton_backward(records)) if key == "triton" else DESCRIPTIONS[key]
+
+
 def build(ctx) -> dict:
     records = ctx.records("flash_benchmarking")
     df = frame(records)
     mem = memory_frame(records)
     out: dict = {"settings": _settings(records), "tables": [], "figures": [], "leaderboard": None,
-                 "labels": [{"key": i, "label": IMPLEMENTATIONS[i], "description": DESCRIPTIONS[i]}
+                 "labels": [{"key": i, "label": IMPLEMENTATIONS[i], "description": _description(i, records)}
                             for i in present_implementations(df)] if not df.empty else []}
     out["leaderboard"] = leaderboard(ctx.records("flash_leaderboard"))
     if df.empty:  # e.g. only the leaderboard ran
