@@ -279,7 +279,9 @@ class Config:
     def report_dir(self) -> str:
         if self.data["report_dir"] != "auto":
             return self.data["report_dir"]
-        return "report" if self.device == "cuda" or self.render_published else "report/cpu"
+        # a run renders into a folder of its grid's own: the committed report/ holds the published
+        # report, whose files, being present, would otherwise make Snakemake skip a fresh run
+        return "report" if self.render_published else f"report/{self.grid_name}"
 
     @property
     def render_published(self) -> bool:

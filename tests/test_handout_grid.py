@@ -94,3 +94,28 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
     linked = {Path(h).name for h in re.findall(r"\]\(([^)\s]+\.json\.gz)\)", md)}
     assert linked and linked <= {Path(p).name for p in keep}
     assert not (tmp_path / "answers.md").read_text().count("leaderboard")
+
+
+def test_a_gpu_run_in_a_fresh_clone_is_not_skipped_for_the_published_report(tmp_path):
+    """In a fresh clone every file is as new as the next, and the published report/ is present:
+    a run writing there would be 'up to date' for Snakemake, which does not count missing inputs of
+    a present output. A run renders into report/<grid>/, so its jobs are planned."""
+    import os
+    import subprocess
+    import sys
+
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        dest = tmp_path / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_file():
+            dest.write_bytes((REPO / name).read_bytes())
+    for path in (tmp_path / "report").glob("*.*"):  # the published pages, newer than every input
+        os.utime(path, (path.stat().st_mtime + 3600,) * 2)
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "device=cuda",
+                          "jobs_elsewhere=True", "grid=handout", "--", "report"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout + run.stderr
+    assert "Nothing to be done" not in out and "report/handout/report.md" in out
+    assert "rule benchmarking:" in out and "rule nsys_profile:" in out
