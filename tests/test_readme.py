@@ -53,14 +53,16 @@ def test_the_cpu_install_line_names_pytorchs_cpu_index():
 
 # How each command of the README is run by a test: "ci" (.ci/run runs it, checked above), "dry"
 # (a dry run, -n, in a copy of the repository), "run" (run as it is, in that copy), "built" (run in
-# a copy of a built CPU workflow), "slurm" (the profile, with the local executor: the plugin and a
+# a copy of a built CPU workflow), "gpu-dry" (a dry run as on a GPU machine: device=cuda, with
+# jobs_elsewhere as this one has none), "slurm" (the profile, with the local executor: the plugin and a
 # cluster are not here), "pip" (resolved by pip without installing).
 HOW = {
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": "ci",
     "pip install -e . && snakemake --cores 1 report": "dry",
     "pip install torch==2.13.0": "pip",
     "pip install -e '.[test]' && python -m pytest -q -n auto --dist loadgroup": "ci",
-    "snakemake --cores 4 report": "dry",
+    "snakemake report --cores 64 --resources gpu=4": "gpu-dry",
+    "snakemake report --cores 1 --config grid=handout": "gpu-dry",
     "snakemake --report report/workflow.html": "built",
     "model: {factory: cs336_basics.model:BasicsTransformerLM}": "config",
     "python -m cs336report check-config workflow/config/default.yaml my-settings.yaml": "run",
@@ -108,6 +110,13 @@ def test_readme_commands_dry_run_and_run(repo_copy):
             run = _shell(_dry(command), repo_copy)
             out = run.stdout + run.stderr  # the committed report is up to date with its records: nothing to do
             assert run.returncode == 0 and ("Job stats" in out or "Nothing to be done" in out), (command, out[-2000:])
+        elif how == "gpu-dry":
+            gpu = "device=cuda jobs_elsewhere=True"
+            line = (_dry(command).replace("--config", f"--config {gpu}") if "--config" in command
+                    else _dry(command) + f" --config {gpu}")
+            run = _shell(line, repo_copy)
+            out = run.stdout + run.stderr  # the published report/ does not stand in for the run's
+            assert run.returncode == 0 and "Job stats" in out and "rule benchmarking:" in out, (command, out[-2000:])
         elif how == "run":
             run = _shell(command, repo_copy)
             assert run.returncode == 0 and "ok (device" in run.stdout, (command, run.stderr[-2000:])
