@@ -191,7 +191,7 @@ def test_range_comparison_does_not_depend_on_the_benchmarking_run(parsed, tmp_pa
         assert _rows(d["timing_table"]) == _rows(alone["timing_table"])
         assert d["timing"]["range"] == alone["timing"]["range"]
     assert "slowdown" not in alone["timing"]
-    assert _rows(alone["profiling_table"])[0][2:] == ["–"] * 8
+    assert _rows(alone["profiling_table"]) == []  # no benchmarking record of the cell: nothing to compare
 
 
 def test_cost_of_profiling_compares_the_forward_timers_of_both_processes(parsed, tmp_path):
