@@ -63,13 +63,18 @@ def format_cpus(cpus) -> str:
     return ",".join(parts)
 
 
+def block_size(cores: int, slots: int) -> int:
+    """Cores of one GPU slot when ``cores`` are cut for ``slots`` slots and a rest (slots > 1)."""
+    return max(1, cores // (slots + 1))
+
+
 def plan(cpus: list[int], slots: int) -> tuple[list[list[int]], list[int]]:
     """The cores of each GPU slot and the cores left for the jobs that time nothing. With one slot
     there is one block of every core, shared with nothing (a timed job takes all the threads)."""
     cpus = sorted(cpus)
     if slots <= 1:
         return [cpus], cpus
-    size = max(1, len(cpus) // (slots + 1))
+    size = block_size(len(cpus), slots)
     blocks = [cpus[i * size:(i + 1) * size] or cpus[-1:] for i in range(slots)]
     rest = cpus[slots * size:] or cpus[-1:]
     return blocks, rest
@@ -80,8 +85,7 @@ def timed_threads(cores: int, slots: int, gpus: int = 1) -> int:
     else the cores of the slots it holds."""
     if slots <= 1:
         return cores
-    size = max(1, cores // (slots + 1))
-    return size * max(1, min(gpus, slots))
+    return block_size(cores, slots) * max(1, min(gpus, slots))
 
 
 def _visible(slots: int) -> list[str]:

@@ -104,7 +104,7 @@ def worker_key(cell: dict | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def cold_start_reason(experiment: str, cell: dict) -> str | None:
+def cold_start_reason(experiment: str) -> str | None:
     """Why a cell must run in a fresh process (its numbers include first-call costs), or None. A
     compiled cell runs in the worker: between cells it resets TorchDynamo and empties the
     compile caches (:func:`cs336report.compiling.clear_private_caches`), so a first call still
@@ -277,7 +277,7 @@ def _run_here(experiment: str, name: str, cell: dict, out: str) -> int:
 def run_client(experiment: str, name: str, cell: dict, out: str, log: str) -> int:
     """The ``run`` command with a worker: hand the cell over, or run it here when that fails."""
     _append_to_log(log)
-    reason = cold_start_reason(experiment, cell)
+    reason = cold_start_reason(experiment)
     if reason:
         _say(f"{experiment}/{name} runs in this process (pid {os.getpid()}): {reason}")
         return _run_here(experiment, name, cell, out)
