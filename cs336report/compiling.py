@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 import timeit
 from typing import Callable
@@ -64,6 +65,16 @@ def clear_private_caches() -> None:
         return
     for entry in os.listdir(_private_cache):
         shutil.rmtree(os.path.join(_private_cache, entry), ignore_errors=True)
+    if "torch._inductor.async_compile" in sys.modules:
+        # What the emptied folders held is also remembered in memory: the kernels and modules this
+        # process loaded, and in the compile workers' processes, which would hand back a kernel whose
+        # binary is gone ("Cubin file saved by TritonBundler not found"). Both are dropped; the
+        # workers start again, with the folders above, at the next compilation.
+        from torch._inductor.async_compile import shutdown_compile_workers
+        from torch._inductor.utils import clear_inductor_caches
+
+        clear_inductor_caches()
+        shutdown_compile_workers()
 
 
 _setup_s: float | None = None  # how long the last compile_fn took, until first_call reads it
