@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .run_time import forecast, gpus_held, run_span
 from .sections import SECTIONS
 from .tables import Cell, Table, fmt_bytes, fmt_seconds
 from .targets import COST_TARGET_S
@@ -57,10 +58,11 @@ def section_cost_table(per_rule: pd.DataFrame, total: float, sources: list[str])
                       "and first compiled calls as defined there")
 
 
-def cost_of(records: list[dict], gpu_run: bool = False) -> dict:
+def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> dict:
     """Wall time per rule and per section (Snakemake's benchmark of each job where present,
     else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
-    floor (timed steps and first compiled calls) is checked against the report's time goal."""
+    floor (timed steps and first compiled calls), spread over the run's GPUs (else over
+    ``host_gpus``, those of the grid's goal), is checked against the report's time goal."""
     from ..publish import benchmark_of, job_of
 
     rows = []
@@ -72,7 +74,7 @@ def cost_of(records: list[dict], gpu_run: bool = False) -> dict:
                      "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "from_benchmark": bool(bench), "peak": peak_bytes(r),
                      "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
-                     "steps_s": steps, "compile_s": compiled})
+                     "steps_s": steps, "compile_s": compiled, "gpus": gpus_held(r)})
     if not rows:
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)
@@ -119,6 +121,7 @@ def cost_of(records: list[dict], gpu_run: bool = False) -> dict:
                   units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
     out = {"table": table, "total": fmt_seconds(total), "total_s": total, "floor": None,  # no job time: no floor
            "section_table": section_cost_table(per_rule, total, table.sources)}
+    out["run"] = _run_time(records, df, total)
     if total > 0:
         out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",
                         "compile": fmt_seconds(compiled), "compile_pct": f"{100 * compiled / total:.0f}",
@@ -130,5 +133,31 @@ def cost_of(records: list[dict], gpu_run: bool = False) -> dict:
         out["floor"] = {"s": float(floor.sum()), "text": fmt_seconds(floor.sum()), "rule": top,
                         "rule_text": fmt_seconds(floor[top]),
                         "rule_compile": fmt_seconds(per_rule.loc[top, "compile_s"]) if per_rule.loc[top, "compile_s"] > 0 else None,
-                        "over_target": bool(gpu_run and floor.sum() > COST_TARGET_S), "target_min": COST_TARGET_S // 60}
+                        "target_min": COST_TARGET_S // 60}
+        slots = out["run"]["slots"] if out["run"]["wall"] else host_gpus
+        out["floor"].update(slots=slots, per_slot=fmt_seconds(floor.sum() / slots),
+                            over_target=bool(gpu_run and floor.sum() / slots > COST_TARGET_S))
+    return out
+
+
+# The host sizes the cost appendix forecasts a run for (GPU slots, --resources gpu=K).
+FORECAST_SLOTS = (1, 2, 4, 8)
+
+
+def _run_time(records: list[dict], df: pd.DataFrame, total: float) -> dict | None:
+    """The run's wall time and GPU-held time where the records come from one run, and the wall
+    time the same jobs would take on hosts of more GPUs (:mod:`.run_time`)."""
+    span = run_span(records)
+    jobs = df.groupby("job").agg(job_s=("job_s", "sum"), gpus=("gpus", "max"))
+    times = [(float(s), int(g)) for s, g in zip(jobs["job_s"], jobs["gpus"])]
+    out = {"forecast": [{"slots": k, "text": fmt_seconds(forecast(times, k)), "s": forecast(times, k)}
+                        for k in FORECAST_SLOTS] if any(g > 0 for _, g in times) else [],
+           "wall": None, "several_runs": None}
+    if span and span["one_run"]:
+        out.update(wall=fmt_seconds(span["wall_s"]), wall_s=span["wall_s"], slots=span["slots"],
+                   gpu_held=fmt_seconds(span["gpu_s"]),
+                   busy_pct=f"{100 * span['busy']:.0f}" if span["busy"] is not None else None,
+                   speedup=f"{total / span['wall_s']:.2f}" if span["wall_s"] > 0 else None)
+    elif span:
+        out["several_runs"] = span["why"]
     return out

@@ -31,7 +31,7 @@ from .checks import cut_down_grid
 from .cost import cost_of
 from .sections import SECTIONS
 from .tables import MD_SOURCES_INLINE, Cell, Table, source_of, status_cell
-from .targets import targets_table
+from .targets import COST_TARGET_GPUS, targets_table
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 HANDOUT = {"warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "tf32": False}
@@ -362,10 +362,12 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
     modules = {m.ID: m for m in SECTIONS}
     sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
     device = config.get("_device", "cpu")
-    provenance, cost = _provenance(records), cost_of(records, gpu_run=device == "cuda")
+    provenance, cost = _provenance(records), cost_of(records, gpu_run=device == "cuda",
+                                                   host_gpus=COST_TARGET_GPUS.get(config.get("_grid"), 1))
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
     targets = (targets_table({s["id"]: s["data"] for s in sections}, cost, provenance["gpu"],
-                             n_not_run if expected else None, cut_down_grid(config)) if device == "cuda" else None)
+                             n_not_run if expected else None, cut_down_grid(config), config.get("_grid", "gpu"))
+               if device == "cuda" else None)
     return {
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

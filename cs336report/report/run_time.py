@@ -1,0 +1,87 @@
+"""The run's own clock: its wall time, the time its cells held GPUs, and what the same jobs would
+take on a host of more GPUs.
+
+A run's wall time reads from the records: the first cell's start to the last cell's end (each
+cell's ``started_at`` plus its ``wall_s``; the start-up of a job's process before its first cell
+is not in it). It is a single run's only where the records name one commit and no pause between
+cells is longer than :data:`GAP_S`; records gathered from several runs have no one wall time.
+
+The forecast places each job on as many GPU slots as it holds (``--resources gpu=K``), the
+longest job first, each as soon as enough slots are free: a greedy list schedule, an estimate
+that takes every job to last as long on that host as it did in the records' run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import heapq
+
+# A pause between cells longer than this (s): the records come from more than one run.
+GAP_S = 300.0
+# Jobs that hold no GPU whatever the device (parsers and analytic accounting).
+CPU_ONLY = frozenset({"memory_profiling_parse", "communication_accounting"})
+
+
+def gpus_held(record: dict) -> int:
+    """How many GPUs the cell of ``record`` held: its placement's GPUs, else one per rank of a
+    NCCL cell, else one for any CUDA cell; none on the CPU, for Gloo, or for a parse."""
+    prov, cell = record.get("provenance") or {}, record.get("config") or {}
+    if record.get("experiment") in CPU_ONLY or prov.get("device") != "cuda" or cell.get("backend") == "gloo":
+        return 0
+    gpus = (prov.get("placement") or {}).get("gpus")
+    if isinstance(gpus, list) and gpus:
+        return len(gpus)
+    return int(cell.get("world_size") or 1)
+
+
+def _timestamp(text: str) -> float:
+    return _dt.datetime.fromisoformat(text).timestamp()
+
+
+def run_span(records: list[dict]) -> dict | None:
+    """The records' wall time, the GPU time their cells held, and the slots of the run; ``one_run``
+    is False (with the reason) where the records come from several runs. None without timestamps."""
+    spans = []
+    for r in records:
+        if r.get("experiment") in CPU_ONLY or not r.get("started_at"):
+            continue
+        start = _timestamp(r["started_at"])
+        spans.append((start, start + float(r.get("wall_s") or 0.0), gpus_held(r)))
+    if not spans:
+        return None
+    spans.sort()
+    gap, reach = 0.0, spans[0][1]
+    for start, end, _ in spans[1:]:
+        gap = max(gap, start - reach)
+        reach = max(reach, end)
+    commits = {(r.get("provenance") or {}).get("git_commit") for r in records}
+    placements = [(r.get("provenance") or {}).get("placement") for r in records]
+    slots = max([int(p.get("of") or 1) for p in placements if isinstance(p, dict)] or [1])
+    wall = reach - spans[0][0]
+    held = sum((end - start) * g for start, end, g in spans)
+    out = {"wall_s": wall, "gpu_s": held, "slots": slots, "commits": len(commits), "gap_s": gap,
+           "busy": held / (wall * slots) if wall > 0 else None}
+    out["one_run"] = len(commits) == 1 and None not in commits and gap <= GAP_S
+    if not out["one_run"]:
+        out["why"] = (f"records of {len(commits)} commits" if len(commits) != 1 or None in commits
+                      else f"a pause of {gap / 60:.0f} min between cells")
+    return out
+
+
+def forecast(jobs: list[tuple[float, int]], slots: int) -> float:
+    """Wall time of ``jobs`` (seconds, GPUs held) on ``slots`` GPU slots: the longest job first
+    (jobs of several GPUs before those of one), each started as soon as enough slots are free.
+    Jobs holding no GPU run beside them and are left out; a job needing more GPUs than there are
+    slots holds all of them."""
+    queue = sorted(((s, min(g, slots)) for s, g in jobs if g > 0), key=lambda j: (-j[1], -j[0]))
+    now, free, running = 0.0, slots, []  # running: heap of (end, gpus)
+    while queue or running:
+        i = next((k for k, (_, g) in enumerate(queue) if g <= free), None)
+        if i is not None:
+            seconds, g = queue.pop(i)
+            free -= g
+            heapq.heappush(running, (now + seconds, g))
+            continue
+        now, g = heapq.heappop(running)
+        free += g
+    return now

@@ -1,0 +1,116 @@
+"""The run's wall time, GPU-held time and the forecast for more GPUs, from the records of one run
+on a host of 4 NVIDIA H200s with ``--resources gpu=4`` (the 15 benchmarking cells of the handout
+grid, captured with their Snakemake benchmarks)."""
+
+import copy
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from cs336report.report.cost import cost_of
+from cs336report.report.render import render_report
+from cs336report.report.run_time import GAP_S, forecast, gpus_held, run_span
+from cs336report.report.tables import Table, fmt_seconds
+from cs336report.report.targets import COST_TARGET_S, targets_table
+from cs336report.results import load
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "slots_h200").glob("*.json.gz"))
+
+
+def _records():
+    out = []
+    for path in FIXTURES:
+        record = load(path)
+        record["_path"] = str(path)
+        out.append(record)
+    return out
+
+
+def _start(record) -> float:
+    return dt.datetime.fromisoformat(record["started_at"]).timestamp()
+
+
+def test_the_fixture_is_one_run_on_four_slots():
+    records = _records()
+    assert len(records) == 15
+    assert {r["provenance"]["placement"]["of"] for r in records} == {4}
+    assert {tuple(r["provenance"]["placement"]["gpus"]) for r in records} == {("0",), ("1",), ("2",), ("3",)}
+    assert len({r["provenance"]["git_commit"] for r in records}) == 1
+
+
+def test_the_span_runs_from_the_first_start_to_the_last_end_and_counts_each_cells_gpu():
+    records = _records()
+    span = run_span(records)
+    first = min(_start(r) for r in records)
+    last = max(_start(r) + r["wall_s"] for r in records)
+    assert span["one_run"] and span["slots"] == 4 and span["commits"] == 1
+    assert span["wall_s"] == pytest.approx(last - first)
+    assert span["gpu_s"] == pytest.approx(sum(r["wall_s"] for r in records))  # one GPU a cell
+    assert span["busy"] == pytest.approx(span["gpu_s"] / (4 * span["wall_s"]))
+    assert 0 < span["busy"] <= 1
+
+
+def test_records_of_two_commits_or_with_a_long_pause_are_not_one_run():
+    records = _records()
+    other = copy.deepcopy(records)
+    other[0]["provenance"]["git_commit"] = "0" * 40
+    span = run_span(other)
+    assert not span["one_run"] and span["why"] == "records of 2 commits"
+    late = copy.deepcopy(records)
+    last_end = max(_start(r) + r["wall_s"] for r in late)
+    moved = dt.datetime.fromtimestamp(last_end + GAP_S + 60, dt.timezone.utc)
+    late[0]["started_at"] = moved.isoformat(timespec="seconds")
+    span = run_span(late)
+    assert not span["one_run"] and span["why"].startswith("a pause of ")
+
+
+def test_gpus_held_by_kind_of_cell():
+    cuda = {"experiment": "benchmarking", "provenance": {"device": "cuda", "placement": {"gpus": ["2"]}}, "config": {}}
+    assert gpus_held(cuda) == 1
+    nccl = {"experiment": "naive_ddp_benchmarking", "provenance": {"device": "cuda", "placement": {"gpus": "all"}},
+            "config": {"backend": "nccl", "world_size": 2}}
+    assert gpus_held(nccl) == 2
+    assert gpus_held({**nccl, "config": {"backend": "gloo", "world_size": 4}}) == 0
+    assert gpus_held({**cuda, "provenance": {"device": "cpu"}}) == 0
+    assert gpus_held({**cuda, "experiment": "memory_profiling_parse"}) == 0
+
+
+def test_forecast_places_the_longest_jobs_first_and_multi_gpu_jobs_hold_their_gpus():
+    jobs = [(10.0, 1), (10.0, 1), (10.0, 1), (10.0, 1), (5.0, 2), (3.0, 0)]
+    assert forecast(jobs, 1) == pytest.approx(45.0)  # one after another; the CPU job runs beside
+    assert forecast(jobs, 2) == pytest.approx(25.0)  # the pair first, then two by two
+    assert forecast(jobs, 4) == pytest.approx(15.0)  # the pair and two singles, then the last two
+    assert forecast([(7.0, 4)], 2) == pytest.approx(7.0)  # more GPUs than slots: it holds all of them
+
+
+def test_the_appendix_gives_the_runs_wall_time_speed_up_and_forecast(tmp_path):
+    records = _records()
+    span, cost = run_span(records), cost_of(records, gpu_run=True, host_gpus=4)
+    run = cost["run"]
+    assert run["wall"] == fmt_seconds(span["wall_s"]) and run["slots"] == 4
+    assert run["speedup"] == f"{cost['total_s'] / span['wall_s']:.2f}"
+    assert [f["slots"] for f in run["forecast"]] == [1, 2, 4, 8]
+    one = next(f for f in run["forecast"] if f["slots"] == 1)
+    assert one["s"] == pytest.approx(cost["total_s"])  # every job on one GPU, one after another
+    render_report([r["_path"] for r in records], {"_device": "cuda", "_grid": "gpu"}, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert f"The run took {run['wall']} of wall time on 4 GPUs (`--resources gpu=4`)" in md
+    assert f"{run['speedup']}× its wall time" in md
+    assert f"would take {one['text']} on 1 GPU, " in md
+
+
+def test_the_wall_time_target_is_checked_on_the_goals_number_of_gpus():
+    records = _records()
+    cost = cost_of(records, gpu_run=True, host_gpus=4)
+    sections = {"flash_benchmarking": {"leaderboard": {"ours": {"ms": 3.0, "label": "x", "meets_target": True},
+                                                      "gpu": "NVIDIA H200", "table": Table(title="t", columns=["a"], rows=[])}}}
+    rows = {r[0].text: [c.text for c in r[1:]] for r in targets_table(sections, cost, "NVIDIA H200", 0, [], "gpu").rows}
+    wall = rows["The whole report (gpu grid), one run on 4 GPUs"]
+    assert wall[0] == f"≤ {COST_TARGET_S // 60} min of wall time" and wall[1] == f"{cost['run']['wall']} on 4 GPUs"
+    assert wall[3] == "met on this card (indicative: not an H100)"  # 15 cells, well under 20 min
+    around = rows["Everything around the timed steps and first compiled calls"]
+    assert around[1].startswith(f"{cost['split']['rest_pct']} % ")
+    assert around[3].startswith("met" if int(cost["split"]["rest_pct"]) <= 35 else "missed")
+    handout = {r[0].text: r[-1].text for r in targets_table(sections, cost, "NVIDIA H200", 0, [], "handout").rows}
+    assert handout["The whole report (handout grid), one run on 1 GPU"] == "not checked: the goal is for 1 GPU"
