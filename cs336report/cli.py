@@ -55,7 +55,7 @@ def _run(args) -> int:
     cell = _json_arg(args.cell)
     no_worker = args.no_worker or os.environ.get("CS336REPORT_WORKER") == "0"
     if args.log and not no_worker:  # a warm worker runs it (torch is imported there, not here)
-        from .worker import run_client
+        from .worker_client import run_client
 
         return run_client(args.experiment, args.name, cell, args.out, args.log)
     from .runner import run_cell
@@ -81,7 +81,7 @@ def _run_job(args) -> int:
 
 
 def _worker_stop(args) -> int:
-    from .worker import SOCKET_DIR, stop_workers
+    from .worker_client import SOCKET_DIR, stop_workers
 
     for line in stop_workers(args.dir or SOCKET_DIR):
         print(line)

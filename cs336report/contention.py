@@ -25,16 +25,25 @@ from .gpu_slots import parse_cpus, placement
 JOB_MARK = "cs336report"
 
 
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of process ``pid``, from /proc/<pid>/stat (fields 3 and 4, after the
+    command name in parentheses), or None where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _own_lineage(pid: int | None = None) -> set[int]:
     """A process (this one by default) and its ancestors (the shell and the Snakemake that started it)."""
     pids, pid = set(), os.getpid() if pid is None else pid
     while pid > 1 and pid not in pids:
         pids.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+        stat = proc_stat(pid)
+        if stat is None:
             break
-        pid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4, after the command name in parentheses
+        pid = stat[1]
     return pids
 
 
@@ -42,12 +51,9 @@ def _descendants(pid: int) -> set[int]:
     """Processes this one started, and theirs (a profiler it runs, a repeat of its cell)."""
     parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
+        stat = proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None:
+            parent[int(entry.name)] = stat[1]
     out, frontier = set(), {pid}
     while frontier:
         frontier = {child for child, ppid in parent.items() if ppid in frontier and child not in out}

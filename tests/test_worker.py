@@ -311,7 +311,8 @@ def test_the_client_does_not_import_torch(cwd):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     modules = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
-    assert "cs336report.worker" in modules and "socket" in modules
+    assert "cs336report.worker_client" in modules and "socket" in modules
+    assert "cs336report.worker" not in modules  # the client does not import the worker itself
     assert not [m for m in modules if m.split(".")[0] in ("torch", "numpy")]
     assert "cs336report.runner" not in modules and "cs336report.experiments" not in modules
     assert results.load(cwd / "results/roofline/probe2.json")["process"]["cells_before"] == 1
