@@ -56,3 +56,15 @@ def test_a_render_matches_itself_and_a_changed_line_fails(published):
     assert "differs" in report and "(2 changed lines;" in report  # a changed line is one - and one +
     assert "-" + lines[drifted].rstrip("\n") in report.splitlines()  # the committed line
     assert "+" + lines[drifted].rstrip("\n").replace("| x", "|", 1) in report.splitlines()  # the render
+
+
+def test_the_check_renders_the_text_without_drawing_the_figures(published):
+    """Undrawn figures change no word of the report: the same Markdown, and no PNG written."""
+    from cs336report.rerender import mask, rerender
+
+    drawn = rerender("pub", "drawn")
+    undrawn = rerender("pub", "undrawn", draw=False)
+    assert list((published / "drawn/figures").glob("*.png"))  # the published records have a figure
+    assert not list((published / "undrawn/figures").glob("*.png"))
+    assert "figures/" in drawn.read_text()
+    assert mask(undrawn.read_text()) == mask(drawn.read_text())

@@ -135,10 +135,11 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
 class RenderContext:
     """What a section builder sees: the loaded results, the config, a figure saver."""
 
-    def __init__(self, records: list[dict], config: dict, figures_dir: Path):
+    def __init__(self, records: list[dict], config: dict, figures_dir: Path, draw: bool = True):
         self.config = config
         self.device = config.get("_device", "cpu")
         self.figures_dir = figures_dir
+        self.draw = draw  # False: figures are built but not drawn or saved (the text alone is wanted)
         self._by_experiment: dict[str, list[dict]] = defaultdict(list)
         for r in records:
             self._by_experiment[r["experiment"]].append(r)
@@ -150,10 +151,12 @@ class RenderContext:
         import matplotlib.pyplot as plt
 
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps legends beside the axes
+        if self.draw:
+            fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps legends beside the axes
         plt.close(fig)
         png = buf.getvalue()
-        (self.figures_dir / f"{name}.png").write_bytes(png)
+        if self.draw:
+            (self.figures_dir / f"{name}.png").write_bytes(png)
         return Figure(name=name, path=f"figures/{name}.png", caption=caption, alt=alt or caption,
                       data_uri="data:image/png;base64," + base64.b64encode(png).decode())
 
@@ -349,11 +352,13 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
             "n_commits": len(commits), "n_records": len(records)}
 
 
-def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None) -> dict:
-    """The templates' context; record links are relative to ``links_from`` (default: the report folder)."""
+def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None,
+                  draw: bool = True) -> dict:
+    """The templates' context; record links are relative to ``links_from`` (default: the report folder);
+    ``draw``: False leaves the figures undrawn (their captions and the text are the same)."""
     from .sections import HANDOUT
 
-    ctx = RenderContext(records, config, figures_dir)
+    ctx = RenderContext(records, config, figures_dir, draw)
     # the configured cells: by name where the report rule passed them (rendering then imports no
     # experiment module, nor torch), else resolved from the config here
     expected = ({name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
@@ -396,16 +401,17 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
-                  links_from: str | Path | None = None) -> dict:
+                  links_from: str | Path | None = None, draw: bool = True) -> dict:
     """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
-    folders start from, where the pages will be read (default: ``out_dir``)."""
+    folders start from, where the pages will be read (default: ``out_dir``); ``draw``: False skips
+    drawing the figures (no PNG is written, the HTML has none), for a check of the text alone."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    context = build_context(records, config, figures, Path(links_from) if links_from else None)
+    context = build_context(records, config, figures, Path(links_from) if links_from else None, draw)
     envs = environments(Path(links_from) if links_from else out_dir)
     pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
              "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
