@@ -80,9 +80,10 @@ def clear_private_caches() -> None:
 _setup_s: float | None = None  # how long the last compile_fn took, until first_call reads it
 
 
-def compile_fn(fn, threads: int | None = None):
-    """``torch.compile`` with the default backend (Inductor) and mode, compiling into private caches;
-    ``threads``: Inductor's compile_threads (None: its default, a pool of worker processes).
+def compile_fn(fn, threads: int | None = None, mode: str | None = None):
+    """``torch.compile`` with the default backend (Inductor), compiling into private caches;
+    ``threads``: Inductor's compile_threads (None: its default, a pool of worker processes);
+    ``mode``: torch.compile's mode (None: the default; "reduce-overhead": CUDA graphs).
 
     ``torch.compile`` itself compiles nothing, but on its first use in a process it imports
     TorchDynamo and Inductor (and starts the compile workers): that time is kept apart, and the
@@ -94,7 +95,7 @@ def compile_fn(fn, threads: int | None = None):
         import torch._inductor.config as inductor_config
 
         inductor_config.compile_threads = int(threads)
-    compiled = torch.compile(fn)
+    compiled = torch.compile(fn, mode=mode)
     _setup_s = timeit.default_timer() - start
     return compiled
 

@@ -87,6 +87,15 @@ def test_compiled_model_cells_reuse_the_benchmarking_cells():
     assert "kernel_steps" not in cell
     (gpu_cell,) = experiments.cells("optimized_step", config("cuda")).values()
     assert gpu_cell["kernel_steps"] == 3
+    assert "cuda_graphs" not in gpu_cell and "cuda_graphs" not in cell  # off unless asked for
+    # CUDA graphs: a compiled CUDA step only, and a cell of its own name
+    graphs = config("cuda")
+    graphs.data["grids"]["gpu"]["optimized_step"].update(cuda_graphs=True, compile=True)
+    (name, graph_cell), = experiments.cells("optimized_step", graphs).items()
+    assert graph_cell["cuda_graphs"] is True and name.endswith("-compiled-fused-graphs")
+    uncompiled = config("cuda")
+    uncompiled.data["grids"]["gpu"]["optimized_step"].update(cuda_graphs=True)
+    assert "cuda_graphs" not in next(iter(experiments.cells("optimized_step", uncompiled).values()))
 
 
 def test_a_bad_attention_setting_names_its_key():

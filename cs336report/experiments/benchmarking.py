@@ -179,7 +179,9 @@ def _build(cell: dict) -> dict:
         master = MasterWeightAdamW(model, tokens[:1], AUTOCAST_DTYPES[cell["precision"]], lr=LR,
                                    compile=bool(cell.get("compile")))
         model_info = {**model_info, "master_weights": master.describe()}
-    forward = compile_fn(model) if cell.get("compile") else model
+    # with cuda_graphs, the compiled forward and backward replay as CUDA graphs
+    forward = (compile_fn(model, mode="reduce-overhead" if cell.get("cuda_graphs") else None)
+               if cell.get("compile") else model)
     return {"key": model_key(cell), "model": model, "model_info": model_info, "spec": spec, "tokens": tokens,
             "targets": targets, "forward": forward, "master": master, "first_calls": []}
 
@@ -213,6 +215,8 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
         """One step; ``phases``: time each phase between two synchronizations (else none inside the step)."""
         timer = PhaseTimer(device)
         phase = (lambda name: _phase(timer, name, range_outside)) if phases else (lambda name: nullcontext())
+        if cell.get("cuda_graphs"):
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten
         model.zero_grad(set_to_none=True)
         with phase("forward"), autocast_context(device, cell["precision"]):
             logits = forward(tokens)  # (batch, seq, vocab)

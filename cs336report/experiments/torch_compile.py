@@ -41,6 +41,8 @@ def model_cell_name(cell: dict) -> str:
         name += "-compiled"
     if cell.get("fused_adamw"):
         name += "-fused"
+    if cell.get("cuda_graphs"):
+        name += "-graphs"
     return name
 
 
@@ -120,6 +122,8 @@ def optimized_cells(cfg) -> dict[str, dict]:
                 cell["whole_steps"] = grid["whole_steps"]
             if grid["kernel_steps"] and cfg.device == "cuda":
                 cell["kernel_steps"] = grid["kernel_steps"]
+            if grid.get("cuda_graphs") and grid["compile"] and cfg.device == "cuda":
+                cell["cuda_graphs"] = True
             out[model_cell_name(cell)] = cell
     return out
 

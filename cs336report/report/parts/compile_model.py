@@ -28,6 +28,7 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
         earlier = compile_info.get("earlier_first_calls") or []  # a job's earlier cells' first calls
         rows.append({
             "key": _key(c), "compiled": bool(c.get("compile")), "fused": bool(c.get("fused_adamw")),
+            "cuda_graphs": bool(c.get("cuda_graphs")),
             "master_weights": (d.get("model") or {}).get("master_weights"),  # its description, where the step had them
             "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
             "context": c["context"], "mode": c["mode"], "batch": c["batch_size"], "status": r["status"],

@@ -63,7 +63,8 @@ def optimizer_floor(r, peak: float, bandwidth: float) -> dict | None:
 def _switches(r) -> str:
     """The row's configuration in words: implementation, precision, compilation, optimizer."""
     parts = [r["implementation"], f"{r['precision']} autocast" if r["precision"] != "fp32" else "fp32"]
-    parts.append("torch.compile" if r["compiled"] else "not compiled")
+    parts.append(("torch.compile, CUDA graphs" if r["cuda_graphs"] else "torch.compile") if r["compiled"]
+                 else "not compiled")
     if isinstance(r["master_weights"], dict):
         parts.append(f"{r['precision']} working weights written by AdamW from fp32 masters")
     elif r["mode"] == "train_step":
