@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import inspect
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
