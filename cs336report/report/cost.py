@@ -144,14 +144,14 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
 FORECAST_SLOTS = (1, 2, 4, 8)
 
 
-def _run_time(records: list[dict], df: pd.DataFrame, total: float) -> dict | None:
+def _run_time(records: list[dict], df: pd.DataFrame, total: float) -> dict:
     """The run's wall time and GPU-held time where the records come from one run, and the wall
     time the same jobs would take on hosts of more GPUs (:mod:`.run_time`)."""
     span = run_span(records)
     jobs = df.groupby("job").agg(job_s=("job_s", "sum"), gpus=("gpus", "max"))
     times = [(float(s), int(g)) for s, g in zip(jobs["job_s"], jobs["gpus"])]
-    out = {"forecast": [{"slots": k, "text": fmt_seconds(forecast(times, k)), "s": forecast(times, k)}
-                        for k in FORECAST_SLOTS] if any(g > 0 for _, g in times) else [],
+    seconds = {k: forecast(times, k) for k in FORECAST_SLOTS} if any(g > 0 for _, g in times) else {}
+    out = {"forecast": [{"slots": k, "text": fmt_seconds(s), "s": s} for k, s in seconds.items()],
            "wall": None, "several_runs": None}
     if span and span["one_run"]:
         out.update(wall=fmt_seconds(span["wall_s"]), wall_s=span["wall_s"], slots=span["slots"],

@@ -150,13 +150,13 @@ class RenderContext:
     def figure(self, name: str, fig, caption: str, alt: str | None = None) -> Figure:
         import matplotlib.pyplot as plt
 
-        buf = io.BytesIO()
+        png = b""  # undrawn: no file, and an empty image in the HTML
         if self.draw:
+            buf = io.BytesIO()
             fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps legends beside the axes
-        plt.close(fig)
-        png = buf.getvalue()
-        if self.draw:
+            png = buf.getvalue()
             (self.figures_dir / f"{name}.png").write_bytes(png)
+        plt.close(fig)
         return Figure(name=name, path=f"figures/{name}.png", caption=caption, alt=alt or caption,
                       data_uri="data:image/png;base64," + base64.b64encode(png).decode())
 
@@ -404,7 +404,7 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
                   links_from: str | Path | None = None, draw: bool = True) -> dict:
     """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
     folders start from, where the pages will be read (default: ``out_dir``); ``draw``: False skips
-    drawing the figures (no PNG is written, the HTML has none), for a check of the text alone."""
+    drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"

@@ -61,10 +61,10 @@ def run_span(records: list[dict]) -> dict | None:
     held = sum((end - start) * g for start, end, g in spans)
     out = {"wall_s": wall, "gpu_s": held, "slots": slots, "commits": len(commits), "gap_s": gap,
            "busy": held / (wall * slots) if wall > 0 else None}
-    out["one_run"] = len(commits) == 1 and None not in commits and gap <= GAP_S
+    one_commit = len(commits) == 1 and None not in commits
+    out["one_run"] = one_commit and gap <= GAP_S
     if not out["one_run"]:
-        out["why"] = (f"records of {len(commits)} commits" if len(commits) != 1 or None in commits
-                      else f"a pause of {gap / 60:.0f} min between cells")
+        out["why"] = f"records of {len(commits)} commits" if not one_commit else f"a pause of {gap / 60:.0f} min between cells"
     return out
 
 

@@ -38,6 +38,10 @@ def _verdict(met: bool, gpu: str | None) -> Cell:
     return Cell(f"{text} on this card (indicative: not an {TARGET_CARD})")
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n > 1 else ''}"
+
+
 def _cost_verdict(verdict: Cell, n_not_run: int, cut_down: list[str] | None) -> Cell:
     if n_not_run:  # the cells that did not run would only add to the total
         verdict = Cell(f"{verdict.text}; {n_not_run} configured cell{'s' if n_not_run != 1 else ''} not run")
@@ -74,31 +78,24 @@ def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
                      _verdict(item["met"], item["gpu"])])
         sources += optimized["table"].sources
     if cost.get("table") is not None and rows and n_not_run is not None:
-        verdict = _cost_verdict(_verdict(cost["total_s"] <= COST_TARGET_S, gpu), n_not_run, cut_down)
-        run = cost.get("run") or {}
+        run, host = cost.get("run") or {}, COST_TARGET_GPUS.get(grid, 1)
+        # records of several runs: the goal's host, forecast from the job times (one GPU: the job time)
+        guess = next((f for f in run.get("forecast") or [] if f["slots"] == host), None) if host > 1 else None
         if run.get("wall"):  # one run: its wall time on the GPUs of its host
-            host = COST_TARGET_GPUS.get(grid, 1)
             verdict = (_verdict(run["wall_s"] <= COST_TARGET_S, gpu) if run["slots"] == host else
-                       Cell(f"not checked: the goal is for {host} GPU{'s' if host > 1 else ''}"))
-            verdict = _cost_verdict(verdict, n_not_run, cut_down)
-            rows.append([Cell(f"The whole report ({grid} grid), one run on {host} GPU{'s' if host > 1 else ''}"),
-                         Cell(f"≤ {COST_TARGET_S // 60} min of wall time"),
-                         Cell(f"{run['wall']} on {run['slots']} GPU{'s' if run['slots'] > 1 else ''}"),
-                         Cell(str(gpu)), verdict])
-        else:  # records of several runs: the goal's host, forecast from the job times
-            host = COST_TARGET_GPUS.get(grid, 1)
-            guess = next((f for f in run.get("forecast") or [] if f["slots"] == host), None)
-            if guess is None or host == 1:
-                rows.append([Cell("The whole report, every job one after another"), Cell(f"≤ {COST_TARGET_S // 60} min"),
-                             Cell(f"{cost['total']} ({cost['total_s'] / 60:.0f} min) of job time"), Cell(str(gpu)),
-                             verdict])
-            else:
-                met = _verdict(guess["s"] <= COST_TARGET_S, gpu)
-                rows.append([Cell(f"The whole report ({grid} grid), one run on {host} GPUs"),
-                             Cell(f"≤ {COST_TARGET_S // 60} min of wall time"),
-                             Cell(f"no single run; {guess['text']} ({guess['s'] / 60:.0f} min) forecast from the "
-                                  f"job times"), Cell(str(gpu)),
-                             _cost_verdict(Cell(f"forecast: {met.text}"), n_not_run, cut_down)])
+                       Cell(f"not checked: the goal is for {_gpus(host)}"))
+            measured = f"{run['wall']} on {_gpus(run['slots'])}"
+        elif guess:
+            verdict = Cell(f"forecast: {_verdict(guess['s'] <= COST_TARGET_S, gpu).text}")
+            measured = f"no single run; {guess['text']} ({guess['s'] / 60:.0f} min) forecast from the job times"
+        if run.get("wall") or guess:
+            rows.append([Cell(f"The whole report ({grid} grid), one run on {_gpus(host)}"),
+                         Cell(f"≤ {COST_TARGET_S // 60} min of wall time"), Cell(measured), Cell(str(gpu)),
+                         _cost_verdict(verdict, n_not_run, cut_down)])
+        else:
+            rows.append([Cell("The whole report, every job one after another"), Cell(f"≤ {COST_TARGET_S // 60} min"),
+                         Cell(f"{cost['total']} ({cost['total_s'] / 60:.0f} min) of job time"), Cell(str(gpu)),
+                         _cost_verdict(_verdict(cost["total_s"] <= COST_TARGET_S, gpu), n_not_run, cut_down)])
         split = cost.get("split")
         if split:
             rows.append([Cell("Everything around the timed steps and first compiled calls"),
