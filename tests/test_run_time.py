@@ -4,6 +4,7 @@ grid, captured with their Snakemake benchmarks)."""
 
 import copy
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,28 @@ def test_the_wall_time_target_is_checked_on_the_goals_number_of_gpus():
     assert around[3].startswith("met" if int(cost["split"]["rest_pct"]) <= 35 else "missed")
     handout = {r[0].text: r[-1].text for r in targets_table(sections, cost, "NVIDIA H200", 0, [], "handout").rows}
     assert handout["The whole report (handout grid), one run on 1 GPU"] == "not checked: the goal is for 1 GPU"
+
+
+def test_a_cpu_run_names_no_gpu_and_records_without_a_commit_say_so(tmp_path):
+    """The same run's records as a CPU run would write them (no GPU held): the appendix gives the
+    wall time and speed-up without a GPU; records that name no commit are not one run."""
+    records = _records()
+    for r in records:
+        r["provenance"].update(device="cpu", placement={"gpus": "all", "slots": None, "of": 1, "cpus": "0-1"})
+    cost = cost_of(records)
+    assert cost["run"]["wall"] and cost["run"]["gpu_held"] is None and cost["run"]["busy_pct"] is None
+    assert cost["run"]["forecast"] == []  # no job holds a GPU
+    paths = []
+    for i, r in enumerate(records):
+        path = tmp_path / "records" / f"{i}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({k: v for k, v in r.items() if k != "_path"}))
+        paths.append(str(path))
+    render_report(paths, {"_device": "cpu", "_grid": "cpu"}, tmp_path / "cpu")
+    md = (tmp_path / "cpu" / "report.md").read_text()
+    assert f"The run took {cost['run']['wall']} of wall time, from its first" in md
+    assert "held GPUs" not in md
+    nameless = copy.deepcopy(_records())
+    for r in nameless:
+        r["provenance"]["git_commit"] = None
+    assert run_span(nameless)["why"] == "records that name no commit"

@@ -154,9 +154,10 @@ def _run_time(records: list[dict], df: pd.DataFrame, total: float) -> dict:
     out = {"forecast": [{"slots": k, "text": fmt_seconds(s), "s": s} for k, s in seconds.items()],
            "wall": None, "several_runs": None}
     if span and span["one_run"]:
+        held = span["gpu_s"] > 0  # a CPU run holds none: its sentence names no GPU
         out.update(wall=fmt_seconds(span["wall_s"]), wall_s=span["wall_s"], slots=span["slots"],
-                   gpu_held=fmt_seconds(span["gpu_s"]),
-                   busy_pct=f"{100 * span['busy']:.0f}" if span["busy"] is not None else None,
+                   gpu_held=fmt_seconds(span["gpu_s"]) if held else None,
+                   busy_pct=f"{100 * span['busy']:.0f}" if held and span["busy"] is not None else None,
                    speedup=f"{total / span['wall_s']:.2f}" if span["wall_s"] > 0 else None)
     elif span:
         out["several_runs"] = span["why"]

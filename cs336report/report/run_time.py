@@ -64,7 +64,8 @@ def run_span(records: list[dict]) -> dict | None:
     one_commit = len(commits) == 1 and None not in commits
     out["one_run"] = one_commit and gap <= GAP_S
     if not out["one_run"]:
-        out["why"] = f"records of {len(commits)} commits" if not one_commit else f"a pause of {gap / 60:.0f} min between cells"
+        out["why"] = (f"a pause of {gap / 60:.0f} min between cells" if one_commit else
+                      "records that name no commit" if commits == {None} else f"records of {len(commits)} commits")
     return out
 
 
