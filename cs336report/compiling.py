@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import timeit
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -88,6 +89,14 @@ def compile_fn(fn, threads: int | None = None, mode: str | None = None):
     ``torch.compile`` itself compiles nothing, but on its first use in a process it imports
     TorchDynamo and Inductor (and starts the compile workers): that time is kept apart, and the
     next :func:`first_call` reports it as ``setup_s``."""
+    with _setup_timer(threads):
+        return torch.compile(fn, mode=mode)
+
+
+@contextmanager
+def _setup_timer(threads: int | None):
+    """Private caches and Inductor's compile_threads for a compilation set up inside; its time
+    is kept for the next :func:`first_call` (``setup_s``)."""
     global _setup_s
     use_private_caches()
     start = timeit.default_timer()
@@ -95,9 +104,36 @@ def compile_fn(fn, threads: int | None = None, mode: str | None = None):
         import torch._inductor.config as inductor_config
 
         inductor_config.compile_threads = int(threads)
-    compiled = torch.compile(fn, mode=mode)
+    yield
     _setup_s = timeit.default_timer() - start
-    return compiled
+
+
+def repeated_blocks(model: torch.nn.Module) -> tuple[str, list[torch.nn.Module]] | None:
+    """The model's stack of repeated blocks: the longest ``nn.ModuleList`` whose modules are all of one
+    class (a Transformer's layers), as (its path in the model, its modules); None if it has none."""
+    best = None
+    for path, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) > 1 \
+                and len({type(m) for m in module}) == 1 and (best is None or len(module) > len(best[1])):
+            best = (path, list(module))
+    return best
+
+
+def compile_blocks(model: torch.nn.Module, threads: int | None = None, mode: str | None = None):
+    """Regional compilation: each of the model's repeated blocks (:func:`repeated_blocks`) compiled in
+    place with ``torch.compile``; the rest of the model (embedding, final norm, output layer) stays
+    eager. The blocks share one code path and TorchDynamo treats their weights as inputs, so one
+    compilation of one block serves every block: the first call compiles a block's graph once
+    (and the backward once), not the whole stack unrolled. A model without repeated blocks is
+    compiled whole. Returns (the callable, a description: scope, the blocks' path, class and count)."""
+    found = repeated_blocks(model)
+    if found is None:
+        return compile_fn(model, threads, mode), {"scope": "model", "reason": "no list of repeated blocks"}
+    path, blocks = found
+    with _setup_timer(threads):
+        for block in blocks:
+            block.compile(mode=mode)
+    return model, {"scope": "blocks", "path": path, "block": type(blocks[0]).__name__, "blocks": len(blocks)}
 
 
 def compile_stats() -> dict:

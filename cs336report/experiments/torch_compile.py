@@ -72,6 +72,8 @@ def compiled_model_cells(cfg) -> dict[str, dict]:
         if taken.get(benchmarking.cell_name(eager)) != eager:
             out[model_cell_name(eager)] = eager
         compiled = {**eager, "compile": True}
+        if grid["compile_scope"] != "model":  # the default adds no key: its cells keep their settings
+            compiled["compile_scope"] = grid["compile_scope"]
         out[model_cell_name(compiled)] = compiled
     return out
 

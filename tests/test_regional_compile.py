@@ -1,0 +1,93 @@
+"""compiled_model's ``compile_scope: blocks``: each repeated block compiled in place, one graph
+for every layer, the same outputs as the eager model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+from cs336report.compiling import repeated_blocks
+from cs336report.config import Config, load_file
+from cs336report.experiments import torch_compile
+from cs336report.model import TransformerLM
+from cs336report.spec import ModelSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spec(layers: int) -> ModelSpec:
+    return ModelSpec(vocab_size=97, d_model=32, d_ff=64, num_layers=layers, num_heads=2)
+
+
+def test_the_repeated_blocks_are_the_longest_list_of_one_class():
+    model = TransformerLM(_spec(3), 16, impl="naive", device="cpu")
+    path, blocks = repeated_blocks(model)
+    assert path == "layers" and len(blocks) == 3 and blocks[0] is model.layers[0]
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleList([nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2)])  # not one class
+            self.pair = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])
+            self.single = nn.ModuleList([nn.Linear(2, 2)])  # nothing repeats
+
+    path, blocks = repeated_blocks(Mixed())
+    assert path == "pair" and len(blocks) == 2
+    assert repeated_blocks(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))) is None
+
+
+def test_the_blocks_scope_reaches_the_compiled_cells_only_and_keeps_default_cells_as_they_were():
+    raw = load_file(REPO_ROOT / "workflow/config/default.yaml")
+    default = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))
+    assert default and all("compile_scope" not in c for c in default.values())
+    raw["grids"]["cpu"]["compiled_model"]["compile_scope"] = "blocks"
+    blocks = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))
+    assert set(blocks) == set(default)  # same names: a change of scope reruns the same cells
+    for name, cell in blocks.items():
+        assert cell.get("compile_scope") == ("blocks" if cell.get("compile") else None), name
+        assert {k: v for k, v in cell.items() if k != "compile_scope"} == default[name]
+
+
+CELL_RUN = r"""
+import json, sys
+from cs336report.experiments import benchmarking
+cell = json.loads(sys.argv[1])
+data = benchmarking.run(cell)
+out = {k: data[k] for k in ("compile", "model", "stats_s")}
+# the compiled blocks compute what the eager blocks do, on the same weights and tokens
+model, _, spec, _ = benchmarking.prepare(cell)
+eager = type(model)(spec, cell["context"], impl=cell["implementation"], device="cpu")
+eager.load_state_dict(model.state_dict())
+tokens = torch.randint(0, spec.vocab_size, (2, cell["context"]))
+with torch.no_grad():
+    out["max_abs_diff"] = float((model(tokens) - eager(tokens)).abs().max())
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_blocks_scope_compiles_one_block_graph_for_every_layer_on_the_cpu():
+    from cs336report.experiments.benchmarking import transformer_cell
+
+    cfg = Config.from_file(REPO_ROOT / "workflow/config/default.yaml", cuda_available=False)
+    cell = transformer_cell(cfg, "tiny", 16, "train_step", "fp32", "naive", compile=True)
+    cell.update(compile_scope="blocks", warmup_steps=1, measured_steps=2, model={**cell["model"], "num_layers": 3})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-c", CELL_RUN, json.dumps(cell)], capture_output=True, text=True,
+                         env=env, cwd=REPO_ROOT, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    compiled = out
+    assert compiled["model"]["compiled"] == {"scope": "blocks", "path": "layers", "block": "TransformerBlock",
+                                             "blocks": 3}
+    # three layers, one captured graph: the second and third block reuse the first one's compilation
+    assert compiled["compile"]["graphs"] == 1 and compiled["compile"]["graph_breaks"] == 0
+    assert compiled["compile"]["inductor_cache_misses"] >= 2  # the block's forward and backward
+    assert compiled["stats_s"]["mean"] > 0
+    assert out["max_abs_diff"] < 1e-4
