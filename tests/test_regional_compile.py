@@ -42,20 +42,22 @@ def test_the_repeated_blocks_are_the_longest_list_of_one_class():
     assert repeated_blocks(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))) is None
 
 
-def test_the_blocks_scope_reaches_the_compiled_cells_only_and_keeps_default_cells_as_they_were():
+def test_the_scope_reaches_the_compiled_cells_only_and_the_model_scope_keeps_cells_as_they_were():
     raw = load_file(REPO_ROOT / "workflow/config/default.yaml")
-    default = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))
-    assert default and all("compile_scope" not in c for c in default.values())
-    raw["grids"]["cpu"]["compiled_model"]["compile_scope"] = "blocks"
-    blocks = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))
-    assert set(blocks) == set(default)  # same names: a change of scope reruns the same cells
+    blocks = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))  # the default
+    raw["grids"]["cpu"]["compiled_model"]["compile_scope"] = "model"
+    whole = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))
+    # the whole-model cells carry no scope key: their settings are those of records made before the switch
+    assert whole and all("compile_scope" not in c for c in whole.values())
+    assert set(blocks) == set(whole)  # same names: a change of scope reruns the same cells
     for name, cell in blocks.items():
         assert cell.get("compile_scope") == ("blocks" if cell.get("compile") else None), name
-        assert {k: v for k, v in cell.items() if k != "compile_scope"} == default[name]
+        assert {k: v for k, v in cell.items() if k != "compile_scope"} == whole[name]
 
 
 CELL_RUN = r"""
 import json, sys
+import torch
 from cs336report.experiments import benchmarking
 cell = json.loads(sys.argv[1])
 data = benchmarking.run(cell)
@@ -91,3 +93,35 @@ def test_blocks_scope_compiles_one_block_graph_for_every_layer_on_the_cpu():
     assert compiled["compile"]["inductor_cache_misses"] >= 2  # the block's forward and backward
     assert compiled["stats_s"]["mean"] > 0
     assert out["max_abs_diff"] < 1e-4
+
+
+REGIONAL = Path(__file__).parent / "fixtures/compile/regional-h100"  # 2.7B, context 512, on one H100
+
+
+def _records(*names: str) -> list[dict]:
+    from cs336report.results import load
+
+    return [{**load(p), "_path": str(p)} for n in names for p in sorted(REGIONAL.glob(f"{n}-*.json.gz"))]
+
+
+def test_the_report_says_what_each_compiled_cell_compiled(tmp_path):
+    from cs336report.report.render import render_report
+    from cs336report.report.sections.torch_compile import model_analysis, model_pairs
+
+    blocks = _records("blocks")
+    assert [r["data"]["model"]["compiled"]["blocks"] for r in blocks] == [32, 32]
+    assert model_analysis(model_pairs(blocks, []))["scope"] == {
+        "whole": 0, "blocks": 2, "path": "layers", "block": "TransformerBlock", "min": 32, "max": 32}
+    # a record from before compile_scope (no description) compiled the whole model
+    old = _records("model")
+    del old[0]["data"]["model"]["compiled"]
+    assert model_analysis(model_pairs(blocks + old, []))["scope"]["whole"] == 1
+    assert model_analysis(model_pairs(old, []))["scope"] == {"whole": 1, "blocks": 0}
+
+    render_report([r["_path"] for r in blocks], {"_device": "cuda", "_expected": {}}, tmp_path / "out", draw=False)
+    text = (tmp_path / "out/report.md").read_text()
+    assert "each of the model's 32 repeated blocks (`layers`, `TransformerBlock`) is compiled in place" in text
+    render_report([r["_path"] for r in _records("model")], {"_device": "cuda", "_expected": {}}, tmp_path / "whole",
+                  draw=False)
+    whole = (tmp_path / "whole/report.md").read_text()
+    assert "repeated blocks" not in whole and "`torch.compile(model)`: the model is compiled once" in whole

@@ -15,8 +15,8 @@ PHASES = (("forward", "forward", 1), ("backward", "backward", 2), ("optimizer_st
 
 
 def _key(config: dict) -> str:
-    """A model cell's settings without its compile switch: a compiled cell and its eager twin share it."""
-    return json.dumps({k: v for k, v in config.items() if k != "compile"}, sort_keys=True)
+    """A model cell's settings without its compile switches: a compiled cell and its eager twin share it."""
+    return json.dumps({k: v for k, v in config.items() if k not in ("compile", "compile_scope")}, sort_keys=True)
 
 
 def model_frame(records: list[dict]) -> pd.DataFrame:
@@ -29,6 +29,9 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
         rows.append({
             "key": _key(c), "compiled": bool(c.get("compile")), "fused": bool(c.get("fused_adamw")),
             "cuda_graphs": bool(c.get("cuda_graphs")),
+            # what was compiled: the whole model, or each repeated block in place (records before
+            # compile_scope existed compiled the whole model)
+            "scope": ((d.get("model") or {}).get("compiled") or {"scope": "model"}) if c.get("compile") else None,
             "master_weights": (d.get("model") or {}).get("master_weights"),  # its description, where the step had them
             "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
             "context": c["context"], "mode": c["mode"], "batch": c["batch_size"], "status": r["status"],
@@ -101,6 +104,19 @@ def model_table(pairs: pd.DataFrame) -> Table:
              + (f"; {JOB_NOTE}" if (pairs["first_calls"] > 1).any() else ""))
 
 
+def compile_scope(pairs: pd.DataFrame) -> dict:
+    """What the compiled cells compiled: ``whole`` (cells that compiled the whole model) and, for
+    cells that compiled each repeated block, the blocks' path and class and the range of their counts."""
+    scopes = [s for s in pairs["scope"] if isinstance(s, dict)]
+    blocks = [s for s in scopes if s.get("scope") == "blocks"]
+    out: dict = {"whole": len(scopes) - len(blocks), "blocks": len(blocks)}
+    if blocks:
+        counts = sorted({int(s["blocks"]) for s in blocks})
+        out.update(path=", ".join(sorted({s["path"] for s in blocks})),
+                   block=", ".join(sorted({s["block"] for s in blocks})), min=counts[0], max=counts[-1])
+    return out
+
+
 def model_analysis(pairs: pd.DataFrame) -> dict:
     both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
     out: dict = {"n": len(pairs), "n_both": len(both), "by_mode": []}
@@ -117,6 +133,7 @@ def model_analysis(pairs: pd.DataFrame) -> dict:
         over = (full["first_call_s"] / full["mean_s"]).dropna()
         if not over.empty:
             out["first_call"]["steps"] = sig(over.median(), 2)
+    out["scope"] = compile_scope(pairs)
     breaks = pairs["graph_breaks"].dropna()
     out["graph_breaks"] = int(breaks.sum()) if not breaks.empty else None
     out["failed"] = [{"cell": f"{r['size']}, context {r['context']}, {MODE_LABELS[r['mode']]}",
