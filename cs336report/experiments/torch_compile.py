@@ -126,6 +126,8 @@ def optimized_cells(cfg) -> dict[str, dict]:
                 cell["kernel_steps"] = grid["kernel_steps"]
             if grid.get("cuda_graphs") and grid["compile"] and cfg.device == "cuda":
                 cell["cuda_graphs"] = True
+            if grid["compile"] and grid["compile_scope"] != "model":  # the default adds no key
+                cell["compile_scope"] = grid["compile_scope"]
             out[model_cell_name(cell)] = cell
     return out
 
