@@ -44,9 +44,9 @@ def test_the_repeated_blocks_are_the_longest_list_of_one_class():
 
 def test_the_scope_reaches_the_compiled_cells_only_and_the_model_scope_keeps_cells_as_they_were():
     raw = load_file(REPO_ROOT / "workflow/config/default.yaml")
-    blocks = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))  # the default
-    raw["grids"]["cpu"]["compiled_model"]["compile_scope"] = "model"
-    whole = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))
+    whole = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))  # the default
+    raw["grids"]["cpu"]["compiled_model"]["compile_scope"] = "blocks"
+    blocks = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))
     # the whole-model cells carry no scope key: their settings are those of records made before the switch
     assert whole and all("compile_scope" not in c for c in whole.values())
     assert set(blocks) == set(whole)  # same names: a change of scope reruns the same cells
