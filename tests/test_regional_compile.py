@@ -67,8 +67,8 @@ model, _, spec, _ = benchmarking.prepare(cell)
 eager = type(model)(spec, cell["context"], impl=cell["implementation"], device="cpu")
 eager.load_state_dict(model.state_dict())
 tokens = torch.randint(0, spec.vocab_size, (2, cell["context"]))
-with torch.no_grad():
-    out["max_abs_diff"] = float((model(tokens) - eager(tokens)).abs().max())
+# with autograd on, as the cell ran: the compiled block is reused, not compiled again for no_grad
+out["max_abs_diff"] = float((model(tokens) - eager(tokens)).abs().max())
 print(json.dumps(out))
 """
 
@@ -78,7 +78,7 @@ def test_blocks_scope_compiles_one_block_graph_for_every_layer_on_the_cpu():
     from cs336report.experiments.benchmarking import transformer_cell
 
     cfg = Config.from_file(REPO_ROOT / "workflow/config/default.yaml", cuda_available=False)
-    cell = transformer_cell(cfg, "tiny", 16, "train_step", "fp32", "naive", compile=True)
+    cell = transformer_cell(cfg, "tiny", 16, "forward", "fp32", "naive", compile=True)
     cell.update(compile_scope="blocks", warmup_steps=1, measured_steps=2, model={**cell["model"], "num_layers": 3})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run([sys.executable, "-c", CELL_RUN, json.dumps(cell)], capture_output=True, text=True,
@@ -90,7 +90,7 @@ def test_blocks_scope_compiles_one_block_graph_for_every_layer_on_the_cpu():
                                              "blocks": 3}
     # three layers, one captured graph: the second and third block reuse the first one's compilation
     assert compiled["compile"]["graphs"] == 1 and compiled["compile"]["graph_breaks"] == 0
-    assert compiled["compile"]["inductor_cache_misses"] >= 2  # the block's forward and backward
+    assert compiled["compile"]["inductor_cache_misses"] == 1  # one block graph compiled, not three
     assert compiled["stats_s"]["mean"] > 0
     assert out["max_abs_diff"] < 1e-4
 
