@@ -112,7 +112,6 @@ def allreduce_plot(df: pd.DataFrame):
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
     ax2.legend(fontsize="small")
-    fig.tight_layout()
     return fig
 
 
@@ -239,7 +238,6 @@ def timeline_plot(profiles: list[tuple[str, dict]]):
         ax.set_title(label, fontsize="small", loc="left")
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("time from the step's first kernel (ms)")
-    fig.tight_layout()
     return fig
 
 

@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 def legend_outside(ax, **kwargs) -> None:
-    """The axes' legend beside them, to the right, never over the data (the figure is saved with a
-    tight bounding box, which keeps it in the image)."""
+    """The axes' legend beside them, to the right, never over the data (the tight layout the
+    renderer applies when it saves the figure makes room for it)."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
 
 
@@ -36,7 +36,6 @@ def time_vs_context(df: pd.DataFrame):
     axes[0][0].set_ylabel("time per step (ms)")
     if axes[0][-1].get_legend_handles_labels()[0]:
         legend_outside(axes[0][-1], title="size", fontsize="small")
-    fig.tight_layout()
     return fig
 
 
@@ -53,5 +52,4 @@ def warmup_steps(df: pd.DataFrame):
     ax.set_ylabel("step time (ms)")
     legend_outside(ax, fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
     return fig

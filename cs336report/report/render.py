@@ -148,12 +148,18 @@ class RenderContext:
         return sorted(self._by_experiment.get(experiment, []), key=lambda r: r["cell"])
 
     def figure(self, name: str, fig, caption: str, alt: str | None = None) -> Figure:
+        """Save ``fig``. It is laid out here, once, and only when drawn: by the layout engine its
+        builder set (a rect leaving room for a figure legend), else by tight layout, which makes room
+        for the labels and for legends beside the axes."""
         import matplotlib.pyplot as plt
+        from matplotlib.layout_engine import TightLayoutEngine
 
         png = b""  # undrawn: no file, and an empty image in the HTML
         if self.draw:
+            (fig.get_layout_engine() or TightLayoutEngine()).execute(fig)
+            fig.set_layout_engine(None)  # laid out: with no engine left (nor bbox_inches), savefig draws once
             buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps legends beside the axes
+            fig.savefig(buf, format="png", dpi=110)
             png = buf.getvalue()
             (self.figures_dir / f"{name}.png").write_bytes(png)
         plt.close(fig)

@@ -45,5 +45,4 @@ def scaling_figure(df: pd.DataFrame, memory_key: str):
                            label=label(v, dt))
                 for i, (v, dt) in enumerate(variants)]
     legend_outside(axes[-1], handles=handles, fontsize="small")
-    fig.tight_layout()
     return fig

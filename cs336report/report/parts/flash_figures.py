@@ -56,7 +56,8 @@ def _figure_legend(fig, axes) -> None:
     lines = max(1, math.ceil(len(labels) / 3))
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize="small")
-    fig.tight_layout(rect=(0, min(0.3, (0.22 * lines + 0.1) / fig.get_figheight()), 1, 1))
+    # laid out when saved (RenderContext.figure), above the figure legend
+    fig.set_layout_engine("tight", rect=(0, min(0.3, (0.22 * lines + 0.1) / fig.get_figheight()), 1, 1))
 
 
 def memory_figure(mem: pd.DataFrame, d: int, device_bytes: int | None):

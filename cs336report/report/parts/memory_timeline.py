@@ -61,5 +61,6 @@ def timeline_figure(rows: list, title: str):
     ncol = 4
     fig.suptitle(title, fontsize="medium")
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize="x-small", frameon=False)
-    fig.tight_layout(rect=(0, 0.045 * math.ceil(len(handles) / ncol) + 0.02, 1, 1))
+    # laid out when saved (RenderContext.figure), above the figure legend
+    fig.set_layout_engine("tight", rect=(0, 0.045 * math.ceil(len(handles) / ncol) + 0.02, 1, 1))
     return fig

@@ -100,7 +100,6 @@ def norm_plot(rows: pd.DataFrame):
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
     legend_outside(axes[1], fontsize="x-small")
-    fig.tight_layout()
     return fig
 
 

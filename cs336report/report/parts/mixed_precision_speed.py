@@ -121,7 +121,6 @@ def speedup_plot(pairs: pd.DataFrame):
     axes[0][0].set_ylabel("speed-up of bf16 over fp32 (×)")
     if axes[0][-1].get_legend_handles_labels()[0]:
         legend_outside(axes[0][-1], title="context", fontsize="small")
-    fig.tight_layout()
     return fig
 
 

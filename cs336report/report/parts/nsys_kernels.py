@@ -282,5 +282,4 @@ def class_figure(classes: pd.DataFrame, cells: pd.DataFrame):
         ax.set_title("forward pass" if mode == "forward" else "training step")
     axes[0][0].set_ylabel("size / context (tokens)")
     legend_outside(axes[0][-1], fontsize="small")
-    fig.tight_layout()
     return fig

@@ -86,7 +86,6 @@ def trajectory_plot(df: pd.DataFrame):
     ax.set_ylabel("accumulator value")
     ax.grid(True, alpha=0.3)
     legend_outside(ax, fontsize="small")
-    fig.tight_layout()
     return fig
 
 
