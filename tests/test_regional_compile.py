@@ -42,6 +42,23 @@ def test_the_repeated_blocks_are_the_longest_list_of_one_class():
     assert repeated_blocks(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))) is None
 
 
+def test_a_model_without_repeated_blocks_is_compiled_whole_and_says_why(monkeypatch, tmp_path):
+    from cs336report.compiling import CACHE_ENV, compile_blocks
+
+    for name in CACHE_ENV:  # compile_blocks points them at a private folder: put them back afterwards
+        monkeypatch.setenv(name, str(tmp_path / name))
+
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2))
+    fn, scope = compile_blocks(model)
+    assert scope == {"scope": "model", "reason": "no list of repeated blocks"}
+    assert fn is not model and fn._orig_mod is model  # torch.compile's wrapper of the whole model
+    layered = TransformerLM(_spec(2), 16, impl="naive", device="cpu")
+    fn, scope = compile_blocks(layered)
+    assert fn is layered and scope["scope"] == "blocks" and scope["blocks"] == 2  # compiled in place
+    assert all(block._compiled_call_impl is not None for block in layered.layers)
+    assert layered.token_embeddings._compiled_call_impl is None  # the rest stays eager
+
+
 def test_the_scope_reaches_the_compiled_cells_only_and_the_model_scope_keeps_cells_as_they_were():
     raw = load_file(REPO_ROOT / "workflow/config/default.yaml")
     whole = torch_compile.compiled_model_cells(Config.from_dict(raw, cuda_available=False))  # the default
