@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import signal
 import socket
 import sys
 import threading
@@ -292,6 +293,10 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
     from . import experiments, runner
 
     experiments.registry()
+    # A cell whose client goes away is stopped by a simulated SIGINT (_ClientWatch), which Python
+    # drops where SIGINT was ignored at the worker's start: so it is for every job of a workflow
+    # started in the background by a non-interactive shell (`nohup snakemake ... &`). Take it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     initial = global_state()
     path = Path(socket_path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -84,8 +84,9 @@ def cwd(tmp_path):
     stop_and_check(tmp_path)
 
 
-def client(cwd: Path, experiment: str, name: str, c: dict, *extra: str, env=ENV, wait=True):
-    """`run` as the rules call it (common.smk: run_cell): relative paths, stdout and stderr redirected to the log."""
+def client(cwd: Path, experiment: str, name: str, c: dict, *extra: str, env=ENV, wait=True, sigint=None):
+    """`run` as the rules call it (common.smk: run_cell): relative paths, stdout and stderr redirected to the log;
+    ``sigint``: the SIGINT disposition the client (and a worker it starts) inherits (None: this process's)."""
     out, log = Path("results") / experiment / f"{name}.json", Path("logs") / experiment / f"{name}.log"
     (cwd / log).parent.mkdir(parents=True, exist_ok=True)
     with open(cwd / log, "w") as fh:  # the shell's `> {log} 2>&1`
@@ -93,6 +94,7 @@ def client(cwd: Path, experiment: str, name: str, c: dict, *extra: str, env=ENV,
             [sys.executable, "-m", "cs336report", "run", experiment, "--name", name, "--cell", json.dumps(c),
              "--out", str(out), "--log", str(log), *extra],
             cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+            preexec_fn=None if sigint is None else lambda: signal.signal(signal.SIGINT, sigint),
         )
     if wait:
         proc.wait()
@@ -223,9 +225,12 @@ def test_worker_killed_mid_cell_the_client_runs_the_cell_itself(cwd):
     assert record["process"]["pid"] not in (worker, p.pid) and record["process"]["cells_before"] == 0
 
 
-def test_client_killed_mid_cell_stops_the_worker_and_writes_no_result(cwd):
+# SIG_IGN: as for a workflow started in the background by a non-interactive shell (`nohup ... &`), whose
+# jobs, their clients and the workers they start all inherit SIGINT ignored
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_client_killed_mid_cell_stops_the_worker_and_writes_no_result(cwd, sigint):
     name, c = slow_cell(100_000)  # runs until killed
-    proc, out, log = client(cwd, "benchmarking", name, c, wait=False)
+    proc, out, log = client(cwd, "benchmarking", name, c, wait=False, sigint=sigint)
     wait_until(lambda: "started on cpu" in log.read_text(), "the cell to start")
     worker = ran_by(log)
     proc.send_signal(signal.SIGKILL)
