@@ -119,16 +119,21 @@ def repeated_blocks(model: torch.nn.Module) -> tuple[str, list[torch.nn.Module]]
     return best
 
 
-def compile_blocks(model: torch.nn.Module, threads: int | None = None, mode: str | None = None):
-    """Regional compilation: each of the model's repeated blocks (:func:`repeated_blocks`) compiled in
-    place with ``torch.compile``; the rest of the model (embedding, final norm, output layer) stays
-    eager. The blocks share one code path and TorchDynamo treats their weights as inputs, so one
-    compilation of one block serves every block: the first call compiles a block's graph once
-    (and the backward once), not the whole stack unrolled. A model without repeated blocks is
-    compiled whole. Returns (the callable, a description: scope, the blocks' path, class and count)."""
-    found = repeated_blocks(model)
+def compile_model(model: torch.nn.Module, scope: str = "model", threads: int | None = None,
+                  mode: str | None = None):
+    """``model`` compiled as ``scope`` says; returns (the callable, a description of what was compiled).
+
+    ``"model"``: the whole model, by :func:`compile_fn`. ``"blocks"``: regional compilation, each of
+    the model's repeated blocks (:func:`repeated_blocks`) compiled in place with ``torch.compile``,
+    the rest of the model (embedding, final norm, output layer) eager. The blocks share one code
+    path and TorchDynamo treats their weights as inputs, so one compilation of one block serves
+    every block: the first call compiles a block's graph once (and the backward once), not the
+    whole stack unrolled. A model without repeated blocks is compiled whole, and the description
+    says why. The description: scope, and for blocks their path, class and count."""
+    found = repeated_blocks(model) if scope == "blocks" else None
     if found is None:
-        return compile_fn(model, threads, mode), {"scope": "model", "reason": "no list of repeated blocks"}
+        why = {} if scope == "model" else {"reason": "no list of repeated blocks"}
+        return compile_fn(model, threads, mode), {"scope": "model", **why}
     path, blocks = found
     with _setup_timer(threads):
         for block in blocks:

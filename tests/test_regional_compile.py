@@ -43,20 +43,24 @@ def test_the_repeated_blocks_are_the_longest_list_of_one_class():
 
 
 def test_a_model_without_repeated_blocks_is_compiled_whole_and_says_why(monkeypatch, tmp_path):
-    from cs336report.compiling import CACHE_ENV, compile_blocks
+    from cs336report.compiling import CACHE_ENV, compile_model
 
-    for name in CACHE_ENV:  # compile_blocks points them at a private folder: put them back afterwards
+    for name in CACHE_ENV:  # compile_model points them at a private folder: put them back afterwards
         monkeypatch.setenv(name, str(tmp_path / name))
 
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2))
-    fn, scope = compile_blocks(model)
+    fn, scope = compile_model(model, "blocks")
     assert scope == {"scope": "model", "reason": "no list of repeated blocks"}
     assert fn is not model and fn._orig_mod is model  # torch.compile's wrapper of the whole model
     layered = TransformerLM(_spec(2), 16, impl="naive", device="cpu")
-    fn, scope = compile_blocks(layered)
+    fn, scope = compile_model(layered, "blocks")
     assert fn is layered and scope["scope"] == "blocks" and scope["blocks"] == 2  # compiled in place
     assert all(block._compiled_call_impl is not None for block in layered.layers)
     assert layered.token_embeddings._compiled_call_impl is None  # the rest stays eager
+    whole = TransformerLM(_spec(2), 16, impl="naive", device="cpu")
+    fn, scope = compile_model(whole)  # the default scope: the whole model, nothing compiled in place
+    assert scope == {"scope": "model"} and fn._orig_mod is whole
+    assert all(block._compiled_call_impl is None for block in whole.layers)
 
 
 def test_the_scope_reaches_the_compiled_cells_only_and_the_model_scope_keeps_cells_as_they_were():

@@ -28,7 +28,7 @@ import torch
 from .. import accounting
 from ..measure import PhaseTimer, count_casts, host_time, peak_memory, reset_peak_memory, summarize, time_steps
 from ..annotate import region
-from ..compiling import compile_blocks, compile_fn, first_call
+from ..compiling import compile_model, first_call
 from ..kernel_times import idle_time, kernel_times
 from ..master_weights import MasterWeightAdamW
 from ..model import ModelSpec, cross_entropy
@@ -181,11 +181,8 @@ def _build(cell: dict) -> dict:
         model_info = {**model_info, "master_weights": master.describe()}
     forward = model
     if cell.get("compile"):  # with cuda_graphs, the compiled forward and backward replay as CUDA graphs
-        mode = "reduce-overhead" if cell.get("cuda_graphs") else None
-        if cell.get("compile_scope", "model") == "blocks":
-            forward, scope = compile_blocks(model, mode=mode)
-        else:
-            forward, scope = compile_fn(model, mode=mode), {"scope": "model"}
+        forward, scope = compile_model(model, cell.get("compile_scope", "model"),
+                                       mode="reduce-overhead" if cell.get("cuda_graphs") else None)
         model_info = {**model_info, "compiled": scope}
     return {"key": model_key(cell), "model": model, "model_info": model_info, "spec": spec, "tokens": tokens,
             "targets": targets, "forward": forward, "master": master, "first_calls": []}
