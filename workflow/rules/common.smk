@@ -61,6 +61,18 @@ os.environ.update(
     }
 )
 CELLS = {name: experiments.cells(name, CFG) for name in experiments.names()}
+# Snakemake starts the ready jobs of highest priority first. With several GPU slots the rules whose
+# jobs last longest start first, so that a run does not end on one long job started last (mean job
+# time in the published records: compiled_model 81 s, the leaderboard and the optimized step 75 s,
+# handout_tests 57 s, flash_benchmarking 55 s, compiled_attention 33 s; most other jobs 5-20 s).
+LONG_JOBS_FIRST = {
+    "compiled_model": 3,
+    "optimized_step": 3,
+    "flash_leaderboard": 3,
+    "handout_tests": 2,
+    "flash_benchmarking": 2,
+    "compiled_attention": 1,
+}
 REPORT_INPUTS = {}
 
 # Every rule runs this interpreter (the one running Snakemake, or the conda environment's python

@@ -11,6 +11,7 @@ rule flash_benchmarking:
         "logs/flash_benchmarking/{cell}.log",
     benchmark:
         "benchmarks/flash_benchmarking/{cell}.tsv"
+    priority: LONG_JOBS_FIRST["flash_benchmarking"]
     conda:
         CONDA_ENV
     threads: TIMED
@@ -31,6 +32,7 @@ rule flash_leaderboard:
         "logs/flash_leaderboard/{cell}.log",
     benchmark:
         "benchmarks/flash_leaderboard/{cell}.tsv"
+    priority: LONG_JOBS_FIRST["flash_leaderboard"]
     conda:
         CONDA_ENV
     threads: TIMED

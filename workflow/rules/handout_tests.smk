@@ -26,6 +26,7 @@ rule handout_tests:
         "logs/handout_tests/{cell}.log",
     benchmark:
         "benchmarks/handout_tests/{cell}.tsv"
+    priority: LONG_JOBS_FIRST["handout_tests"]
     conda:
         CONDA_ENV
     resources:

@@ -14,6 +14,7 @@ rule compiled_attention:
         "logs/compiled_attention/{cell}.log",
     benchmark:
         "benchmarks/compiled_attention/{cell}.tsv"
+    priority: LONG_JOBS_FIRST["compiled_attention"]
     conda:
         CONDA_ENV
     threads: TIMED
@@ -55,6 +56,7 @@ rule compiled_model:
             re.escape(job.removesuffix("-compiled")) for job in COMPILED_JOBS
         )
         or "(?!)",
+    priority: LONG_JOBS_FIRST["compiled_model"]
     conda:
         CONDA_ENV
     threads: TIMED
@@ -105,6 +107,7 @@ rule optimized_step:
         "logs/optimized_step/{cell}.log",
     benchmark:
         "benchmarks/optimized_step/{cell}.tsv"
+    priority: LONG_JOBS_FIRST["optimized_step"]
     conda:
         CONDA_ENV
     threads: TIMED
