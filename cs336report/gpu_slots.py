@@ -131,14 +131,24 @@ def _take(n: int, slots: int, lock_dir: Path, wait_s: float) -> tuple[list[int],
 @contextmanager
 def claim(gpus: int, lock_dir: Path = LOCK_DIR, wait_s: float = WAIT_S):
     """Hold ``gpus`` GPU slots (none: the cores of the untimed jobs) for the ``with`` block, in this
-    process and every process it starts. Binds nothing outside a workflow with several slots."""
+    process and every process it starts. Binds nothing outside a workflow with several slots, and
+    nothing new in a process started inside a claim (it keeps the claim it inherits)."""
     slots = int(os.environ.get(SLOTS_ENV) or 0)
     if slots <= 1:
         yield None
         return
+    inherited = os.environ.get(PLACEMENT_ENV)
+    if inherited:
+        # Started by a job that holds its slots (a cell measured again in a fresh process, the
+        # program nsys profiles): it stays on its parent's GPUs and cores. A claim of its own would
+        # take other slots, or, claiming no GPU, move it onto the untimed jobs' cores.
+        yield json.loads(inherited)
+        return
     cpus = parse_cpus(os.environ.get(CPUS_ENV) or format_cpus(os.sched_getaffinity(0)))
     blocks, rest = plan(cpus, slots)
     held: list = []
+    saved = {k: os.environ.get(k) for k in (PLACEMENT_ENV, "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+    affinity = os.sched_getaffinity(0)
     try:
         if gpus <= 0:
             where = {"gpus": [], "slots": [], "of": slots, "cpus": format_cpus(rest)}
@@ -158,6 +168,12 @@ def claim(gpus: int, lock_dir: Path = LOCK_DIR, wait_s: float = WAIT_S):
     finally:
         for fh in held:
             fh.close()
+        for key, value in saved.items():  # the claim ends with the block, in this process too
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        os.sched_setaffinity(0, affinity)
 
 
 def placement() -> dict:

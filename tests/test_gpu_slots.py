@@ -165,3 +165,42 @@ def test_a_neighbour_job_pinned_to_other_cores_is_listed_but_not_sharing():
         os.sched_setaffinity(0, cores)
         for pid in contention._descendants(shell) | {shell}:
             os.kill(pid, signal.SIGKILL)
+
+
+_NESTED = textwrap.dedent("""
+    import json, os, subprocess, sys
+    from pathlib import Path
+    from cs336report import gpu_slots
+    child = sys.argv[1]
+    with gpu_slots.claim(1, lock_dir=Path(sys.argv[2]), wait_s=5) as where:
+        mine = {"where": where, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "affinity": sorted(os.sched_getaffinity(0))}
+        # what a job starts inside its claim: a repeat of its cell, or the program nsys profiles,
+        # claiming no GPU (0) or the job's own (1, which its parent holds: a new claim would wait)
+        kids = [json.loads(subprocess.run([sys.executable, "-c", child, n, sys.argv[2], "0.5", "0"],
+                                          capture_output=True, text=True, check=True).stdout)
+                for n in ("0", "1")]
+    after = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "placement": os.environ.get(gpu_slots.PLACEMENT_ENV),
+             "affinity": sorted(os.sched_getaffinity(0))}
+    print(json.dumps({"job": mine, "kids": kids, "after": after}))
+""")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin to")
+def test_a_process_started_inside_a_claim_keeps_its_jobs_gpu_and_cores(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    env = {**os.environ, gpu_slots.SLOTS_ENV: "2", gpu_slots.CPUS_ENV: gpu_slots.format_cpus(cpus)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop(gpu_slots.PLACEMENT_ENV, None)
+    out = subprocess.run([sys.executable, "-c", _NESTED, _CLAIM, str(tmp_path / "locks")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    job, kids = got["job"], got["kids"]
+    blocks, rest = gpu_slots.plan(cpus, 2)
+    assert job["affinity"] in blocks and job["visible"] in ("0", "1")
+    for kid in kids:  # neither the untimed jobs' cores nor another slot
+        assert kid["affinity"] == job["affinity"] and kid["affinity"] != rest
+        assert kid["visible"] == job["visible"] and kid["where"] == job["where"]
+    # the claim ends with its block: the process is as it was before it
+    assert got["after"] == {"visible": None, "placement": None, "affinity": cpus}
