@@ -68,15 +68,42 @@ def block_size(cores: int, slots: int) -> int:
     return max(1, cores // (slots + 1))
 
 
-def plan(cpus: list[int], slots: int) -> tuple[list[list[int]], list[int]]:
+TOPOLOGY = Path("/sys/devices/system/cpu")  # the kernel's view of which cores share a physical core
+
+
+def core_groups(cpus, topology: Path = TOPOLOGY) -> list[list[int]]:
+    """``cpus`` grouped by physical core: the hardware threads of one core together (the kernel's
+    ``core_cpus_list``, ``thread_siblings_list`` on older kernels), groups in the order of their
+    first core; a core the kernel says nothing of is a group of its own."""
+    allowed, seen, groups = set(cpus), set(), []
+    for c in sorted(allowed):
+        if c in seen:
+            continue
+        siblings = [c]
+        for name in ("core_cpus_list", "thread_siblings_list"):
+            try:
+                siblings = parse_cpus((topology / f"cpu{c}" / "topology" / name).read_text())
+                break
+            except (OSError, ValueError):
+                continue
+        group = sorted({c} | {x for x in siblings if x in allowed and x not in seen})
+        seen.update(group)
+        groups.append(group)
+    return groups
+
+
+def plan(cpus: list[int], slots: int, topology: Path = TOPOLOGY) -> tuple[list[list[int]], list[int]]:
     """The cores of each GPU slot and the cores left for the jobs that time nothing. With one slot
-    there is one block of every core, shared with nothing (a timed job takes all the threads)."""
+    there is one block of every core, shared with nothing (a timed job takes all the threads).
+    Hardware threads of one physical core stay in one block (where the block size allows), so
+    that a timed job does not share a core's execution units with its neighbour's."""
     cpus = sorted(cpus)
     if slots <= 1:
         return [cpus], cpus
     size = block_size(len(cpus), slots)
-    blocks = [cpus[i * size:(i + 1) * size] or cpus[-1:] for i in range(slots)]
-    rest = cpus[slots * size:] or cpus[-1:]
+    ordered = [c for group in core_groups(cpus, topology) for c in group]
+    blocks = [sorted(ordered[i * size:(i + 1) * size]) or cpus[-1:] for i in range(slots)]
+    rest = sorted(ordered[slots * size:]) or cpus[-1:]
     return blocks, rest
 
 

@@ -204,3 +204,33 @@ def test_a_process_started_inside_a_claim_keeps_its_jobs_gpu_and_cores(tmp_path)
         assert kid["visible"] == job["visible"] and kid["where"] == job["where"]
     # the claim ends with its block: the process is as it was before it
     assert got["after"] == {"visible": None, "placement": None, "affinity": cpus}
+
+
+def _topology(root, siblings):
+    for group in siblings:
+        for c in group:
+            d = root / f"cpu{c}" / "topology"
+            d.mkdir(parents=True)
+            (d / "core_cpus_list").write_text(gpu_slots.format_cpus(group) + "\n")
+    return root
+
+
+def test_hardware_threads_of_one_core_stay_in_one_slot(tmp_path):
+    # 8 physical cores with two threads each, numbered as many hosts do: core k is cpus k and k + 8
+    pairs = [[k, k + 8] for k in range(8)]
+    blocks, rest = gpu_slots.plan(list(range(16)), 3, topology=_topology(tmp_path / "a", pairs))
+    assert blocks == [[0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 12, 13]] and rest == [6, 7, 14, 15]
+    core_of = {c: k for k, pair in enumerate(pairs) for c in pair}
+    places = [{core_of[c] for c in b} for b in blocks + [rest]]
+    assert all(not (a & b) for i, a in enumerate(places) for b in places[i + 1:])  # no core split
+    # numbered side by side (0-1 one core), contiguous blocks already keep them together
+    side = [[2 * k, 2 * k + 1] for k in range(8)]
+    assert gpu_slots.plan(list(range(16)), 3, topology=_topology(tmp_path / "b", side)) == \
+        ([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], [12, 13, 14, 15])
+    # a host that says nothing of its cores: contiguous blocks, as before
+    assert gpu_slots.plan(list(range(16)), 3, topology=tmp_path / "none") == \
+        ([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], [12, 13, 14, 15])
+    # only the cores this run may use are placed; a sibling outside them is left alone
+    blocks, rest = gpu_slots.plan(list(range(12)), 2, topology=tmp_path / "a")
+    assert sorted(c for b in blocks + [rest] for c in b) == list(range(12))
+    assert blocks[0] == [0, 1, 8, 9]
