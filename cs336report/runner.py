@@ -125,23 +125,33 @@ def needs_repeats(cell: dict, data: dict) -> bool:
 
 def repeat_in_fresh_processes(experiment: str, name: str, cell: dict, data: dict) -> dict:
     """Run ``cell`` ``cell['repeats']`` more times, each in a new Python process (its own CUDA
-    context, allocator and compiled kernels), and return each run's whole-step statistics (this
+    context and allocator; a compiled cell loads the graphs and kernels its first run compiled,
+    from that run's cache folder, rather than compiling them again), and return each run's whole-step statistics (this
     process's first) with the statistics of the runs' means: the spread between independent runs,
     which the spread of steps inside one run does not show."""
     again = {**cell, "repeats": 0}  # a repeat does not repeat itself
     runs = [{"pid": os.getpid(), "stats_s": data["stats_s"], "status": "ok"}]
+    env = dict(os.environ)
+    compiled = sys.modules.get("cs336report.compiling")
+    if compiled is not None and compiled.private_cache():  # a compiled cell: load, do not compile again
+        env[compiled.REUSE_ENV] = compiled.private_cache()
     with tempfile.TemporaryDirectory(prefix="cs336report-repeat-") as tmp:
         for i in range(cell["repeats"]):
             out = Path(tmp) / f"{i}.json"
             cmd = [sys.executable, "-m", "cs336report", "run", experiment, "--name", name,
                    "--cell", json.dumps(again, sort_keys=True), "--out", str(out), "--no-worker"]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0 or not out.exists():
                 runs.append({"status": "error", "error": (proc.stderr.strip().splitlines() or ["no result"])[-1]})
                 continue
             rec = load(out)
-            runs.append({"pid": rec["process"]["pid"], "status": rec["status"],
-                         "stats_s": (rec["data"] or {}).get("stats_s"), "contention": rec.get("contention")})
+            run = {"pid": rec["process"]["pid"], "status": rec["status"],
+                   "stats_s": (rec["data"] or {}).get("stats_s"), "contention": rec.get("contention")}
+            made = (rec["data"] or {}).get("compile")
+            if isinstance(made, dict):  # how much the repeat compiled: cache hits, not a compilation
+                run["compile"] = {k: made.get(k) for k in ("first_call_s", "inductor_cache_hits",
+                                                          "inductor_cache_misses")}
+            runs.append(run)
     means = [whole_step(r["stats_s"])["mean"] for r in runs if whole_step(r.get("stats_s"))]
     return {"reason": f"cv {whole_step(data['stats_s'])['cv']:.3f} > noisy_cv {cell.get('noisy_cv', 0.0):g}",
             "runs": runs, "means_s": means, "stats_s": summarize(means)}

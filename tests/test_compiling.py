@@ -113,3 +113,52 @@ def test_a_warm_workers_next_compiled_cell_compiles_from_scratch(tmp_path):
     assert second["pools_after"] == 1  # a TorchDynamo reset alone keeps the compile workers (and the cache)
     assert control["inductor_cache_hits"] >= 1 and control["ok"]
 
+
+
+REPEAT = """
+import json, os, subprocess, sys, torch
+from cs336report import compiling
+f = lambda x: (x.cos() * 3 - 1).sum()
+g = compiling.compile_fn(f, threads=1)
+out = {"first": compiling.first_call(lambda: (g(torch.randn(64)), None)[1], "cpu"), "dir": compiling.private_cache()}
+if sys.argv[1] == "cell":  # the cell's first run; then its repeat, in a fresh process, as the runner starts it
+    env = {**os.environ, compiling.REUSE_ENV: compiling.private_cache()}
+    child = subprocess.run([sys.executable, "-c", sys.argv[2], "repeat", ""], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    out["repeat"] = json.loads(child.stdout.strip().splitlines()[-1])
+    out["kept"] = os.path.isdir(compiling.private_cache())
+print(json.dumps(out))
+"""
+
+
+def test_a_repeat_of_a_compiled_cell_loads_what_its_first_run_compiled(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CS336REPORT_REUSE_COMPILE_CACHE", None)
+    res = subprocess.run([sys.executable, "-c", REPEAT, "cell", REPEAT], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["first"]["inductor_cache_misses"] >= 1  # the cell compiled its graph
+    repeat = out["repeat"]
+    assert repeat["dir"] == out["dir"] and out["kept"]  # same folder, not removed by the repeat
+    assert repeat["first"]["inductor_cache_hits"] >= 1 and repeat["first"]["inductor_cache_misses"] == 0
+
+
+def test_the_runner_hands_a_repeat_the_cells_compile_folder(tmp_path, monkeypatch):
+    from cs336report import compiling, runner
+
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(kwargs.get("env") or {})
+        return subprocess.CompletedProcess(cmd, 1, "", "stopped here")
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    stats = {"mean": 1.0, "std": 0.2, "cv": 0.2, "n": 5}
+    monkeypatch.setattr(compiling, "_private_cache", None)
+    runner.repeat_in_fresh_processes("benchmarking", "c", {"repeats": 1, "noisy_cv": 0.05}, {"stats_s": stats})
+    assert compiling.REUSE_ENV not in seen[-1]  # nothing compiled in this process: nothing to hand over
+    monkeypatch.setattr(compiling, "_private_cache", str(tmp_path))
+    runner.repeat_in_fresh_processes("benchmarking", "c", {"repeats": 1, "noisy_cv": 0.05}, {"stats_s": stats})
+    assert seen[-1][compiling.REUSE_ENV] == str(tmp_path)
