@@ -11,8 +11,11 @@ kept; statistics are derived from them by one function, :func:`summarize`.
 Beside the wall time of each step, :func:`time_steps` keeps the host's share of it: the time the
 step's Python took to return (``issue_s``, before the synchronize) and, on CUDA, the device's time
 between two events recorded around the step (``gpu_s``). A step whose host time is nearly all of
-its wall time kept the GPU waiting for launches: the cell is host-bound (:func:`host_time`), and
-its time says how fast the host launches kernels, not how fast the GPU runs them.
+its wall time may have kept the GPU waiting for launches, or may have launched more kernels than
+the queue holds and waited for room; one more step with the GPU held busy while it is issued
+(:func:`kernels_alone`) times its kernels back to back and tells the two apart. Where the kernels
+alone are clearly faster than the step, the cell is host-bound (:func:`host_time`), and its time
+says how fast the host launches kernels, not how fast the GPU runs them.
 """
 
 from __future__ import annotations
@@ -87,20 +90,81 @@ def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, devi
     return out
 
 
-def host_time(times: dict) -> dict | None:
+# A step that the host issues in at least HOST_BOUND_FRACTION of its wall time is host-bound only
+# if its kernels, run back to back, would take at most (1 - LAUNCH_SHARE) of that wall time: the
+# launches, not the kernels, then set it. (Issue time alone cannot tell: a step of more kernels than
+# the launch queue holds keeps the host waiting for room in the queue, not the GPU waiting for it.)
+LAUNCH_SHARE = 0.1
+_SLEEP_HZ: float | None = None  # torch.cuda._sleep's cycles a second on this device, measured once
+
+
+def _sleep_hz() -> float:
+    global _SLEEP_HZ
+    if _SLEEP_HZ is None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        _SLEEP_HZ = 10_000_000 / max(start.elapsed_time(end) / 1e3, 1e-6)
+    return _SLEEP_HZ
+
+
+def kernels_alone(step: Callable[[], object], device: str, issue_s: float, steps: int = 1) -> dict | None:
+    """The device time of ``step`` with its launches out of the way: the GPU is first held busy
+    (``torch.cuda._sleep``) for longer than the host takes to issue the step, so the step's kernels
+    wait in the queue and then run back to back; events recorded after the sleep and after the step
+    time them. ``steps`` such steps, untimed otherwise; returns their median (``kernels_s``), the
+    sleep and whether the host had issued the whole step before the sleep ended (``covered``: if
+    not, the launch queue was full, and what the host issued later ran as it came). None off CUDA.
+    """
+    if not device.startswith("cuda"):
+        return None
+    cycles = int(_sleep_hz() * max(issue_s, 1e-3) * 1.5)
+    alone, covered, slept = [], [], []
+    for _ in range(steps):
+        before, after_sleep, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        torch.cuda.synchronize()
+        before.record()
+        torch.cuda._sleep(cycles)
+        after_sleep.record()
+        start = timeit.default_timer()
+        step()
+        issued = timeit.default_timer() - start
+        end.record()
+        torch.cuda.synchronize()
+        sleep_s = before.elapsed_time(after_sleep) / 1e3
+        alone.append(after_sleep.elapsed_time(end) / 1e3)
+        slept.append(sleep_s)
+        covered.append(issued < sleep_s)
+    return {"kernels_s": statistics.median(alone), "sleep_s": statistics.median(slept),
+            "covered": all(covered), "steps": steps}
+
+
+def host_time(times: dict, alone: dict | None = None) -> dict | None:
     """Host against device time per step of :func:`time_steps`'s samples: the medians of the wall,
     host (launch) and, on CUDA, event-timed device time, the host's fraction of the wall time and
-    whether the steps were host-bound (``HOST_BOUND_FRACTION``). None without host samples."""
+    whether the steps were host-bound. A step issued in less than ``HOST_BOUND_FRACTION`` of its
+    wall time is not (the host was ahead, the GPU set the time); one issued in more is host-bound
+    where ``alone`` (:func:`kernels_alone`) shows its kernels would take at most ``1 - LAUNCH_SHARE``
+    of the wall time, or, without that, by its issue time alone. None without host samples."""
     wall, issue = times.get("measured_s") or [], times.get("issue_s") or []
     if not wall or not issue:
         return None
     wall_m, issue_m = statistics.median(wall), statistics.median(issue)
     gpu = times.get("gpu_s") or []
     fraction = issue_m / wall_m if wall_m > 0 else math.nan
-    # on a CPU the step runs as it is issued: its host time is its wall time, and says nothing
-    return {"wall_s": wall_m, "host_s": issue_m, "gpu_s": statistics.median(gpu) if gpu else None,
-            "host_fraction": fraction, "host_bound": bool(fraction >= HOST_BOUND_FRACTION) if gpu else None,
-            "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time"}
+    out = {"wall_s": wall_m, "host_s": issue_m, "gpu_s": statistics.median(gpu) if gpu else None,
+           "host_fraction": fraction}
+    if not gpu:  # on a CPU the step runs as it is issued: its host time is its wall time, and says nothing
+        return {**out, "host_bound": None, "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time"}
+    if fraction < HOST_BOUND_FRACTION or not alone:
+        return {**out, "host_bound": bool(fraction >= HOST_BOUND_FRACTION),
+                "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time"}
+    return {**out, "kernels_alone": alone, "host_bound": bool(alone["kernels_s"] <= (1 - LAUNCH_SHARE) * wall_m),
+            "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time, and the kernels alone "
+                    f"<= {1 - LAUNCH_SHARE:g} x wall time"}
 
 
 # The op every dtype conversion goes through (``Tensor.to``, ``.float()``, autocast's casts).
