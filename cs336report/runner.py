@@ -12,7 +12,7 @@ Every record says who else used the machine while it ran (``contention``, see
 its start and end, and ``shared`` when there were any.
 
 A cell whose steps vary more than its ``noisy_cv`` allows (coefficient of variation of the
-whole-step times) is measured again ``repeats`` times, each in a fresh process of its own
+whole-step times), and were not host-bound, is measured again ``repeats`` times, each in a fresh process of its own
 (:func:`repeat_in_fresh_processes`); the record keeps each repeat's statistics and the spread of
 the repeats' means (``data.repeats``).
 
@@ -118,8 +118,12 @@ def whole_step(stats_s: dict | None) -> dict | None:
 
 
 def needs_repeats(cell: dict, data: dict) -> bool:
-    """True where the cell asks for repeats and its whole-step times vary more than ``noisy_cv``."""
+    """True where the cell asks for repeats and its whole-step times vary more than ``noisy_cv``,
+    unless its steps were host-bound (``data.host``): their time is the host's, which the report
+    flags and compares with nothing, so measuring them again would make no comparison possible."""
     cv = (whole_step((data or {}).get("stats_s")) or {}).get("cv")
+    if ((data or {}).get("host") or {}).get("host_bound"):
+        return False
     return bool(cell.get("repeats")) and cv is not None and cv > cell.get("noisy_cv", 0.0)
 
 

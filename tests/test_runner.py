@@ -5,6 +5,9 @@ from cs336report.model import TransformerLM
 from cs336report.report.render import render_report
 from cs336report.runner import run_cell
 from helpers import cell, tiny_config
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _config_json(cfg):
@@ -77,3 +80,20 @@ def test_ddp_rows_of_a_repeated_cell_take_the_spread_across_runs():
     row = steps_frame([record]).iloc[0]
     assert row["runs"] == 3 and row["step_median"] == 0.46 and row["sync_median"] == 0.005
     assert abs(row["step_std"] - 0.02646) < 1e-4 and not row["step_noisy"]
+
+
+def test_a_noisy_host_bound_cell_is_not_measured_again():
+    """Records of one run of the gpu grid on 4 H200s, beside three busy neighbours: the small model's
+    host-bound step and the 2.7B model's GPU-bound one were both noisy; only the second is worth
+    measuring again (the report compares no host-bound cell)."""
+    from cs336report.results import load
+    from cs336report.runner import needs_repeats
+
+    here = FIXTURES / "neighbours_h200"
+    host = load(here / "naive-fp32-small-ctx128-forward_backward.json.gz")
+    gpu = load(here / "naive-bf16-2.7B-ctx512-forward_backward.json.gz")
+    cell = {"repeats": 2, "noisy_cv": 0.05}
+    assert host["data"]["host"]["host_bound"] and gpu["data"]["host"]["host_bound"] is False
+    assert host["data"]["stats_s"]["cv"] > 0.05 and gpu["data"]["stats_s"]["cv"] > 0.05
+    assert not needs_repeats(cell, host["data"])
+    assert needs_repeats(cell, gpu["data"])

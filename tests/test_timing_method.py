@@ -91,3 +91,22 @@ def test_kernels_alone_tells_launches_from_kernels_on_a_gpu():
             assert host["host_bound"] and alone["covered"] and alone["kernels_s"] < 0.5 * host["wall_s"]
         else:
             assert alone["kernels_s"] > 0.9 * host["wall_s"]
+
+
+def test_a_gpu_bound_step_can_be_issued_in_nearly_all_its_wall_time():
+    """Real H200 records (the 2.7B model, fp32, context 1024): the train step's host was busy issuing
+    for 0.98 of its wall time, yet it ran at the forward's rate, whose host was done at 0.45. Issue
+    time alone would call it host-bound; the kernels-alone step is what tells it is not."""
+    from pathlib import Path
+
+    from cs336report.results import load
+
+    here = Path(__file__).parent / "fixtures" / "neighbours_h200"
+    train = load(here / "naive-fp32-2.7B-ctx1024-train_step.json.gz")["data"]
+    forward = load(here / "naive-fp32-2.7B-ctx1024-forward.json.gz")["data"]
+    assert train["host"]["host_fraction"] > 0.95 and forward["host"]["host_fraction"] < 0.5
+    assert train["tflops"] == pytest.approx(forward["tflops"], rel=0.05)
+    assert train["host"]["host_bound"] is True  # the rule these records were made under
+    queue_full = measure.host_time(train["times_s"], {"kernels_s": 0.97 * train["host"]["wall_s"],
+                                                      "sleep_s": 3.0, "covered": False, "steps": 1})
+    assert queue_full["host_bound"] is False
