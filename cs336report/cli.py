@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     # the cores the timed jobs leave (cs336report.gpu_slots); otherwise nothing is bound.
     from .gpu_slots import claim
 
-    with claim(getattr(args, "gpus", 0)):
+    # The slots stay held until this process has exited, shutdown included (gpu_slots.claim).
+    with claim(getattr(args, "gpus", 0), until_exit=True):
         return args.func(args)
 
 

@@ -40,6 +40,9 @@ class SlotError(RuntimeError):
     pass
 
 
+_HELD_UNTIL_EXIT: list = []  # lock files of claims held until the process exits (claim(until_exit=True))
+
+
 def parse_cpus(text: str) -> list[int]:
     """``"0-3,8,10-11"`` (the kernel's list format) as sorted core numbers."""
     out: set[int] = set()
@@ -156,10 +159,15 @@ def _take(n: int, slots: int, lock_dir: Path, wait_s: float) -> tuple[list[int],
 
 
 @contextmanager
-def claim(gpus: int, lock_dir: Path = LOCK_DIR, wait_s: float = WAIT_S):
+def claim(gpus: int, lock_dir: Path = LOCK_DIR, wait_s: float = WAIT_S, until_exit: bool = False):
     """Hold ``gpus`` GPU slots (none: the cores of the untimed jobs) for the ``with`` block, in this
     process and every process it starts. Binds nothing outside a workflow with several slots, and
-    nothing new in a process started inside a claim (it keeps the claim it inherits)."""
+    nothing new in a process started inside a claim (it keeps the claim it inherits).
+
+    ``until_exit``: the slots stay held until the process exits (the operating system then releases
+    the locks), not only until the block ends: a job's process still holds its GPU while it shuts
+    down (its CUDA context, a compiled cell's cache folder and compile workers), and the next job on
+    the slot must not start its cell beside that."""
     slots = int(os.environ.get(SLOTS_ENV) or 0)
     if slots <= 1:
         yield None
@@ -193,14 +201,17 @@ def claim(gpus: int, lock_dir: Path = LOCK_DIR, wait_s: float = WAIT_S):
         os.environ[PLACEMENT_ENV] = json.dumps(where, sort_keys=True)
         yield where
     finally:
-        for fh in held:
-            fh.close()
-        for key, value in saved.items():  # the claim ends with the block, in this process too
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        os.sched_setaffinity(0, affinity)
+        if until_exit:  # the process stays where it was placed, and holds its slots, until it exits
+            _HELD_UNTIL_EXIT.extend(held)
+        else:
+            for fh in held:
+                fh.close()
+            for key, value in saved.items():  # the claim ends with the block, in this process too
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            os.sched_setaffinity(0, affinity)
 
 
 def placement() -> dict:

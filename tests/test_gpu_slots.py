@@ -234,3 +234,33 @@ def test_hardware_threads_of_one_core_stay_in_one_slot(tmp_path):
     blocks, rest = gpu_slots.plan(list(range(12)), 2, topology=tmp_path / "a")
     assert sorted(c for b in blocks + [rest] for c in b) == list(range(12))
     assert blocks[0] == [0, 1, 8, 9]
+
+
+_SHUTDOWN = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from cs336report import gpu_slots
+    with gpu_slots.claim(1, lock_dir=Path(sys.argv[1]), wait_s=5, until_exit=True):
+        print("cell done", flush=True)
+    time.sleep(float(sys.argv[2]))  # the process shutting down: its CUDA context, caches, workers
+""")
+
+
+def test_a_jobs_slot_is_free_only_once_its_process_has_exited(tmp_path):
+    cpus = gpu_slots.format_cpus(sorted(os.sched_getaffinity(0)))
+    env = {**os.environ, gpu_slots.SLOTS_ENV: "2", gpu_slots.CPUS_ENV: cpus}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop(gpu_slots.PLACEMENT_ENV, None)
+    jobs = [subprocess.Popen([sys.executable, "-c", _SHUTDOWN, str(tmp_path / "locks"), "2"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for job in jobs:
+        assert job.stdout.readline().strip() == "cell done"
+    # both cells are done, both processes still shutting down: no slot is free yet
+    early = _claim(tmp_path, 1, wait_s=0.3)
+    _, err = early.communicate(timeout=30)
+    assert early.returncode != 0 and "no 1 free GPU slot(s) of 2" in err
+    for job in jobs:
+        job.wait(timeout=30)
+    late = _claim(tmp_path, 1, wait_s=5)
+    out, _ = late.communicate(timeout=30)
+    assert json.loads(out)["where"]["slots"] in ([0], [1])
