@@ -12,9 +12,9 @@ Every record says who else used the machine while it ran (``contention``, see
 its start and end, and ``shared`` when there were any.
 
 A cell whose steps vary more than its ``noisy_cv`` allows (coefficient of variation of the
-whole-step times), and were not host-bound, is measured again ``repeats`` times, each in a fresh process of its own
-(:func:`repeat_in_fresh_processes`); the record keeps each repeat's statistics and the spread of
-the repeats' means (``data.repeats``).
+whole-step times), and were not host-bound, is measured again ``repeats`` times, each in a fresh
+process of its own (:func:`repeat_in_fresh_processes`); the record keeps each repeat's statistics
+and the spread of the repeats' means (``data.repeats``).
 
 Every record says which process ran it: ``process: {pid, cells_before}``, where
 ``cells_before`` counts the cells this process ran before this one (0 for a process started for
@@ -130,9 +130,9 @@ def needs_repeats(cell: dict, data: dict) -> bool:
 def repeat_in_fresh_processes(experiment: str, name: str, cell: dict, data: dict) -> dict:
     """Run ``cell`` ``cell['repeats']`` more times, each in a new Python process (its own CUDA
     context and allocator; a compiled cell loads the graphs and kernels its first run compiled,
-    from that run's cache folder, rather than compiling them again), and return each run's whole-step statistics (this
-    process's first) with the statistics of the runs' means: the spread between independent runs,
-    which the spread of steps inside one run does not show."""
+    from that run's cache folder, rather than compiling them again), and return each run's
+    whole-step statistics (this process's first) with the statistics of the runs' means: the spread
+    between independent runs, which the spread of steps inside one run does not show."""
     again = {**cell, "repeats": 0}  # a repeat does not repeat itself
     runs = [{"pid": os.getpid(), "stats_s": data["stats_s"], "status": "ok"}]
     env = dict(os.environ)
