@@ -219,3 +219,13 @@ def test_nsys_profile_on_the_gpu(tmp_path):
     backward = [k for k in data["kernels"] if k["range"] == "backward"]
     assert backward and any(k["class"] == "gemm" for k in backward)
     assert 0.8 < data["checks"]["phases_over_step_wall"]["ratio"] <= 1.0001
+
+
+def test_profiled_cells_are_not_measured_again_outside_the_profiler():
+    """On the GPU grid a noisy benchmarking cell runs again in fresh processes; a profiled cell does
+    not: its repeat would run without nsys, and its times would not be the profiled cell's."""
+    gpu = Config.from_file(DEFAULT_CONFIG, cuda_available=True)
+    bench = experiments.cells("benchmarking", gpu)
+    profiled = experiments.cells("nsys_profile", gpu)
+    assert profiled and all(c.get("repeats") for c in bench.values())
+    assert not any("repeats" in c or "noisy_cv" in c for c in profiled.values())

@@ -73,6 +73,10 @@ def cells(cfg) -> dict[str, dict]:
             for mode in grid["modes"]:
                 cell = transformer_cell(cfg, size, context, mode, "fp32", cfg.run["implementation"], **extra)
                 cell.update(steps)
+                # Not measured again when noisy: a repeat runs in a fresh process outside the profiler,
+                # so its times would not be of the profiled cell.
+                cell.pop("repeats", None)
+                cell.pop("noisy_cv", None)
                 out[cell_name(cell)] = cell
     return out
 
