@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .gpu_slots import parse_cpus, placement
+from .gpu_slots import CPUS_ENV, SLOTS_ENV, parse_cpus, placement
 
 # The command line of a job of this workflow names the package (python -m cs336report ...).
 JOB_MARK = "cs336report"
@@ -92,9 +92,27 @@ def workflow_jobs() -> list[dict] | None:
     for pid in [pid for pid, words in found.items() if _is_own_client(words)]:
         for own in _own_lineage(pid):
             found.pop(own, None)
-    return [{"pid": pid, "command": " ".join(Path(w).name if "/" in w else w for w in words[:6]),
-             "cpus": _cpus_allowed(pid)}
-            for pid, words in sorted(found.items())]
+    out = []
+    for pid, words in sorted(found.items()):
+        cpus = _cpus_allowed(pid)
+        job = {"pid": pid, "command": " ".join(Path(w).name if "/" in w else w for w in words[:6]), "cpus": cpus}
+        if _starting(cpus):
+            job["starting"] = True
+        out.append(job)
+    return out
+
+
+def _starting(cpus: str | None) -> bool:
+    """With several GPU slots, whether a job of the workflow is still starting: it may run on every
+    core Snakemake was given, which no job does once it has claimed its slot or the untimed jobs'
+    cores (:func:`cs336report.gpu_slots.claim`, in its first tenth of a second)."""
+    given = os.environ.get(CPUS_ENV)
+    if int(os.environ.get(SLOTS_ENV) or 0) <= 1 or not given or not cpus:
+        return False
+    try:
+        return parse_cpus(cpus) == parse_cpus(given)
+    except ValueError:
+        return False
 
 
 def _cpus_allowed(pid: int) -> str | None:
@@ -232,7 +250,10 @@ def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
     gpu = sorted({p["pid"] for s in (start, end) for p in (s.get("gpu_processes") or [])
                   if p["pid"] not in own and not p.get("worker") and _on_gpus(p, gpus)})
     seen = {j["pid"]: j for s in (start, end) for j in (s.get("workflow_jobs") or [])}
-    jobs = sorted(pid for pid, j in seen.items() if _overlap(cpus, j.get("cpus")))
+    # a job seen only while starting (before its claim) has run no work beside the cell: a neighbour
+    starting = {pid for pid in seen if all(j.get("starting") for s in (start, end)
+                                           for j in (s.get("workflow_jobs") or []) if j["pid"] == pid)}
+    jobs = sorted(pid for pid, j in seen.items() if pid not in starting and _overlap(cpus, j.get("cpus")))
     neighbours = sorted(set(seen) - set(jobs))
     return {"start": start, "end": end, "other_gpu_pids": gpu, "other_job_pids": jobs,
             "neighbour_job_pids": neighbours,

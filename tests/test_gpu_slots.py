@@ -264,3 +264,24 @@ def test_a_jobs_slot_is_free_only_once_its_process_has_exited(tmp_path):
     late = _claim(tmp_path, 1, wait_s=5)
     out, _ = late.communicate(timeout=30)
     assert json.loads(out)["where"]["slots"] in ([0], [1])
+
+
+def test_a_job_caught_before_its_claim_is_not_sharing(monkeypatch):
+    """A job process in its first tenth of a second may run on every core Snakemake was given; once
+    it has claimed its slot it runs on that slot's cores. Seen only while starting, it is a neighbour;
+    seen on the cell's cores after its claim, it shares."""
+    monkeypatch.setenv(gpu_slots.SLOTS_ENV, "4")
+    monkeypatch.setenv(gpu_slots.CPUS_ENV, "0-63")
+    assert contention._starting("0-63") and not contention._starting("0-11") and not contention._starting(None)
+    me = 1000
+    start = {"gpu_processes": [], "gpus": ["0"], "cpus": "0-11",
+             "workflow_jobs": [{"pid": 2001, "command": "python -m cs336report run", "cpus": "12-23"}]}
+    end = {**start, "workflow_jobs": start["workflow_jobs"]
+           + [{"pid": 2002, "command": "python -m cs336report run", "cpus": "0-63", "starting": True}]}
+    v = contention.verdict(start, end, own_pid=me)
+    assert not v["shared"] and v["neighbour_job_pids"] == [2001, 2002]
+    later = {**end, "workflow_jobs": [{"pid": 2002, "command": "python -m cs336report run", "cpus": "0-11"}]}
+    v = contention.verdict(end, later, own_pid=me)
+    assert v["shared"] and v["other_job_pids"] == [2002]
+    monkeypatch.setenv(gpu_slots.SLOTS_ENV, "1")  # one slot: nothing claims cores, nothing is starting
+    assert not contention._starting("0-63")
