@@ -75,3 +75,17 @@ def test_cells_beyond_an_h100_and_points_beyond_the_handout_are_named():
     assert checks.beyond_handout_grid("pytorch_attention", seq=32768, d=64)
     assert not checks.beyond_handout_grid("pytorch_attention", seq=16384, d=128)
     assert not checks.beyond_handout_grid("pytorch_attention", seq=64, d=8)  # a CPU grid is cut down, not extended
+
+
+def test_a_host_bound_cell_timed_beside_other_jobs_says_so():
+    """With several GPU slots, a host-bound cell timed while other jobs ran on other GPUs reads slower
+    than alone (docs/gpu-slots.md): its flag says so, and it is still compared with nothing."""
+    beside = rec(128, "forward", 0.02, host_bound=True, path="beside")
+    beside["contention"]["neighbour_job_pids"] = [2001, 2002, 2003]
+    alone = rec(256, "forward", 0.03, host_bound=True, path="alone")
+    alone["contention"]["neighbour_job_pids"] = []
+    flags = checks.timing_flags([beside, alone])
+    assert {(f["kind"], f["sources"][0]) for f in flags} == {("host_bound_beside_jobs", "beside"),
+                                                            ("host_bound", "alone")}
+    assert "beside other jobs" in next(f["text"] for f in flags if f["kind"] == "host_bound_beside_jobs")
+    assert not checks.defensible(flags, "beside") and not checks.defensible(flags, "alone")

@@ -6,7 +6,9 @@ context and mode and whose data has ``stats_s``) and returns one flag per proble
 * ``shared``: another process held the GPU, or other jobs of the workflow ran, while the cell was
   timed (``contention``);
 * ``host_bound``: the host's launch time was nearly all of the step (``data.host``), so the time
-  measures the host;
+  measures the host; ``host_bound_beside_jobs`` where, besides, other jobs of the workflow ran on
+  other GPUs and cores at the time (several GPU slots): such steps read slower than alone
+  (docs/gpu-slots.md);
 * ``noisy``: the coefficient of variation of the step times (across repeats, where the cell was
   repeated) exceeds ``NOISY_CV``;
 * orderings the work forbids (by mean times): ``longer_context_faster`` (same
@@ -31,13 +33,15 @@ NOISY_CV = 0.10
 KINDS = {
     "shared": "shared the GPU or ran beside other jobs",
     "host_bound": "host-bound (launches, not kernels, set the time)",
+    "host_bound_beside_jobs": "host-bound and timed beside other jobs on other GPUs (such steps read slower "
+                              "than alone)",
     "noisy": "step times vary too much to compare",
     "longer_context_faster": "faster at a longer context than at a shorter one",
     "train_step_faster_than_forward_backward": "train step faster than its forward + backward",
     "forward_slower_than_forward_backward": "forward slower than forward + backward",
 }
 # Flags that make a cell's time unfit for any comparison (an ordering flag concerns its pair only).
-CELL_KINDS = ("shared", "host_bound", "noisy")
+CELL_KINDS = ("shared", "host_bound", "host_bound_beside_jobs", "noisy")
 
 
 def _stats(record: dict) -> dict | None:
@@ -81,7 +85,8 @@ def timing_flags(records: list[dict], noisy_cv: float = NOISY_CV) -> list[dict]:
         if (r.get("contention") or {}).get("shared"):
             flag("shared", r)
         if (data.get("host") or {}).get("host_bound"):
-            flag("host_bound", r)
+            beside = bool((r.get("contention") or {}).get("neighbour_job_pids"))
+            flag("host_bound_beside_jobs" if beside else "host_bound", r)
         if _stats(r).get("cv", 0.0) > noisy_cv:
             flag("noisy", r)
     groups: dict[tuple, list[dict]] = {}
