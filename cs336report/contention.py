@@ -251,8 +251,8 @@ def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
                   if p["pid"] not in own and not p.get("worker") and _on_gpus(p, gpus)})
     seen = {j["pid"]: j for s in (start, end) for j in (s.get("workflow_jobs") or [])}
     # a job seen only while starting (before its claim) has run no work beside the cell: a neighbour
-    starting = {pid for pid in seen if all(j.get("starting") for s in (start, end)
-                                           for j in (s.get("workflow_jobs") or []) if j["pid"] == pid)}
+    starting = set(seen) - {j["pid"] for s in (start, end) for j in (s.get("workflow_jobs") or [])
+                            if not j.get("starting")}
     jobs = sorted(pid for pid, j in seen.items() if pid not in starting and _overlap(cpus, j.get("cpus")))
     neighbours = sorted(set(seen) - set(jobs))
     return {"start": start, "end": end, "other_gpu_pids": gpu, "other_job_pids": jobs,

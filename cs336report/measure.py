@@ -155,16 +155,15 @@ def host_time(times: dict, alone: dict | None = None) -> dict | None:
     wall_m, issue_m = statistics.median(wall), statistics.median(issue)
     gpu = times.get("gpu_s") or []
     fraction = issue_m / wall_m if wall_m > 0 else math.nan
+    rule = f"host time >= {HOST_BOUND_FRACTION:g} x wall time"
     out = {"wall_s": wall_m, "host_s": issue_m, "gpu_s": statistics.median(gpu) if gpu else None,
-           "host_fraction": fraction}
+           "host_fraction": fraction, "rule": rule}
     if not gpu:  # on a CPU the step runs as it is issued: its host time is its wall time, and says nothing
-        return {**out, "host_bound": None, "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time"}
+        return {**out, "host_bound": None}
     if fraction < HOST_BOUND_FRACTION or not alone:
-        return {**out, "host_bound": bool(fraction >= HOST_BOUND_FRACTION),
-                "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time"}
+        return {**out, "host_bound": bool(fraction >= HOST_BOUND_FRACTION)}
     return {**out, "kernels_alone": alone, "host_bound": bool(alone["kernels_s"] <= (1 - LAUNCH_SHARE) * wall_m),
-            "rule": f"host time >= {HOST_BOUND_FRACTION:g} x wall time, and the kernels alone "
-                    f"<= {1 - LAUNCH_SHARE:g} x wall time"}
+            "rule": f"{rule}, and the kernels alone <= {1 - LAUNCH_SHARE:g} x wall time"}
 
 
 # The op every dtype conversion goes through (``Tensor.to``, ``.float()``, autocast's casts).

@@ -43,17 +43,20 @@ PHASE_WARMUP = 1
 NOISY_CV = 0.05
 
 
-def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, impl: str, **extra) -> dict:
+def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, impl: str,
+                     repeatable: bool = True, **extra) -> dict:
     """A cell that runs the configured Transformer; every experiment that runs the model builds its cells here.
 
     With a user's model configured (``model.factory``), the cell carries it as ``model_source``
     (import paths and a hash of the user's package, so editing that code reruns the cell).
+    ``repeatable=False``: the cell is never measured again (a repeat would not measure the same
+    thing, e.g. a profiled cell's repeat runs outside the profiler).
     """
     run = cfg.run
     source = {"model_source": cfg.model_source} if getattr(cfg, "model_source", None) else {}
     # Noisy GPU cells are measured again in fresh processes (cs336report.runner). CPU cells are not:
     # the CPU grid checks the code paths end to end, and its times share the host with everything.
-    if run.get("repeats") and cfg.device == "cuda":
+    if repeatable and run.get("repeats") and cfg.device == "cuda":
         source.update(repeats=run["repeats"], noisy_cv=run.get("noisy_cv", NOISY_CV))
     return {
         "device": cfg.device,

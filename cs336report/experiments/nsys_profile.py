@@ -71,12 +71,10 @@ def cells(cfg) -> dict[str, dict]:
     for size in grid["sizes"]:
         for context in grid["contexts"]:
             for mode in grid["modes"]:
-                cell = transformer_cell(cfg, size, context, mode, "fp32", cfg.run["implementation"], **extra)
+                # not measured again when noisy: a repeat runs in a fresh process outside the profiler
+                cell = transformer_cell(cfg, size, context, mode, "fp32", cfg.run["implementation"],
+                                        repeatable=False, **extra)
                 cell.update(steps)
-                # Not measured again when noisy: a repeat runs in a fresh process outside the profiler,
-                # so its times would not be of the profiled cell.
-                cell.pop("repeats", None)
-                cell.pop("noisy_cv", None)
                 out[cell_name(cell)] = cell
     return out
 
