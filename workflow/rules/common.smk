@@ -12,7 +12,7 @@ os.environ.update(
     )
 )
 
-from cs336report import experiments, gpu_slots
+from cs336report import bytecode, experiments, gpu_slots
 from cs336report.codeinputs import closure
 from cs336report.config import Config
 from cs336report.handout import BY_ID, HANDOUT
@@ -87,6 +87,10 @@ CONDA_ENV = "../envs/cs336report.yaml"
 # its own process. The choice reaches the jobs through the environment, so switching it reruns
 # nothing.
 os.environ.update(CS336REPORT_WORKER="1" if CFG.data["worker"] else "0")
+
+# Every job's Python reads the bytecode the first one compiled (cs336report/bytecode.py): where
+# the environment forbids writing it, each process would compile torch's compile stack again.
+bytecode.apply(os.environ, os.getcwd())
 
 # Each cell's resolved settings are a file named by their hash (written when a job needs it), so
 # the command line stays short and a changed cell, which gets a new file, reruns that cell only.
