@@ -12,8 +12,8 @@ Beside the wall time of each step, :func:`time_steps` keeps the host's share of 
 step's Python took to return (``issue_s``, before the synchronize) and, on CUDA, the device's time
 between two events recorded around the step (``gpu_s``). A step whose host time is nearly all of
 its wall time may have kept the GPU waiting for launches, or may have launched more kernels than
-the queue holds and waited for room; one more step with the GPU held busy while it is issued
-(:func:`kernels_alone`) times its kernels back to back and tells the two apart. Where the kernels
+the queue holds and waited for room; the sum of its kernels' durations, read by torch.profiler in
+one more step (:func:`kernels_alone`), tells the two apart. Where the kernels
 alone are clearly faster than the step, the cell is host-bound (:func:`host_time`), and its time
 says how fast the host launches kernels, not how fast the GPU runs them.
 """
@@ -91,55 +91,30 @@ def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, devi
 
 
 # A step that the host issues in at least HOST_BOUND_FRACTION of its wall time is host-bound only
-# if its kernels, run back to back, would take at most (1 - LAUNCH_SHARE) of that wall time: the
+# if its kernels, run back to back (the sum of their durations), would take at most (1 - LAUNCH_SHARE) of that wall time: the
 # launches, not the kernels, then set it. (Issue time alone cannot tell: a step of more kernels than
 # the launch queue holds keeps the host waiting for room in the queue, not the GPU waiting for it.)
 LAUNCH_SHARE = 0.1
-_SLEEP_HZ: float | None = None  # torch.cuda._sleep's cycles a second on this device, measured once
 
 
-def _sleep_hz() -> float:
-    global _SLEEP_HZ
-    if _SLEEP_HZ is None:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        torch.cuda._sleep(10_000_000)
-        end.record()
-        torch.cuda.synchronize()
-        _SLEEP_HZ = 10_000_000 / max(start.elapsed_time(end) / 1e3, 1e-6)
-    return _SLEEP_HZ
+def kernels_alone(step: Callable[[], object], device: str, steps: int = 1) -> dict | None:
+    """The device time of ``step``'s kernels alone: the sum of their durations per step, read by
+    torch.profiler over ``steps`` more steps (:func:`cs336report.kernel_times.kernel_times`). It is
+    what the step would take were its kernels run back to back, whatever kept the GPU waiting
+    between them. None off CUDA (a CPU runs what it issues).
 
-
-def kernels_alone(step: Callable[[], object], device: str, issue_s: float, steps: int = 1) -> dict | None:
-    """The device time of ``step`` with its launches out of the way: the GPU is first held busy
-    (``torch.cuda._sleep``) for longer than the host takes to issue the step, so the step's kernels
-    wait in the queue and then run back to back; events recorded after the sleep and after the step
-    time them. ``steps`` such steps, untimed otherwise; returns their median (``kernels_s``), the
-    sleep and whether the host had issued the whole step before the sleep ended (``covered``: if
-    not, the launch queue was full, and what the host issued later ran as it came). None off CUDA.
+    (Holding the GPU busy while the step is issued, so that its kernels queue up and then run back
+    to back, does not serve: a step of more kernels than the launch queue holds, 2,000 small ones on
+    an H100, fills the queue and is issued as the GPU drains it.)
     """
     if not device.startswith("cuda"):
         return None
-    cycles = int(_sleep_hz() * max(issue_s, 1e-3) * 1.5)
-    alone, covered, slept = [], [], []
-    for _ in range(steps):
-        before, after_sleep, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        torch.cuda.synchronize()
-        before.record()
-        torch.cuda._sleep(cycles)
-        after_sleep.record()
-        start = timeit.default_timer()
-        step()
-        issued = timeit.default_timer() - start
-        end.record()
-        torch.cuda.synchronize()
-        sleep_s = before.elapsed_time(after_sleep) / 1e3
-        alone.append(after_sleep.elapsed_time(end) / 1e3)
-        slept.append(sleep_s)
-        covered.append(issued < sleep_s)
-    return {"kernels_s": statistics.median(alone), "sleep_s": statistics.median(slept),
-            "covered": all(covered), "steps": steps}
+    from .kernel_times import kernel_times
+
+    kernels = kernel_times(step, steps)
+    return {"kernels_s": sum(k["ms"] for k in kernels.values()) / 1e3,
+            "launches": sum(k["calls"] for k in kernels.values()), "steps": steps,
+            "method": "torch.profiler: the sum of the step's kernel durations"}
 
 
 def host_time(times: dict, alone: dict | None = None) -> dict | None:
@@ -257,8 +232,23 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def release_memory(device: str) -> None:
+    """Free what the last measurement left (reference cycles, the allocator's cached blocks).
+
+    What survives the collection is frozen (``gc.freeze``), so the next collection scans only the
+    objects made since: a full one scans every object torch's imports made, about 0.2 s on an
+    H100 host (8 s of a FlashAttention job's 40 shapes). :func:`thaw` ends it (each cell's end).
+    """
     import gc
 
     gc.collect()
+    gc.freeze()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
+
+
+def thaw() -> None:
+    """Let the garbage collector see again what :func:`release_memory` froze (its next full
+    collection frees what of it has become garbage)."""
+    import gc
+
+    gc.unfreeze()

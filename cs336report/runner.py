@@ -39,7 +39,7 @@ import traceback
 from pathlib import Path
 
 from . import contention, experiments
-from .measure import is_out_of_memory, release_memory, summarize
+from .measure import is_out_of_memory, release_memory, summarize, thaw
 from .models import instrumented
 from .results import SCHEMA, load, now_iso, provenance, save
 
@@ -78,6 +78,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         if shared is not None:
             shared.clear()  # what the job built may be half-made; the next cell builds its own
         release_memory(device)
+    thaw()  # what the cell froze is collected with the rest from here on
     used = contention.verdict(before, contention.snapshot())
     if status == "ok" and needs_repeats(cell, data):
         data["repeats"] = repeat_in_fresh_processes(experiment, name, cell, data)
