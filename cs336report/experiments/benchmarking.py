@@ -274,7 +274,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
                      idle=idle_time(whole_step, cell["kernel_steps"]))
     host = host_time(times)
     if host and host.get("host_bound"):  # issued in nearly all its wall time: would its kernels alone be faster?
-        host = host_time(times, kernels_alone(lambda: step(phases=False), device, host["host_s"],
+        host = host_time(times, kernels_alone(lambda: step(phases=False), device,
                                               steps=3 if host["wall_s"] < 0.1 else 1))
     return {
         "model": model_info,
