@@ -110,3 +110,25 @@ def test_a_gpu_bound_step_can_be_issued_in_nearly_all_its_wall_time():
     assert train["host"]["host_bound"] is True  # the rule these records were made under
     queue_full = measure.host_time(train["times_s"], {"kernels_s": 0.97 * train["host"]["wall_s"], "steps": 1})
     assert queue_full["host_bound"] is False
+
+
+def test_the_kernel_sum_tells_host_bound_from_a_full_queue_in_h100_records():
+    """Two records of one H100 (the records name fcfdbaf; the probe was the working tree that became
+    the profiler's kernel sum): the small model's forward at context 128 and the medium model's
+    train step at 512 were both issued in over 0.9 of their wall time. The first launches 764
+    kernels that sum to under a third of its step: host-bound. The second launches 4,385, more than
+    the launch queue holds, and its kernels fill 0.93 of its step: the GPU set its time."""
+    from pathlib import Path
+
+    from cs336report.results import load
+
+    here = Path(__file__).parent / "fixtures" / "host_probe_h100"
+    small = load(here / "naive-fp32-small-ctx128-forward.json.gz")["data"]
+    medium = load(here / "naive-fp32-medium-ctx512-train_step.json.gz")["data"]
+    for data, bound in ((small, True), (medium, False)):
+        host = data["host"]
+        assert host["host_fraction"] > 0.9 and host["kernels_alone"]["method"].startswith("torch.profiler")
+        verdict = measure.host_time(data["times_s"], host["kernels_alone"])
+        assert verdict["host_bound"] is bound is host["host_bound"]
+    assert small["host"]["kernels_alone"]["kernels_s"] < 0.35 * small["host"]["wall_s"]
+    assert medium["host"]["kernels_alone"]["launches"] > 4000
