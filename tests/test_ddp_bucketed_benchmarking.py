@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from cs336report.distributed import bucket_model as bm
+from cs336report.report import ddp
 
 S, T_B = 8e9, 0.27  # XL's fp32 gradients (bytes), a backward pass (s)
 
@@ -97,3 +98,25 @@ def test_bucket_sizes_inside_their_spread_are_not_ordered(tmp_path, apart):
     assert out["best"]["within_spread"] is (not apart)
     assert out["best"]["size"] == "100 MiB" and out["best"]["worst_size"] == "10.0 MiB"
     assert ("within their spread" in section.headline(out)) is (not apart)
+
+
+def test_one_gpu_host_renders_its_two_gpu_cells_as_not_run(tmp_path):
+    """On one H100 the DDP and sharding cells are not run (they need two GPUs): real records of such a
+    run. The sections still build and say so (the report's render once failed on the missing step
+    columns of a sweep where no cell ran)."""
+    from pathlib import Path
+
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_bucketed_benchmarking as bucketed
+    from cs336report.report.sections import optimizer_state_sharding_accounting as sharding
+    from cs336report.results import load
+
+    here = Path(__file__).parent / "fixtures" / "one_gpu_h100"
+    for section in (bucketed, sharding):
+        records = [load(p) for p in sorted((here / section.ID).glob("*.json.gz"))]
+        assert records and all(r["status"] == "not_run" for r in records)
+        out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+        assert isinstance(section.headline(out), str)
+    df = ddp.steps_frame([{**r, "_path": "x"} for r in
+                          (load(p) for p in sorted((here / bucketed.ID).glob("*.json.gz")))])
+    assert df["step_median"].isna().all() and "sync_share" in df

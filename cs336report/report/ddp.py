@@ -117,6 +117,12 @@ def allreduce_plot(df: pd.DataFrame):
 
 # --- DDP steps -----------------------------------------------------------------------------------
 
+# The columns a DDP cell that ran fills (phase statistics and the step's setting).
+STEP_PHASES = ("forward", "backward", "sync", "optimizer", "step")
+MEASURED_COLUMNS = ("calls", "grad_bytes", "params", "devices", "peak_bytes", "steps", "warmup", "runs", "step_noisy",
+                    *(f"{p}_{k}" for p in STEP_PHASES for k in ("median", "mean", "std")))
+
+
 def steps_frame(records: list[dict]) -> pd.DataFrame:
     """One row per DDP cell: the slowest rank's phase times per step, summarized, and the setting."""
     rows = []
@@ -139,7 +145,8 @@ def steps_frame(records: list[dict]) -> pd.DataFrame:
                         {f"{p}_{k}": v[k] for p, v in phases.items() for k in ("median", "mean", "std")}),
                      "step_noisy": phases["step"]["noisy"] and len(runs) < 2})
     df = pd.DataFrame(rows)
-    if not df.empty and "step_median" in df:
+    if not df.empty:  # where no cell ran (e.g. one GPU present) the measured columns are empty, not absent
+        df = df.reindex(columns=[*df.columns, *(c for c in MEASURED_COLUMNS if c not in df)])
         df["sync_share"] = df["sync_median"] / df["step_median"]
     return df
 
