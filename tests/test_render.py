@@ -259,3 +259,22 @@ def test_code_spans_in_running_text_keep_their_pipes():
 
     assert md_code("grids.<gpu|cpu>.optimized_step") == "`grids.<gpu|cpu>.optimized_step`"
     assert md_code("a `b`\nc") == "`a 'b' c`"  # a backtick cannot end the span, a newline cannot break it
+
+
+def test_a_distributed_cells_ranks_count_their_steps_once():
+    """Ranks time the same steps side by side: the slowest rank's steps count, not every rank's; a DDP
+    rank's steps (per-phase dicts) and an all-reduce's per-call latencies are timed work too."""
+    from pathlib import Path
+
+    from cs336report.report.cost import timed_seconds as _timed_seconds
+    from cs336report.results import load
+
+    two = {"ranks": [{"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.0]}},
+                     {"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.5]}}]}
+    assert _timed_seconds(two) == (pytest.approx(5.5), 0.0)
+    here = Path(__file__).parent / "fixtures" / "ddp_h200"
+    ddp = load(next((here / "ddp_bucketed_benchmarking").glob("*.json.gz")))["data"]
+    per_rank = [sum(s["step"] for s in r["warmup"] + r["measured"]) for r in ddp["ranks"]]
+    assert len(per_rank) == 2 and _timed_seconds(ddp)[0] == pytest.approx(max(per_rank))
+    allreduce = load(here / "distributed_communication_single_node" / "nccl-w2.json.gz")["data"]
+    assert _timed_seconds(allreduce)[0] == pytest.approx(sum(sum(s["latency_s"]) for s in allreduce["sizes"]))
