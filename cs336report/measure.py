@@ -48,7 +48,8 @@ def synchronize(device: str) -> None:
 def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, device: str) -> dict:
     """Run ``step`` ``warmup`` times, then ``measured`` timed times, with one synchronize each, at its end.
 
-    ``step`` may return a dict of phase name -> seconds (its own, synchronized, phase timings);
+    ``step`` may return a dict of phase name -> seconds (its own, synchronized, phase timings), or
+    a function that gives that dict once the step's synchronize has run (:class:`PhaseEvents`);
     those are kept per measured step under ``phases_s``. ``issue_s`` is the host time of each
     measured step (until ``step`` returned, before the synchronize); on CUDA, ``gpu_s`` is the
     device time between events recorded before and after it.
@@ -75,6 +76,8 @@ def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, devi
             issued = timeit.default_timer() - start
             synchronize(device)
             elapsed = timeit.default_timer() - start
+        if callable(phase_times):  # phase events (PhaseEvents.resolve): readable now, after the synchronize
+            phase_times = phase_times()
         if i < warmup:
             warmup_s.append(elapsed)
             continue
@@ -191,6 +194,39 @@ def summarize(samples: list[float]) -> dict:
         "iqr": iqr,
         "noisy": bool(median > 0 and iqr / median > NOISE_THRESHOLD),
     }
+
+
+class PhaseEvents:
+    """Times of named phases inside one timed step, without a synchronize: on CUDA, events recorded
+    where each phase starts and ends, read once the step's own synchronize has run
+    (:meth:`resolve`, which :func:`time_steps` calls); on a CPU, which runs what it issues, the
+    wall clock. A phase's time is then the device's: from the moment it reached the phase's first
+    event to the moment it reached its last, waits for the host's launches included."""
+
+    def __init__(self, device: str):
+        self.cuda = device.startswith("cuda")
+        self.marks: list[tuple[str, object, object]] = []
+
+    def _mark(self):
+        if not self.cuda:
+            return timeit.default_timer()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @contextmanager
+    def phase(self, name: str):
+        start = self._mark()
+        yield
+        self.marks.append((name, start, self._mark()))
+
+    def resolve(self) -> dict[str, float]:
+        """Seconds per phase (summed where a phase ran more than once); after the device's synchronize."""
+        out: dict[str, float] = {}
+        for name, start, end in self.marks:
+            seconds = start.elapsed_time(end) / 1e3 if self.cuda else end - start
+            out[name] = out.get(name, 0.0) + seconds
+        return out
 
 
 class PhaseTimer:

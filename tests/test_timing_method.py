@@ -1,4 +1,6 @@
-"""The step time is measured the handout's way, and the phase split apart from it."""
+"""The step time is measured the handout's way, and the phase split inside the same steps."""
+
+import statistics
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from helpers import cell
 
 
 @pytest.mark.parametrize("mode", ["forward_backward", "train_step"])
-def test_headline_steps_have_one_synchronize_each_and_phases_are_timed_apart(monkeypatch, mode):
+def test_headline_steps_have_one_synchronize_each_and_carry_their_phases(monkeypatch, mode):
     syncs = []
     monkeypatch.setattr(measure, "synchronize", lambda device: syncs.append(device))
     calls = []  # (result, synchronizes during the call) of every time_steps call
@@ -27,14 +29,55 @@ def test_headline_steps_have_one_synchronize_each_and_phases_are_timed_apart(mon
     headline = next(n for out, n in calls if out is data["times_s"])
     steps = c["warmup_steps"] + c["measured_steps"]
     assert headline == steps  # one synchronize per step, none inside it
-    assert data["times_s"]["phases_s"] == {}
+    assert [out for out, _ in calls] == [data["times_s"]]  # no second set of steps for the breakdown
     assert data["stats_s"]["n"] == c["measured_steps"] == len(data["times_s"]["measured_s"])
-    # the breakdown: its own steps, every phase timed
-    phases = set(data["phase_stats_s"])
-    assert {"forward", "backward"} <= phases
-    assert data["phase_times_s"] is not data["times_s"]
-    assert len(data["phase_times_s"]["measured_s"]) == c["measured_steps"]
-    assert data["phased_step_stats_s"]["n"] == c["measured_steps"]
+    # the breakdown: every phase of every measured step, inside the step's own time
+    phases = data["times_s"]["phases_s"]
+    assert {"forward", "backward"} <= set(phases) == set(data["phase_stats_s"])
+    assert all(len(v) == c["measured_steps"] for v in phases.values())
+    for i, wall in enumerate(data["times_s"]["measured_s"]):
+        assert 0 < sum(v[i] for v in phases.values()) <= wall
+    assert "phase_times_s" not in data and "phased_step_stats_s" not in data
+
+
+def test_phase_events_are_read_after_the_step():
+    timer = measure.PhaseEvents("cpu")
+
+    def step():
+        timer.marks.clear()
+        with timer.phase("a"):
+            sum(range(10_000))
+        with timer.phase("b"):
+            sum(range(10_000))
+        with timer.phase("a"):
+            pass
+        return timer.resolve  # read by time_steps once the step has synchronized
+
+    times = measure.time_steps(step, 1, 3, "cpu")
+    assert set(times["phases_s"]) == {"a", "b"} and all(len(v) == 3 for v in times["phases_s"].values())
+    assert all(a + b <= wall for a, b, wall in zip(times["phases_s"]["a"], times["phases_s"]["b"],
+                                                    times["measured_s"]))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_phase_events_time_the_device_without_a_synchronize():
+    big = torch.randn(8192, 8192, device="cuda")
+
+    def step():
+        timer = measure.PhaseEvents("cuda")
+        with timer.phase("one"):
+            big @ big
+        with timer.phase("three"):
+            for _ in range(3):
+                big @ big
+        return timer.resolve
+
+    times = measure.time_steps(step, 2, 5, "cuda")
+    one, three = (statistics.median(times["phases_s"][k]) for k in ("one", "three"))
+    assert three == pytest.approx(3 * one, rel=0.1)
+    assert one + three == pytest.approx(statistics.median(times["gpu_s"]), rel=0.05)
+    assert statistics.median(times["issue_s"]) < 0.5 * statistics.median(times["measured_s"])  # nothing waited
 
 
 def test_every_statistic_has_its_spread():

@@ -4,10 +4,10 @@ One cell is one (implementation, precision, size, context, mode). The model is b
 target device, a fixed random batch is drawn, ``warmup_steps`` untimed steps run, then
 ``measured_steps`` timed steps, timed the handout's way: the wall clock around each whole step,
 with one device synchronize, at its end (``times_s``, ``stats_s``: the step time the report
-quotes). Then the same number of steps runs again with the forward, backward and optimizer
-phases each timed between two synchronizations (``phase_times_s``, ``phase_stats_s``): the phase
-breakdown, whose synchronizations make its steps a little longer (``phased_step_stats_s``), so it
-is never the step time.
+quotes). Inside the same steps the forward, backward and optimizer phases are marked with CUDA
+events, which wait for nothing; read after each step's synchronize, they give the phase
+breakdown (``times_s.phases_s``, ``phase_stats_s``): the device's time from each phase's start to
+its end, waits for the host's launches included. On a CPU the phases are timed by the wall clock.
 
 Beside the times, the record keeps the host's share of a step (``host``: launch time against
 wall and event-timed device time, and whether the cell is host-bound) and the dtype conversions
@@ -26,7 +26,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from .. import accounting
-from ..measure import (PhaseTimer, count_casts, host_time, kernels_alone, peak_memory, reset_peak_memory, summarize,
+from ..measure import (PhaseEvents, PhaseTimer, count_casts, host_time, kernels_alone, peak_memory, reset_peak_memory, summarize,
                        time_steps)
 from ..annotate import region
 from ..compiling import compile_model, first_call
@@ -36,8 +36,8 @@ from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 
 MODES = ("forward", "forward_backward", "train_step")
-# Steps run before the phase breakdown's timed steps (the model is warm by then).
-PHASE_WARMUP = 1
+TIMING = ("whole steps, one synchronize per step at its end; phases between events recorded in the same steps "
+          "(on a CPU, the wall clock)")
 # A cell whose whole-step coefficient of variation exceeds this is measured again in fresh
 # processes, where the config asks for repeats (run.repeats, run.noisy_cv).
 NOISY_CV = 0.05
@@ -152,7 +152,7 @@ def autocast_context(device: str, precision: str):
 
 
 @contextmanager
-def _phase(timer: PhaseTimer, name: str, range_outside: bool):
+def _phase(timer: PhaseTimer | PhaseEvents, name: str, range_outside: bool):
     """Time ``name`` and mark it with a profiler range; ``range_outside`` puts the range around
     the timer's synchronizations, so a profiler sees the phase's kernels finish inside it."""
     if range_outside:
@@ -196,7 +196,8 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     """The model of ``cell`` on its device and one step of its mode.
 
     Returns (model, model_info, spec, step); ``step()`` runs forward (and backward, and the
-    AdamW step, as the mode asks) and returns the synchronized time of each phase. A cell with
+    AdamW step, as the mode asks) and returns the synchronized time of each phase
+    (``step(phases="events")``: the phases' event times, read after the step, see ``run``). A cell with
     ``master_weights`` (and autocast) runs the model on bf16 working copies of its fp32 master
     weights, and its AdamW step writes them (:mod:`cs336report.master_weights`). ``shared`` is
     the state of a job whose cells differ only in mode: the model (and its compiled forward)
@@ -217,9 +218,12 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     if mode == "train_step":
         optimizer = built["master"] or torch.optim.AdamW(model.parameters(), lr=LR, fused=cell.get("fused_adamw") or None)
 
-    def step(phases: bool = True) -> dict:
-        """One step; ``phases``: time each phase between two synchronizations (else none inside the step)."""
-        timer = PhaseTimer(device)
+    def step(phases: bool | str = True):
+        """One step. ``phases``: True times each phase between two synchronizations and returns the
+        times; "events" marks each phase's start and end with CUDA events, waits for nothing, and
+        returns the function that reads them after the step's synchronize (:class:`PhaseEvents`);
+        False times nothing inside the step."""
+        timer = PhaseEvents(device) if phases == "events" else PhaseTimer(device)
         phase = (lambda name: _phase(timer, name, range_outside)) if phases else (lambda name: nullcontext())
         if cell.get("cuda_graphs"):
             torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten
@@ -233,7 +237,7 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
         if optimizer is not None:
             with phase("optimizer_step"):
                 optimizer.step()
-        return timer.times
+        return timer.resolve if phases == "events" else timer.times
 
     return model, built["model_info"], built["spec"], step
 
@@ -258,11 +262,10 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         if earlier:
             compiled["earlier_first_calls"] = earlier
     reset_peak_memory(device)
-    # the headline: whole steps, one synchronize each, at the step's end (the handout's method)
-    times = time_steps(lambda: step(phases=False), cell["warmup_steps"], cell["measured_steps"], device)
+    # the headline: whole steps, one synchronize each, at the step's end (the handout's method); the
+    # phase split from events recorded at the phases' starts and ends in the same steps, which wait for nothing
+    times = time_steps(lambda: step(phases="events"), cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
-    # the breakdown: as many steps again, each phase between two synchronizations
-    phased = time_steps(step, PHASE_WARMUP, cell["measured_steps"], device)
     flops = accounting.step_flops(spec, batch, context, mode)
     extra = {"casts": count_casts(lambda: step(phases=False), device)}
     if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
@@ -284,13 +287,11 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         "flops_per_step": flops,
         "flop_formula": accounting.FLOP_FORMULA,
         "grad_mode": "enabled",
-        "timing": "whole steps, one synchronize per step at its end; phases timed in separate steps",
+        "timing": TIMING,
         "times_s": times,
         "stats_s": stats,
         "host": host,
-        "phase_times_s": phased,
-        "phased_step_stats_s": summarize(phased["measured_s"]),
-        "phase_stats_s": {name: summarize(v) for name, v in phased["phases_s"].items()},
+        "phase_stats_s": {name: summarize(v) for name, v in times["phases_s"].items()},
         "tflops": flops / stats["mean"] / 1e12,
         "peak_memory": peak_memory(device),
         "compile": compiled,
