@@ -278,3 +278,37 @@ def test_a_distributed_cells_ranks_count_their_steps_once():
     assert len(per_rank) == 2 and _timed_seconds(ddp)[0] == pytest.approx(max(per_rank))
     allreduce = load(here / "distributed_communication_single_node" / "nccl-w2.json.gz")["data"]
     assert _timed_seconds(allreduce)[0] == pytest.approx(sum(sum(s["latency_s"]) for s in allreduce["sizes"]))
+
+
+def test_a_one_gpu_host_renders_every_distributed_problem_as_not_run(tmp_path):
+    """On one GPU every NCCL cell of the gpu grid is recorded as not run (the real record of such a
+    cell, from one H100, stands in for each). The report renders, and says so in each problem."""
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from cs336report import experiments
+    from cs336report.config import Config
+    from cs336report.results import load
+
+    here = Path(__file__).parent / "fixtures" / "one_gpu_h100" / "ddp_bucketed_benchmarking"
+    not_run = load(here / "bucketed-10mb-xl-ctx128-w2.json.gz")
+    raw = yaml.safe_load((Path(__file__).parents[1] / "workflow" / "config" / "default.yaml").read_text())
+    cfg = Config.from_dict({**raw, "device": "cuda", "grid": "gpu"}, require_cuda=False)
+    problems = ("distributed_communication_single_node", "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
+                "ddp_overlap_individual_parameters_benchmarking", "ddp_bucketed_benchmarking",
+                "ddp_overlap_profile", "optimizer_state_sharding_accounting")
+    paths = []
+    for experiment in problems:
+        for name, c in experiments.cells(experiment, cfg).items():
+            if c.get("backend") == "gloo":
+                continue
+            record = {**copy.deepcopy(not_run), "experiment": experiment, "cell": name, "config": c}
+            path = tmp_path / "results" / experiment / f"{name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record))
+            paths.append(path)
+    render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
+    answers = (tmp_path / "out" / "answers.md").read_text()
+    assert answers.count("needs 2 GPUs, 1 present") >= 4

@@ -45,6 +45,10 @@ def link_of(record: dict) -> dict:
 
 # --- all-reduce --------------------------------------------------------------------------------
 
+# The columns an all-reduce cell that ran fills, one row per tensor size.
+ALLREDUCE_COLUMNS = ("bytes", "correct", "median_s", "mean_s", "std_s", "noisy", "algbw_gb_s", "busbw_gb_s")
+
+
 def allreduce_frame(records: list[dict]) -> pd.DataFrame:
     """One row per backend x world size x tensor size; a cell that did not run is one row with its status."""
     rows = []
@@ -62,7 +66,8 @@ def allreduce_frame(records: list[dict]) -> pd.DataFrame:
             rows.append({**base, "size_mb": s["size_mb"], "bytes": s["bytes"], "correct": s["correct"],
                          "median_s": st["median"], "mean_s": st["mean"], "std_s": st["std"], "noisy": st["noisy"],
                          "algbw_gb_s": algbw, "busbw_gb_s": algbw * 2 * (n - 1) / n})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)  # where no cell ran, the measured columns are empty, not absent
+    return df.reindex(columns=[*df.columns, *(c for c in ALLREDUCE_COLUMNS if c not in df)]) if not df.empty else df
 
 
 def allreduce_table(df: pd.DataFrame) -> Table:
