@@ -4,7 +4,7 @@ Each job of the workflow is a fresh Python process that imports torch, and torch
 (Dynamo, Inductor, Triton, SymPy) is a large body of Python. Where the environment forbids writing
 bytecode (``PYTHONDONTWRITEBYTECODE``, as container images often set, or a read-only
 site-packages), every process compiles all of that source again: on an H100 host whose image sets
-it, importing torch with its compile stack took 19-21 s a process. With ``PYTHONPYCACHEPREFIX`` the
+it, importing torch with its compile stack took 12-21 s a process. With ``PYTHONPYCACHEPREFIX`` the
 compiled files go to a folder of the workflow's own (the installation is never written) and every
 process after the first reads them.
 
