@@ -44,6 +44,13 @@ def test_cpu_report_has_every_section_and_measured_numbers(workdir):
     assert "Not run: needs a CUDA device" in memory and '<h2 id="memory_profiling">' in html
 
 
+def test_the_jobs_wrote_their_bytecode_to_the_runs_cache(workdir):
+    """Every job's Python (torch's included) compiled into the run's cache, not into an installation."""
+    cache = workdir / ".snakemake" / "cs336report" / "pycache"
+    compiled = [p.as_posix() for p in cache.rglob("*.pyc")]
+    assert any("/torch/" in p for p in compiled) and any("/cs336report/" in p for p in compiled)
+
+
 def test_second_run_does_nothing(workdir):
     run = snakemake(workdir, "-n", "report")
     assert run.returncode == 0
