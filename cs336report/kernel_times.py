@@ -42,6 +42,12 @@ def kernel_times(fn: Callable[[], object], steps: int = 5) -> dict[str, dict]:
     return summarize_events(prof.events(), steps)
 
 
+def kernel_total(fn: Callable[[], object], steps: int = 5) -> tuple[float, float]:
+    """Seconds of GPU time and kernel launches per call of ``fn``, all its kernels together; CUDA only."""
+    kernels = kernel_times(fn, steps)
+    return sum(k["ms"] for k in kernels.values()) / 1e3, sum(k["calls"] for k in kernels.values())
+
+
 def summarize_events(events, steps: int) -> dict[str, dict]:
     """Sum the device events of a profile by name: ms and calls per step, slowest first."""
     totals: dict[str, list] = {}

@@ -94,15 +94,16 @@ def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, devi
 
 
 # A step that the host issues in at least HOST_BOUND_FRACTION of its wall time is host-bound only
-# if its kernels, run back to back (the sum of their durations), would take at most (1 - LAUNCH_SHARE) of that wall time: the
-# launches, not the kernels, then set it. (Issue time alone cannot tell: a step of more kernels than
-# the launch queue holds keeps the host waiting for room in the queue, not the GPU waiting for it.)
+# if its kernels, run back to back (the sum of their durations), would take at most
+# (1 - LAUNCH_SHARE) of that wall time: the launches, not the kernels, then set it. (Issue time
+# alone cannot tell: a step of more kernels than the launch queue holds keeps the host waiting for
+# room in the queue, not the GPU waiting for it.)
 LAUNCH_SHARE = 0.1
 
 
 def kernels_alone(step: Callable[[], object], device: str, steps: int = 1) -> dict | None:
     """The device time of ``step``'s kernels alone: the sum of their durations per step, read by
-    torch.profiler over ``steps`` more steps (:func:`cs336report.kernel_times.kernel_times`). It is
+    torch.profiler over ``steps`` more steps (:func:`cs336report.kernel_times.kernel_total`). It is
     what the step would take were its kernels run back to back, whatever kept the GPU waiting
     between them. None off CUDA (a CPU runs what it issues).
 
@@ -112,11 +113,10 @@ def kernels_alone(step: Callable[[], object], device: str, steps: int = 1) -> di
     """
     if not device.startswith("cuda"):
         return None
-    from .kernel_times import kernel_times
+    from .kernel_times import kernel_total
 
-    kernels = kernel_times(step, steps)
-    return {"kernels_s": sum(k["ms"] for k in kernels.values()) / 1e3,
-            "launches": sum(k["calls"] for k in kernels.values()), "steps": steps,
+    kernels_s, launches = kernel_total(step, steps)
+    return {"kernels_s": kernels_s, "launches": launches, "steps": steps,
             "method": "torch.profiler: the sum of the step's kernel durations"}
 
 

@@ -75,12 +75,11 @@ def kernel_only(fn: Callable, device: str, times_s: list[float], flops: float) -
     rate is given for both. Empty on a CPU (no device kernels to separate)."""
     if not device.startswith("cuda"):
         return {}
-    from ..kernel_times import kernel_times
+    from ..kernel_times import kernel_total
 
-    kernels = kernel_times(fn, KERNEL_CALLS)
-    kernel_s = sum(k["ms"] for k in kernels.values()) / 1e3
+    kernel_s, calls = kernel_total(fn, KERNEL_CALLS)
     bench_s = statistics.median(times_s)
-    return {"kernel_s": kernel_s, "kernel_calls": sum(k["calls"] for k in kernels.values()),
+    return {"kernel_s": kernel_s, "kernel_calls": calls,
             "overhead_s": max(bench_s - kernel_s, 0.0), "flops": flops,
             "tflops": {"kernels": flops / kernel_s / 1e12 if kernel_s > 0 else None,
                        "do_bench": flops / bench_s / 1e12 if bench_s > 0 else None}}

@@ -43,6 +43,12 @@ def link_of(record: dict) -> dict:
             "nccl": link.get("nccl_version"), "devices": link.get("devices") or []}
 
 
+def with_columns(df: pd.DataFrame, columns) -> pd.DataFrame:
+    """``df`` with every one of ``columns``, empty where no row has it: where no cell ran (e.g. one GPU
+    present) the measured columns are empty, not absent."""
+    return df if df.empty else df.reindex(columns=[*df.columns, *(c for c in columns if c not in df)])
+
+
 # --- all-reduce --------------------------------------------------------------------------------
 
 # The columns an all-reduce cell that ran fills, one row per tensor size.
@@ -66,8 +72,7 @@ def allreduce_frame(records: list[dict]) -> pd.DataFrame:
             rows.append({**base, "size_mb": s["size_mb"], "bytes": s["bytes"], "correct": s["correct"],
                          "median_s": st["median"], "mean_s": st["mean"], "std_s": st["std"], "noisy": st["noisy"],
                          "algbw_gb_s": algbw, "busbw_gb_s": algbw * 2 * (n - 1) / n})
-    df = pd.DataFrame(rows)  # where no cell ran, the measured columns are empty, not absent
-    return df.reindex(columns=[*df.columns, *(c for c in ALLREDUCE_COLUMNS if c not in df)]) if not df.empty else df
+    return with_columns(pd.DataFrame(rows), ALLREDUCE_COLUMNS)
 
 
 def allreduce_table(df: pd.DataFrame) -> Table:
@@ -150,8 +155,8 @@ def steps_frame(records: list[dict]) -> pd.DataFrame:
                         {f"{p}_{k}": v[k] for p, v in phases.items() for k in ("median", "mean", "std")}),
                      "step_noisy": phases["step"]["noisy"] and len(runs) < 2})
     df = pd.DataFrame(rows)
-    if not df.empty:  # where no cell ran (e.g. one GPU present) the measured columns are empty, not absent
-        df = df.reindex(columns=[*df.columns, *(c for c in MEASURED_COLUMNS if c not in df)])
+    df = with_columns(df, MEASURED_COLUMNS)
+    if not df.empty:
         df["sync_share"] = df["sync_median"] / df["step_median"]
     return df
 
