@@ -32,6 +32,7 @@ The leaderboard row, which shares these attention functions and timers, is
 
 from __future__ import annotations
 
+import os
 import statistics
 import timeit
 import warnings
@@ -398,6 +399,18 @@ def _device_info(device: str) -> dict:
             "cudnn_version": torch.backends.cudnn.version()}
 
 
+def precompile_candidates(dtype: str, d_heads, causal: bool) -> dict | None:
+    """Compile every autotune candidate of the Triton kernels for ``dtype`` at ``d_heads`` at once,
+    in as many processes as this job has cores, before anything is timed
+    (:mod:`cs336report.flash.precompile`); the tuning then finds them compiled. None off CUDA."""
+    from ..flash import precompile
+    from ..flash.triton_kernels import triton_backward
+
+    items = precompile.autotune_items(str(DTYPES[dtype]).removeprefix("torch."), d_heads, causal,
+                                      triton_backward())
+    return precompile.precompile(items, workers=len(os.sched_getaffinity(0)))
+
+
 def run(cell: dict) -> dict:
     """Every (seq, d) of one implementation and dtype; returns the ``data`` of the result."""
     impl, device = cell["implementation"], cell["device"]
@@ -411,6 +424,7 @@ def run(cell: dict) -> dict:
         from ..flash.triton_kernels import tuning_budget
 
         tuning = tuning_budget(cell.get("tune_warmup_ms"), cell.get("tune_rep_ms"))
+        notes["precompiled"] = precompile_candidates(cell["dtype"], cell["d_heads"], cell["causal"])
     with tuning as tune_ms:
         if tune_ms:
             notes["tune_ms"] = {"warmup": tune_ms[0], "rep": tune_ms[1]}

@@ -28,12 +28,11 @@ import json
 import os
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
 import torch
 
 from . import triton_kernels as tk
+from .precompile import inputs, precompile, variant_call
 from .reference import reference_attention
 
 LEADERBOARD = (16, 16384, 64)
@@ -63,49 +62,8 @@ def variants() -> dict[str, dict]:
     return out
 
 
-def inputs(shape, dtype=torch.bfloat16, seed=0):
-    """q, k, v, do: (batch, seq, d) on the GPU."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    return tuple(torch.randn(*shape, device="cuda", dtype=dtype, generator=gen) for _ in range(4))
-
-
-def variant_call(spec, q, k, v, do, o=None, lse=None, causal=True):
-    """A no-argument call running one variant (the backward needs the forward's o and lse)."""
-    bq, bk, warps, stages = spec["tiles"] or (None, None, None, None)
-    if spec["pass"] == "fwd":
-        return lambda: tk.flash_forward_triton(q, k, v, causal, bq, bk, False, warps, stages, tma=spec["tma"])
-
-    def backward():
-        tk.set_triton_backward(spec["backward"])
-        try:
-            return tk.flash_backward_triton(q, k, v, o, do, lse, causal, bq, bk, False, warps, stages,
-                                            tma=spec["tma"], tma_reduce=spec["tma_reduce"])
-        finally:
-            tk.set_triton_backward("fused")
-
-    return backward
-
-
 SWEEP_DS = (16, 32, 64, 128)
 SWEEP_SHAPE = (2, 1000)  # a ragged length: every kernel's bounds checks run
-
-
-def _warm(item):
-    """Pool worker: run one variant (None: the defaults' forward and backward) once at the shape and
-    dtype it is timed or checked at, compiling it into the shared cache."""
-    name, spec, shape, dtype = item
-    start = time.perf_counter()
-    try:
-        q, k, v, do = inputs(shape, getattr(torch, dtype))
-        o, lse = tk.flash_forward_triton(q, k, v, True)
-        if spec is None:
-            tk.flash_backward_triton(q, k, v, o, do, lse, True)
-        else:
-            variant_call(spec, q, k, v, do, o, lse)()
-        torch.cuda.synchronize()
-        return name, "ok", round(time.perf_counter() - start, 1)
-    except Exception as exc:
-        return name, f"{type(exc).__name__}: {str(exc)[:200]}", round(time.perf_counter() - start, 1)
 
 
 def bound_ratios(pairs) -> dict:
@@ -126,12 +84,11 @@ class Tuner:
             json.dump(self.results, fh, indent=1, default=str)
 
     def warm(self):
-        items = [(name, spec, self.shape, "bfloat16") for name, spec in variants().items()]
-        items += [(f"sweep {dtype} d{d}", None, (*SWEEP_SHAPE, d), dtype) for dtype in ("bfloat16", "float32")
+        items = [(name, spec, self.shape, "bfloat16", True) for name, spec in variants().items()]
+        items += [(f"sweep {dtype} d{d}", None, (*SWEEP_SHAPE, d), dtype, True) for dtype in ("bfloat16", "float32")
                   for d in SWEEP_DS]
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn")) as pool:
-            done = list(pool.map(_warm, items))
-        return {"variants": len(done), "failed": [d for d in done if d[1] != "ok"]}
+        done = precompile(items, self.workers) or {"kernels": 0, "failed": []}
+        return {"variants": done["kernels"], "failed": done["failed"]}
 
     def _inputs(self):
         if self.data is None:
