@@ -29,7 +29,6 @@ import atexit
 import os
 import shutil
 import sys
-import tempfile
 import timeit
 from contextlib import contextmanager
 from typing import Callable
@@ -38,6 +37,7 @@ import torch
 
 from .measure import synchronize
 from .progress import progress
+from .scratch import scratch_dir
 
 
 # The environment variables Inductor and Triton read their cache folders from (at use, not import).
@@ -46,6 +46,7 @@ CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 # the folder its first run compiled into: the repeat times steps, not compilation, so it loads the
 # graphs and kernels already made instead of compiling them again.
 REUSE_ENV = "CS336REPORT_REUSE_COMPILE_CACHE"
+COMPILE_PREFIX = "cs336report-compile-"  # a process's private cache folder: <prefix><pid>-<random>
 _private_cache: str | None = None
 
 
@@ -67,7 +68,7 @@ def use_private_caches() -> str:
         if reuse and os.path.isdir(reuse):
             _private_cache = reuse
         else:
-            _private_cache = tempfile.mkdtemp(prefix="cs336report-compile-")
+            _private_cache = scratch_dir(COMPILE_PREFIX)
             atexit.register(shutil.rmtree, _private_cache, ignore_errors=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_private_cache, "inductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(_private_cache, "triton")

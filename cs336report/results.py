@@ -165,6 +165,20 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The host CPU's model name (the first "model name" of /proc/cpuinfo); None where there is none.
+    A host-bound step's time is set by this CPU, as a GPU-bound step's is by the GPU."""
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return " ".join(value.split())
+    return None
+
+
 def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(
@@ -277,6 +291,7 @@ def provenance(device: str) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

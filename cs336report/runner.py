@@ -33,7 +33,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -42,6 +41,7 @@ from . import contention, experiments
 from .measure import is_out_of_memory, release_memory, summarize, thaw
 from .models import instrumented
 from .results import SCHEMA, load, now_iso, provenance, save
+from .scratch import scratch
 
 _cells_run = 0  # cells this process has run (started) so far
 
@@ -140,7 +140,7 @@ def repeat_in_fresh_processes(experiment: str, name: str, cell: dict, data: dict
     compiled = sys.modules.get("cs336report.compiling")
     if compiled is not None and compiled.private_cache():  # a compiled cell: load, do not compile again
         env[compiled.REUSE_ENV] = compiled.private_cache()
-    with tempfile.TemporaryDirectory(prefix="cs336report-repeat-") as tmp:
+    with scratch("cs336report-repeat-") as tmp:
         for i in range(cell["repeats"]):
             out = Path(tmp) / f"{i}.json"
             cmd = [sys.executable, "-m", "cs336report", "run", experiment, "--name", name,

@@ -312,3 +312,20 @@ def test_a_one_gpu_host_renders_every_distributed_problem_as_not_run(tmp_path):
     render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
     answers = (tmp_path / "out" / "answers.md").read_text()
     assert answers.count("needs 2 GPUs, 1 present") >= 4
+
+
+def test_the_appendix_names_the_host_cpu_model_escaped(tmp_path):
+    cfg = tiny_config()
+    name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
+    run_cell("benchmarking", name, c, tmp_path / "r.json")
+    record = json.loads((tmp_path / "r.json").read_text())
+    record["provenance"]["cpu_model"] = "Xeon <b>8480+</b>"
+    (tmp_path / "r.json").write_text(json.dumps(record))
+    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "out")
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert "(Xeon &lt;b&gt;8480+&lt;/b&gt;)" in html and "<b>8480" not in html
+    del record["provenance"]["cpu_model"]  # a record from before the field: the line as it was
+    (tmp_path / "r.json").write_text(json.dumps(record))
+    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "old")
+    line = next(x for x in (tmp_path / "old" / "evidence.md").read_text().splitlines() if "CPU: " in x)
+    assert line.rstrip().endswith(f"CPU: {record['provenance']['cpu']}")

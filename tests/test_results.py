@@ -26,6 +26,17 @@ def test_round_trip(tmp_path):
     assert prov["torch"] and prov["device"] == "cpu"
 
 
+def test_the_cpu_model_comes_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)   Platinum 8480+\n"
+                    "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
+    assert results.cpu_model(info) == "Intel(R) Xeon(R) Platinum 8480+"
+    info.write_text("processor\t: 0\nCPU part\t: 0xd0c\n")  # no model name (some ARM hosts)
+    assert results.cpu_model(info) is None
+    assert results.cpu_model(tmp_path / "absent") is None
+    assert results.provenance("cpu")["cpu_model"] == results.cpu_model()
+
+
 def test_named_commit_wins_over_the_checkout_it_runs_in(monkeypatch):
     head = results._git("rev-parse", "HEAD")
     if head is None:

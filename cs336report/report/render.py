@@ -186,7 +186,8 @@ class RenderContext:
 
 
 def _provenance(records: list[dict]) -> dict:
-    keys = ("gpu", "driver", "cuda", "torch", "triton", "python", "platform", "cpu", "git_commit", "git_dirty", "hostname")
+    keys = ("gpu", "driver", "cuda", "torch", "triton", "python", "platform", "cpu", "cpu_model", "git_commit", "git_dirty",
+            "hostname")
     seen: dict[str, list] = {k: [] for k in keys}
     for r in records:
         for k in keys:
