@@ -25,6 +25,8 @@ from multiprocessing import get_context
 
 import torch
 
+from ..progress import progress
+
 # The small input each compilation runs on: (batch, sequence); head size per item.
 WARM_SHAPE = (1, 128)
 
@@ -104,8 +106,11 @@ def precompile(items: list[tuple], workers: int) -> dict | None:
     if not items or not torch.cuda.is_available() or not tk.triton_available():
         return None
     workers = max(1, min(int(workers), len(items)))
+    progress(f"compiling {len(items)} Triton kernel configurations ahead, in {workers} processes")
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         done = list(pool.map(_compile, items))
-    return {"kernels": len(done), "workers": workers, "seconds": round(time.perf_counter() - start, 1),
-            "failed": [[name, status] for name, status, _ in done if status != "ok"]}
+    out = {"kernels": len(done), "workers": workers, "seconds": round(time.perf_counter() - start, 1),
+           "failed": [[name, status] for name, status, _ in done if status != "ok"]}
+    progress(f"compiled ahead in {out['seconds']} s ({len(out['failed'])} failed; the record says why)")
+    return out
