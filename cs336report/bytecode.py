@@ -1,36 +1,76 @@
-"""One bytecode cache for every process of a run.
+"""One bytecode cache for every process of a run, where the installation has none.
 
 Each job of the workflow is a fresh Python process that imports torch, and torch's compile stack
-(Dynamo, Inductor, Triton, SymPy) is a large body of Python. Where the environment forbids writing
-bytecode (``PYTHONDONTWRITEBYTECODE``, as container images often set, or a read-only
-site-packages), every process compiles all of that source again: on an H100 host whose image sets
-it, importing torch with its compile stack took 12-21 s a process. With ``PYTHONPYCACHEPREFIX`` the
-compiled files go to a folder of the workflow's own (the installation is never written) and every
-process after the first reads them.
+(Dynamo, Inductor, Triton, SymPy) is a large body of Python. An installation made by pip holds its
+compiled bytecode, and every process reads it. One made without it (uv's default, as on the H100
+image) under ``PYTHONDONTWRITEBYTECODE`` (which that image sets), or in a folder the user cannot
+write, makes every process compile all of that source again: 12-21 s a process there. Only then
+are the jobs given ``PYTHONPYCACHEPREFIX``, a folder of the workflow's own (the installation is
+never written), so that every process after the first reads what the first compiled. Where the
+installation has its bytecode, a prefix would cost the first process of every new working folder
+its compilation again (about 14 s on two cores), since Python then reads bytecode from the prefix
+only; nothing is set.
 
-``CS336REPORT_BYTECODE=0`` leaves the environment as it is.
+``CS336REPORT_BYTECODE=0`` leaves the environment as it is; ``=1`` sets the prefix in any case.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping
 
 CACHE_DIR = ".snakemake/cs336report/pycache"
 OPT_OUT_ENV = "CS336REPORT_BYTECODE"
+# torch's modules whose bytecode stands for the installation's: the package, and its compile stack.
+PROBES = ("__init__.py", "_dynamo/__init__.py", "_inductor/__init__.py")
 
 
-def bytecode_env(environ: Mapping[str, str], workdir: str) -> tuple[dict[str, str], list[str]]:
-    """The variables to set and to remove so that the jobs share one bytecode cache.
+def installed_bytecode(package_dir: str | None = None) -> bool:
+    """Whether the installation holds bytecode for torch (``package_dir``: its folder; by default found
+    without importing it): every module of :data:`PROBES` has its file in the ``__pycache__`` beside it.
+    True where torch is not installed (nothing to compile)."""
+    if package_dir is None:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.origin:
+            return True
+        package_dir = os.path.dirname(spec.origin)
+    for rel in PROBES:
+        source = os.path.join(package_dir, rel)
+        cached = os.path.join(os.path.dirname(source), "__pycache__",
+                              os.path.basename(importlib.util.cache_from_source(source)))
+        if os.path.exists(source) and not os.path.exists(cached):
+            return False
+    return True
+
+
+def bytecode_env(environ: Mapping[str, str], workdir: str,
+                 installed: bool | None = None) -> tuple[dict[str, str], list[str]]:
+    """The variables to set and to remove so that the jobs share one bytecode cache; none where the
+    installation has its bytecode (``installed``, by default :func:`installed_bytecode`) or may write
+    it where it is.
 
     A prefix the user set is kept; otherwise it is ``CACHE_DIR`` under ``workdir``.
     ``PYTHONDONTWRITEBYTECODE`` goes, since with a prefix no bytecode lands in the installation.
     """
-    if environ.get(OPT_OUT_ENV) == "0":
+    choice = environ.get(OPT_OUT_ENV)
+    if choice == "0":
         return {}, []
-    prefix = environ.get("PYTHONPYCACHEPREFIX") or os.path.join(os.path.abspath(workdir), CACHE_DIR)
     drop = ["PYTHONDONTWRITEBYTECODE"] if "PYTHONDONTWRITEBYTECODE" in environ else []
-    return {"PYTHONPYCACHEPREFIX": prefix}, drop
+    if environ.get("PYTHONPYCACHEPREFIX"):
+        return {"PYTHONPYCACHEPREFIX": environ["PYTHONPYCACHEPREFIX"]}, drop
+    if choice != "1":
+        if installed is None:
+            installed = installed_bytecode()
+        if installed or (not drop and _writable_installation()):
+            return {}, []
+    return {"PYTHONPYCACHEPREFIX": os.path.join(os.path.abspath(workdir), CACHE_DIR)}, drop
+
+
+def _writable_installation() -> bool:
+    """Whether this user may write bytecode beside torch's modules (Python then does so itself)."""
+    spec = importlib.util.find_spec("torch")
+    return spec is None or not spec.origin or os.access(os.path.dirname(spec.origin), os.W_OK)
 
 
 def apply(environ: dict[str, str] | os._Environ, workdir: str) -> str | None:

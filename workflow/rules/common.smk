@@ -88,8 +88,8 @@ CONDA_ENV = "../envs/cs336report.yaml"
 # nothing.
 os.environ.update(CS336REPORT_WORKER="1" if CFG.data["worker"] else "0")
 
-# Every job's Python reads the bytecode the first one compiled (cs336report/bytecode.py): where
-# the environment forbids writing it, each process would compile torch's compile stack again.
+# Where torch's installation has no bytecode and may not be given it, every job's Python reads the
+# bytecode the first one compiled (cs336report/bytecode.py) instead of compiling torch's again.
 bytecode.apply(os.environ, os.getcwd())
 
 # Each cell's resolved settings are a file named by their hash (written when a job needs it), so
