@@ -30,11 +30,9 @@ def installed_bytecode(package_dir: str | None = None) -> bool:
     """Whether the installation holds bytecode for torch (``package_dir``: its folder; by default found
     without importing it): every module of :data:`PROBES` has its file in the ``__pycache__`` beside it.
     True where torch is not installed (nothing to compile)."""
+    package_dir = package_dir or _torch_dir()
     if package_dir is None:
-        spec = importlib.util.find_spec("torch")
-        if spec is None or not spec.origin:
-            return True
-        package_dir = os.path.dirname(spec.origin)
+        return True
     for rel in PROBES:
         source = os.path.join(package_dir, rel)
         cached = os.path.join(os.path.dirname(source), "__pycache__",
@@ -67,10 +65,16 @@ def bytecode_env(environ: Mapping[str, str], workdir: str,
     return {"PYTHONPYCACHEPREFIX": os.path.join(os.path.abspath(workdir), CACHE_DIR)}, drop
 
 
+def _torch_dir() -> str | None:
+    """The folder of torch's package, found without importing it; None where torch is not installed."""
+    spec = importlib.util.find_spec("torch")
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
 def _writable_installation() -> bool:
     """Whether this user may write bytecode beside torch's modules (Python then does so itself)."""
-    spec = importlib.util.find_spec("torch")
-    return spec is None or not spec.origin or os.access(os.path.dirname(spec.origin), os.W_OK)
+    package_dir = _torch_dir()
+    return package_dir is None or os.access(package_dir, os.W_OK)
 
 
 def apply(environ: dict[str, str] | os._Environ, workdir: str) -> str | None:
