@@ -33,6 +33,7 @@ from ..compiling import compile_model, first_call
 from ..kernel_times import idle_time, kernel_times
 from ..master_weights import MasterWeightAdamW
 from ..model import ModelSpec, cross_entropy
+from ..step_graph import capture_step
 from ..models import build_model
 
 MODES = ("forward", "forward_backward", "train_step")
@@ -184,9 +185,9 @@ def _build(cell: dict) -> dict:
                                    compile=bool(cell.get("compile")))
         model_info = {**model_info, "master_weights": master.describe()}
     forward = model
-    if cell.get("compile"):  # with cuda_graphs, the compiled forward and backward replay as CUDA graphs
+    if cell.get("compile"):  # with cuda_graphs true, the compiled forward and backward replay as CUDA graphs
         forward, scope = compile_model(model, cell.get("compile_scope", "model"),
-                                       mode="reduce-overhead" if cell.get("cuda_graphs") else None)
+                                       mode="reduce-overhead" if cell.get("cuda_graphs") is True else None)
         model_info = {**model_info, "compiled": scope}
     return {"key": model_key(cell), "model": model, "model_info": model_info, "spec": spec, "tokens": tokens,
             "targets": targets, "forward": forward, "master": master, "first_calls": []}
@@ -216,7 +217,10 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     model, forward, tokens, targets = built["model"], built["forward"], built["tokens"], built["targets"]
     optimizer = None
     if mode == "train_step":
-        optimizer = built["master"] or torch.optim.AdamW(model.parameters(), lr=LR, fused=cell.get("fused_adamw") or None)
+        # a step captured as one CUDA graph needs an optimizer that counts its steps on the device
+        capturable = {"capturable": True} if cell.get("cuda_graphs") == "step" else {}
+        optimizer = built["master"] or torch.optim.AdamW(model.parameters(), lr=LR, fused=cell.get("fused_adamw") or None,
+                                                         **capturable)
 
     def step(phases: bool | str = True):
         """One step. ``phases``: True times each phase between two synchronizations and returns the
@@ -225,7 +229,7 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
         False times nothing inside the step."""
         timer = PhaseEvents(device) if phases == "events" else PhaseTimer(device)
         phase = (lambda name: _phase(timer, name, range_outside)) if phases else (lambda name: nullcontext())
-        if cell.get("cuda_graphs"):
+        if cell.get("cuda_graphs") is True:
             torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten
         model.zero_grad(set_to_none=True)
         with phase("forward"), autocast_context(device, cell["precision"]):
@@ -261,13 +265,18 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         calls.append({"mode": mode, "first_call_s": compiled["first_call_s"]})
         if earlier:
             compiled["earlier_first_calls"] = earlier
+    graph = None
+    if cell.get("cuda_graphs") == "step":  # from here on each step is one replay of a captured graph
+        plain = step
+        step, graph = capture_step(lambda: plain(phases=False))
     reset_peak_memory(device)
     # the headline: whole steps, one synchronize each, at the step's end (the handout's method); the
     # phase split from events recorded at the phases' starts and ends in the same steps, which wait for nothing
     times = time_steps(lambda: step(phases="events"), cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
     flops = accounting.step_flops(spec, batch, context, mode)
-    extra = {"casts": count_casts(lambda: step(phases=False), device)}
+    # (a graph replay dispatches no operator, so its casts cannot be counted)
+    extra = {"casts": None if graph else count_casts(lambda: step(phases=False), device)}
     if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
         whole = time_steps(lambda: step(phases=False), 0, cell["whole_steps"], device)["measured_s"]
         extra.update(whole_steps_s=whole, whole_step_stats_s=summarize(whole))
@@ -295,6 +304,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         "tflops": flops / stats["mean"] / 1e12,
         "peak_memory": peak_memory(device),
         "compile": compiled,
+        "cuda_graph": graph,
         **extra,
     }
 

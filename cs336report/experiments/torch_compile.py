@@ -41,8 +41,10 @@ def model_cell_name(cell: dict) -> str:
         name += "-compiled"
     if cell.get("fused_adamw"):
         name += "-fused"
-    if cell.get("cuda_graphs"):
+    if cell.get("cuda_graphs") is True:
         name += "-graphs"
+    elif cell.get("cuda_graphs") == "step":
+        name += "-stepgraph"
     return name
 
 
@@ -124,8 +126,10 @@ def optimized_cells(cfg) -> dict[str, dict]:
                 cell["whole_steps"] = grid["whole_steps"]
             if grid["kernel_steps"] and cfg.device == "cuda":
                 cell["kernel_steps"] = grid["kernel_steps"]
-            if grid.get("cuda_graphs") and grid["compile"] and cfg.device == "cuda":
-                cell["cuda_graphs"] = True
+            if grid.get("cuda_graphs") is True and grid["compile"] and cfg.device == "cuda":
+                cell["cuda_graphs"] = True  # the compiled forward and backward as graphs
+            elif grid.get("cuda_graphs") == "step" and cfg.device == "cuda":
+                cell["cuda_graphs"] = "step"  # the whole step as one graph
             if grid["compile"] and grid["compile_scope"] != "model":  # the default adds no key
                 cell["compile_scope"] = grid["compile_scope"]
             out[model_cell_name(cell)] = cell

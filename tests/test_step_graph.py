@@ -1,0 +1,85 @@
+"""The whole training step as one CUDA graph (cuda_graphs: step): its cells, its config, and on a GPU
+that replaying it trains the model exactly as the plain steps do."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import yaml
+
+from cs336report import experiments
+from cs336report.config import DEFAULT_CONFIG, Config, ConfigError, validate
+from cs336report.experiments import benchmarking
+from cs336report.step_graph import capture_step
+
+
+def _raw() -> dict:
+    with open(DEFAULT_CONFIG) as fh:
+        return yaml.safe_load(fh)
+
+
+def _cells(device: str, **settings) -> dict:
+    raw = _raw()
+    raw["grids"]["gpu" if device == "cuda" else "cpu"]["optimized_step"].update(settings)
+    return experiments.cells("optimized_step", Config.from_dict(raw, cuda_available=device == "cuda"))
+
+
+def test_a_step_graph_cell_has_its_own_name_and_is_a_cuda_cell_only():
+    (name, cell), = _cells("cuda", cuda_graphs="step").items()
+    assert cell["cuda_graphs"] == "step" and name.endswith("-compiled-fused-stepgraph")
+    (plain, plain_cell), = _cells("cuda").items()
+    assert "cuda_graphs" not in plain_cell and plain == name.removesuffix("-stepgraph")
+    (model_graphs, _), = _cells("cuda", cuda_graphs=True).items()
+    assert model_graphs.endswith("-graphs") and model_graphs != name
+    # no CUDA graph on a CPU: the cell is the plain one
+    (cpu_name, cpu_cell), = _cells("cpu", cuda_graphs="step").items()
+    assert "cuda_graphs" not in cpu_cell and not cpu_name.endswith("stepgraph")
+
+
+def test_the_config_names_the_field_of_an_unknown_graph_kind():
+    raw = _raw()
+    raw["grids"]["gpu"]["optimized_step"]["cuda_graphs"] = "everything"
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        validate(raw, source="my.yaml")
+    raw["grids"]["gpu"]["optimized_step"]["cuda_graphs"] = "step"
+    validate(raw, source="my.yaml")
+
+
+def test_a_capture_needs_a_warm_up_first():
+    with pytest.raises(ValueError, match="warmups"):
+        capture_step(lambda: None, warmups=0)
+
+
+def _tiny_cell(master_weights: bool, compile: bool) -> dict:
+    (cell,) = experiments.cells("optimized_step", Config.from_dict(_raw(), cuda_available=False)).values()
+    cell = {**copy.deepcopy(cell), "device": "cuda", "compile": compile, "master_weights": master_weights,
+            "precision": "bf16"}
+    cell.pop("kernel_steps", None)
+    return cell
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("master_weights,compile", [(True, False), (False, False), (True, True)])
+def test_replaying_the_captured_step_trains_as_the_plain_steps_do(master_weights, compile):
+    steps = 6
+    plain_model, _, _, plain_step = benchmarking.prepare(_tiny_cell(master_weights, compile))
+    for _ in range(steps):
+        plain_step(phases=False)
+    graph_model, _, _, step = benchmarking.prepare({**_tiny_cell(master_weights, compile), "cuda_graphs": "step"})
+    replay, info = capture_step(lambda: step(phases=False), warmups=2)
+    for _ in range(steps - 2):  # the two warm-up steps trained it too
+        replay()
+    torch.cuda.synchronize()
+    assert info["warmups"] == 2 and info["capture_s"] > 0
+    pairs = list(zip(plain_model.state_dict().items(), graph_model.state_dict().items()))
+    assert pairs and all(a == b for (a, _), (b, _) in pairs)
+    for (name, a), (_, b) in pairs:
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    # and the replays did train: the weights differ from a model that took only the warm-up steps
+    warm_model, _, _, warm_step = benchmarking.prepare(_tiny_cell(master_weights, False))
+    for _ in range(2):
+        warm_step(phases=False)
+    assert any(not torch.equal(a, w) for a, w in zip(graph_model.state_dict().values(),
+                                                      warm_model.state_dict().values()))
