@@ -27,9 +27,9 @@ def _cells(device: str, **settings) -> dict:
 
 
 def test_a_step_graph_cell_has_its_own_name_and_is_a_cuda_cell_only():
-    (name, cell), = _cells("cuda", cuda_graphs="step").items()
+    (name, cell), = _cells("cuda").items()  # the gpu grid's default
     assert cell["cuda_graphs"] == "step" and name.endswith("-compiled-fused-stepgraph")
-    (plain, plain_cell), = _cells("cuda").items()
+    (plain, plain_cell), = _cells("cuda", cuda_graphs=False).items()
     assert "cuda_graphs" not in plain_cell and plain == name.removesuffix("-stepgraph")
     (model_graphs, _), = _cells("cuda", cuda_graphs=True).items()
     assert model_graphs.endswith("-graphs") and model_graphs != name
@@ -83,3 +83,40 @@ def test_replaying_the_captured_step_trains_as_the_plain_steps_do(master_weights
         warm_step(phases=False)
     assert any(not torch.equal(a, w) for a, w in zip(graph_model.state_dict().values(),
                                                       warm_model.state_dict().values()))
+
+
+def test_the_h100_records_of_the_step_with_and_without_its_graph_render_apart():
+    """Both configurations of the target cell, measured in one call on one H100 with its roofline probe: each
+    row says which it is, only the plain step has phases, each has its kernel table, and the summary's
+    targets name both."""
+    from pathlib import Path
+
+    from cs336report.report.parts import compile_optimized
+    from cs336report.report.tables import fmt_pct
+    from cs336report.report.targets import targets_table
+    from cs336report.results import load
+
+    folder = Path(__file__).parent / "fixtures" / "step_graph_h100"
+    name = "native-bf16-2.7B-ctx512-train_step-compiled-fused"
+    plain, graph = (dict(load(folder / f"{n}.json.gz"), _path=f"{n}.json.gz") for n in (name, f"{name}-stepgraph"))
+    roofline = load(folder / "roofline.json.gz")
+    out = compile_optimized.optimized([plain, graph], [], [roofline], "naive")
+    items = {("graph" if "one CUDA graph" in it["switches"] else "plain"): it for it in out["items"]}
+    assert set(items) == {"graph", "plain"} and all(it["is_target"] for it in items.values())
+    peak = roofline["data"]["matmul"]["bf16"]["tflops"]
+    for key, record in (("plain", plain), ("graph", graph)):
+        fraction = record["data"]["flops_per_step"] / record["data"]["stats_s"]["mean"] / 1e12 / peak
+        assert items[key]["pct"] == fmt_pct(fraction) and items[key]["met"] == (fraction >= 0.5)
+        assert items[key]["kernels"]["busy"]
+    assert graph["data"]["phase_stats_s"] == {} and items["graph"]["phases"] == {}
+    assert set(items["plain"]["phases"]) >= {"forward", "backward", "optimizer_step"}
+    titles = [t.title for t in out["phase_tables"]]
+    assert sum(t.startswith("Where the optimized step's time goes") for t in titles) == 1  # the plain step's
+    assert sum(t.startswith("The optimized step's GPU time by kernel class") for t in titles) == 2
+    # no gap waiting for the host inside a replayed step; the plain step has them
+    assert graph["data"]["idle"]["long_gaps"] == 0 < plain["data"]["idle"]["long_gaps"]
+    assert items["graph"]["kernels"]["idle_split"]["long_gaps_ms"]["count"] == "0"
+    table = targets_table({"torch_compile": {"optimized": out}}, {}, "NVIDIA H100 80GB HBM3", None)
+    labels = [row[0].text for row in table.rows]
+    assert len(labels) == 2 and any("one CUDA graph" in label for label in labels)
+    assert all(label.startswith("Optimized train step, 2.7B at context 512, batch 4 (") for label in labels)
