@@ -18,6 +18,7 @@ A record is stored as ``<cell>.json`` (the results of a run) or as gzip-compress
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import gzip
 import hashlib
 import io
@@ -165,9 +166,19 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
-    """The host CPU's model name (the first "model name" of /proc/cpuinfo); None where there is none.
-    A host-bound step's time is set by this CPU, as a GPU-bound step's is by the GPU."""
+def cpu_model(cpuinfo: str | Path | None = None) -> str | None:
+    """The host CPU's model name (the first "model name" of /proc/cpuinfo, or of the file
+    ``cpuinfo``); None where there is none. A host-bound step's time is set by this CPU, as a
+    GPU-bound step's is by the GPU. The host's is read once a process: a warm worker writes many records."""
+    return _host_cpu_model() if cpuinfo is None else _read_cpu_model(cpuinfo)
+
+
+@functools.lru_cache(maxsize=None)
+def _host_cpu_model() -> str | None:
+    return _read_cpu_model("/proc/cpuinfo")
+
+
+def _read_cpu_model(cpuinfo: str | Path) -> str | None:
     try:
         text = Path(cpuinfo).read_text(errors="replace")
     except OSError:
@@ -179,6 +190,7 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)  # the driver cannot change under a running process
 def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(

@@ -37,6 +37,24 @@ def test_the_cpu_model_comes_from_cpuinfo(tmp_path):
     assert results.provenance("cpu")["cpu_model"] == results.cpu_model()
 
 
+def test_the_host_cpu_and_driver_are_read_once_a_process(monkeypatch):
+    reads, runs = [], []
+    monkeypatch.setattr(results, "_read_cpu_model", lambda path: reads.append(path) or "Some CPU")
+    real_run = results.subprocess.run
+    monkeypatch.setattr(results.subprocess, "run", lambda args, **kw: (
+        runs.append(args[0]) or real_run(["true"], **kw) if args[0] == "nvidia-smi" else real_run(args, **kw)))
+    results._host_cpu_model.cache_clear()
+    results._nvidia_driver.cache_clear()
+    try:
+        for _ in range(3):
+            assert results.cpu_model() == "Some CPU"
+            results._nvidia_driver()
+        assert reads == ["/proc/cpuinfo"] and runs == ["nvidia-smi"]
+    finally:
+        results._host_cpu_model.cache_clear()
+        results._nvidia_driver.cache_clear()
+
+
 def test_named_commit_wins_over_the_checkout_it_runs_in(monkeypatch):
     head = results._git("rev-parse", "HEAD")
     if head is None:
