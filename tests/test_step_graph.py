@@ -47,6 +47,12 @@ def test_the_config_names_the_field_of_an_unknown_graph_kind():
     validate(raw, source="my.yaml")
 
 
+def test_a_cell_asking_for_a_graph_off_cuda_is_refused_naming_the_field():
+    (cell,) = experiments.cells("optimized_step", Config.from_dict(_raw(), cuda_available=False)).values()
+    with pytest.raises(ValueError, match="cell field 'cuda_graphs'.*'cpu'"):
+        benchmarking.prepare({**cell, "cuda_graphs": "step"})
+
+
 def test_a_capture_needs_a_warm_up_first():
     with pytest.raises(ValueError, match="warmups"):
         capture_step(lambda: None, warmups=0)

@@ -33,8 +33,8 @@ from ..compiling import compile_model, first_call
 from ..kernel_times import idle_time, kernel_times
 from ..master_weights import MasterWeightAdamW
 from ..model import ModelSpec, cross_entropy
-from ..step_graph import capture_step
 from ..models import build_model
+from ..step_graph import capture_step
 
 MODES = ("forward", "forward_backward", "train_step")
 TIMING = ("whole steps, one synchronize per step at its end; phases between events recorded in the same steps "
@@ -207,6 +207,9 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     mode, device = cell["mode"], cell["device"]
     if mode not in MODES:
         raise ValueError(f"cell field 'mode' is {mode!r}, expected one of {MODES}")
+    if cell.get("cuda_graphs") and not device.startswith("cuda"):
+        raise ValueError(f"cell field 'cuda_graphs' is {cell['cuda_graphs']!r}: CUDA graphs need a CUDA device, "
+                         f"and this cell's device is {device!r}")
     built = shared.get("model") if shared is not None else None
     if built is None or built["key"] != model_key(cell):
         built = _build(cell)
