@@ -115,6 +115,10 @@ def test_the_h100_records_of_the_step_with_and_without_its_graph_render_apart():
         assert items[key]["pct"] == fmt_pct(fraction) and items[key]["met"] == (fraction >= 0.5)
         assert items[key]["kernels"]["busy"]
     assert graph["data"]["phase_stats_s"] == {} and items["graph"]["phases"] == {}
+    # the plain step's phases came from events inside its timed steps: its whole steps are a second sample
+    assert items["plain"]["whole"]["repeat"] and items["graph"]["whole"]["repeat"]
+    (phase_table,) = [t for t in out["phase_tables"] if t.title.startswith("Where the optimized step's time goes")]
+    assert "CUDA events recorded at its start and end" in phase_table.note
     assert set(items["plain"]["phases"]) >= {"forward", "backward", "optimizer_step"}
     titles = [t.title for t in out["phase_tables"]]
     assert sum(t.startswith("Where the optimized step's time goes") for t in titles) == 1  # the plain step's

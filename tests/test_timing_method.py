@@ -175,3 +175,20 @@ def test_the_kernel_sum_tells_host_bound_from_a_full_queue_in_h100_records():
         assert verdict["host_bound"] is bound is host["host_bound"]
     assert small["host"]["kernels_alone"]["kernels_s"] < 0.35 * small["host"]["wall_s"]
     assert medium["host"]["kernels_alone"]["launches"] > 4000
+
+
+def test_the_report_says_how_each_records_phases_were_timed():
+    import pandas as pd
+
+    from cs336report.report.parts.bench_frame import phase_method, phase_timing
+
+    def record(device, timing):
+        return {"config": {"device": device}, "data": {"timing": timing} if timing else {}}
+
+    assert phase_method(record("cuda", benchmarking.TIMING)) == "events"
+    assert phase_method(record("cuda:1", benchmarking.TIMING)) == "events"
+    assert phase_method(record("cpu", benchmarking.TIMING)) == "wall clock"
+    assert phase_method(record("cuda", None)) == "synchronized"  # a record from before the events
+    assert phase_method({"config": {}, "data": None}) == "synchronized"  # a failed cell's
+    assert phase_timing(pd.DataFrame({"phase_method": ["events", "events"]})) == "events"
+    assert phase_timing(pd.DataFrame({"phase_method": ["events", "synchronized"]})) == "mixed"

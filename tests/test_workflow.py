@@ -132,6 +132,13 @@ def test_bad_config_stops_before_any_job(workdir, tmp_path):
     assert "Job stats" not in run.stdout + run.stderr
 
 
+def test_cpu_report_says_its_phases_were_timed_by_the_wall_clock_inside_the_steps(workdir):
+    md = without_record_links((workdir / "report/cpu/report.md").read_text())
+    section = md.split('<a id="evidence-benchmarking_script"></a>', 1)[1].split("<a id=", 1)[0]
+    assert "phases were timed by the wall clock at their starts and ends" in section
+    assert "between two synchronizations" not in section and "CUDA events" not in section
+
+
 def test_cpu_report_has_the_nsys_profile_section_from_torch_profiler(workdir):
     from cs336report.report.render import md_cell
 

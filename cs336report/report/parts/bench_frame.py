@@ -9,6 +9,21 @@ import pandas as pd
 MODE_COLUMNS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
 
 
+def phase_method(record: dict) -> str:
+    """How a record's phases were timed: "events" (CUDA events inside its timed steps, which wait for
+    nothing), "wall clock" (the same steps on a CPU, which runs what it issues), or "synchronized"
+    (records from before the split moved inside the timed steps: a synchronize around every phase)."""
+    if "between events" not in ((record.get("data") or {}).get("timing") or ""):
+        return "synchronized"
+    return "events" if str((record.get("config") or {}).get("device", "")).startswith("cuda") else "wall clock"
+
+
+def phase_timing(frame: pd.DataFrame) -> str:
+    """The one phase method of a frame's records (:func:`phase_method`), or "mixed"."""
+    methods = set(frame["phase_method"])
+    return methods.pop() if len(methods) == 1 else "mixed"
+
+
 def frame(records: list[dict]) -> pd.DataFrame:
     """One tidy row per benchmarking result."""
     rows = []
@@ -28,7 +43,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "backward_mean_s": phases.get("backward", {}).get("mean", math.nan),
             "backward_std_s": phases.get("backward", {}).get("std", math.nan),
             "optimizer_mean_s": phases.get("optimizer_step", {}).get("mean", math.nan),
-            "tflops": d.get("tflops", math.nan),
+            "tflops": d.get("tflops", math.nan), "phase_method": phase_method(r),
             "all_s": (d.get("times_s", {}).get("warmup_s", []) + d.get("times_s", {}).get("measured_s", [])),
             "measured_s": d.get("times_s", {}).get("measured_s", []),
             "source": r["_path"], "wall_s": r.get("wall_s"),

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from ..tables import Cell, Table, fmt_mean_std, sig, status_cell, with_source
+from .bench_frame import phase_method
 from .compile_first_call import CACHE_NOTE, JOB_NOTE, first_call_cell, first_call_summary, from_cache, setup_seconds
 
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step (AdamW)"}
@@ -28,7 +29,8 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
         earlier = compile_info.get("earlier_first_calls") or []  # a job's earlier cells' first calls
         rows.append({
             "key": _key(c), "compiled": bool(c.get("compile")), "fused": bool(c.get("fused_adamw")),
-            "cuda_graphs": c.get("cuda_graphs") or False,  # True: forward and backward graphs; "step": the whole step
+            "cuda_graphs": c.get("cuda_graphs") or False,
+            "phase_method": phase_method(r),  # how the phases were timed: events, wall clock or synchronized  # True: forward and backward graphs; "step": the whole step
             # what was compiled: the whole model, or each repeated block in place (records before
             # compile_scope existed compiled the whole model)
             "scope": ((d.get("model") or {}).get("compiled") or {"scope": "model"}) if c.get("compile") else None,

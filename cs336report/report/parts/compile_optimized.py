@@ -130,7 +130,9 @@ def optimized(records: list[dict], benchmark_records: list[dict], roofline: list
             item["whole"] = {"steps": int(r["whole_steps"]), "step": fmt_seconds(r["whole_mean_s"]), "tflops": sig(whole),
                              "pct": fmt_pct(whole / peak) if peak == peak else None,
                              "met": peak == peak and whole / peak >= OPTIMIZED_TARGET_FRACTION,
-                             "saved": fmt_seconds(r["mean_s"] - r["whole_mean_s"]) if r["whole_mean_s"] < r["mean_s"] else None}
+                             "saved": fmt_seconds(r["mean_s"] - r["whole_mean_s"]) if r["whole_mean_s"] < r["mean_s"] else None,
+                             # phases from events: the headline steps had no synchronization inside either
+                             "repeat": r["phase_method"] != "synchronized"}
         table, phases = phase_table(r, peak)
         if phases:  # a step replayed as one CUDA graph has no phases timed inside it
             phase_tables.append(table)
@@ -180,9 +182,16 @@ def phase_table(r, peak: float) -> tuple[Table, dict]:
         title=f"Where the optimized step's time goes: {r['size']}, context {r['context']}, batch {r['batch']}",
         columns=["phase", "time", "share of step", "FLOPs counted", "FLOP rate", "of bf16 peak"],
         units=["", "ms", "%", "TFLOP", "TFLOP/s", "%"], rows=rows, sources=[r["source"]],
-        note="mean over the measured steps; each phase is timed between two synchronizations; the backward pass "
+        note="mean over the measured steps; each phase "
+             + PHASE_NOTES[r["phase_method"]] + "; the backward pass "
              "is counted as twice the forward FLOPs and the optimizer as none")
     return table, phases
+
+
+# How a record's phases were timed (bench_frame.phase_method), as the phase table's note says it.
+PHASE_NOTES = {"events": "is timed by CUDA events recorded at its start and end inside the timed steps",
+               "wall clock": "is timed by the wall clock at its start and end inside the timed steps",
+               "synchronized": "is timed between two synchronizations"}
 
 
 KERNEL_CLASS_LABELS = {"gemm": "matrix products", "attention": "attention", "softmax": "softmax",

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ... import accounting
 from .. import answer_parts, checks, plots
-from ..parts.bench_frame import MODE_COLUMNS, frame
+from ..parts.bench_frame import MODE_COLUMNS, frame, phase_timing
 from ..tables import Cell, Num, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
 
 ID = "benchmarking_script"
@@ -207,7 +207,7 @@ def build(ctx) -> dict:
     peaks = _peaks(roofline)
     flags = checks.timing_flags(ctx.records("benchmarking"))
     out = {"tables": [], "figures": [], "roofline": roofline_table(roofline), "settings": ctx.settings("benchmarking"),
-           "flags": flags}
+           "flags": flags, "phase_timing": phase_timing(df) if not df.empty else None}
     if df.empty:
         out["analysis"] = {"n_cells": 0}
         return out
