@@ -29,8 +29,8 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
         earlier = compile_info.get("earlier_first_calls") or []  # a job's earlier cells' first calls
         rows.append({
             "key": _key(c), "compiled": bool(c.get("compile")), "fused": bool(c.get("fused_adamw")),
-            "cuda_graphs": c.get("cuda_graphs") or False,
-            "phase_method": phase_method(r),  # how the phases were timed: events, wall clock or synchronized  # True: forward and backward graphs; "step": the whole step
+            "cuda_graphs": c.get("cuda_graphs") or False,  # True: forward and backward graphs; "step": the whole step
+            "phase_method": phase_method(r),  # how the phases were timed: events, wall clock or synchronized
             # what was compiled: the whole model, or each repeated block in place (records before
             # compile_scope existed compiled the whole model)
             "scope": ((d.get("model") or {}).get("compiled") or {"scope": "model"}) if c.get("compile") else None,
