@@ -72,3 +72,66 @@ def test_the_tuning_after_a_precompile_compiles_nothing(tmp_path, monkeypatch):
     assert before  # the workers wrote their kernels here
     subprocess.run([sys.executable, "-c", _TUNE, str(d)], check=True, timeout=600)
     assert set(os.listdir(tmp_path)) == before  # every candidate the tuner ran came from the cache
+
+
+def test_the_assembler_is_pinned_the_way_inductor_would_pin_it_once_a_process(monkeypatch):
+    from torch._inductor.runtime import compile_tasks
+
+    from cs336report.flash import triton_kernels as tk
+
+    calls = []
+
+    def inductor_rule():
+        calls.append(1)
+        os.environ["TRITON_PTXAS_PATH"] = "/opt/torch/bin/ptxas"
+
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    monkeypatch.setattr(compile_tasks, "_set_triton_ptxas_path", inductor_rule)
+    tk.pin_ptxas.cache_clear()
+    try:
+        assert tk.pin_ptxas() == "/opt/torch/bin/ptxas" == os.environ["TRITON_PTXAS_PATH"]
+        assert tk.pin_ptxas() == "/opt/torch/bin/ptxas" and calls == [1]  # once a process
+    finally:
+        tk.pin_ptxas.cache_clear()
+
+
+# A warm worker's order: our kernels first (Triton reads its own ptxas's version, once), then a compiled
+# cell (Inductor points TRITON_PTXAS_PATH at torch's ptxas), then a flash cell's precompile and tuning. On
+# an H100 (torch 2.11, Triton 3.6, whose ptxas are CUDA 13.0 and 12.8), before the assembler was pinned,
+# that tuning compiled 17 candidates again; a fresh process, none.
+_WORKER_ORDER = """
+import os, sys, torch
+from cs336report.flash import precompile, triton_kernels as tk
+from cs336report.compiling import compile_fn
+if __name__ == "__main__":
+    q, k, v, do = precompile.inputs((1, 256, 64))
+    tk.flash_forward_triton(q, k, v, True)
+    compile_fn(lambda x: (x.sin() * 2).softmax(-1))(torch.randn(64, 64, device="cuda"))
+    cache = os.environ["TRITON_CACHE_DIR"]  # the compiled cell's private folder, as in a worker
+    summary = precompile.precompile(precompile.autotune_items("bfloat16", (32,), causal=True), workers=4)
+    assert summary["failed"] == []
+    before = set(os.listdir(cache))
+    q, k, v, do = precompile.inputs((2, 1024, 32))
+    o, lse = tk.flash_forward_triton(q, k, v, True, autotune=True)
+    tk.flash_backward_triton(q, k, v, o, do, lse, True, autotune=True)
+    torch.cuda.synchronize()
+    print("NEW", len(set(os.listdir(cache)) - before))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_precompile_after_triton_then_inductor_in_one_process_is_used(tmp_path):
+    import subprocess
+    import sys
+
+    from cs336report.flash import triton_kernels as tk
+
+    if not tk.triton_available():
+        pytest.skip("needs Triton")
+    script = tmp_path / "order.py"
+    script.write_text(_WORKER_ORDER)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_PTXAS_PATH", "TRITON_CACHE_DIR")}
+    out = subprocess.run([sys.executable, str(script)], check=True, timeout=600, capture_output=True, text=True,
+                         env=env, cwd=tmp_path).stdout
+    assert "NEW 0" in out.splitlines()

@@ -19,6 +19,7 @@ run on CPU tensors through Triton's interpreter.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Optional
@@ -76,6 +77,28 @@ def _fix_interpreter_index() -> None:
 
 if INTERPRET and HAS_TRITON and _triton_version() < (3, 8):
     _fix_interpreter_index()
+
+
+@functools.cache
+def pin_ptxas() -> str | None:
+    """Fix, before this process compiles any of our kernels, the ``ptxas`` Triton will use (once a
+    process: the first launch calls it); returns ``TRITON_PTXAS_PATH`` afterwards.
+
+    Triton reads the assembler's version once a process and puts it in every kernel's cache key.
+    Inductor, the first time it compiles, points ``TRITON_PTXAS_PATH`` at the ``ptxas`` bundled with
+    torch where there is one. A process that compiled our kernels before that keeps the version of
+    Triton's own ``ptxas`` in its keys, while the processes it starts afterwards (the precompile
+    pool, :mod:`.precompile`) inherit the new path: their kernels land in the cache under keys the
+    process never asks for, and its tuning compiles every candidate again. Setting the path the way
+    Inductor would, first, gives the process and its children one assembler. (Importing Inductor's
+    runtime takes about a second, so this waits for the first launch on a GPU.)"""
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:  # another torch: Inductor then sets nothing either, or does it elsewhere
+        return os.environ.get("TRITON_PTXAS_PATH")
+    _set_triton_ptxas_path()
+    return os.environ.get("TRITON_PTXAS_PATH")
+
 
 if HAS_TRITON:
     from .triton_bwd import (
@@ -146,6 +169,8 @@ def _require_triton(*tensors: torch.Tensor) -> None:
             "the Triton kernels need CUDA tensors; to run them on CPU, set TRITON_INTERPRET=1 "
             "before Triton is imported"
         )
+    if not INTERPRET:
+        pin_ptxas()
 
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
