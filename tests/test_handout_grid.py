@@ -39,6 +39,9 @@ def test_the_handout_grid_is_the_gpu_grid_without_its_extensions():
     assert {(c["context"], c["mode"], c["precision"]) for c in memory} == {
         (t, m, p) for t in (128, 256, 512) for m in ("forward", "train_step") for p in ("fp32", "bf16")}
     assert {c["size"] for c in handout["benchmarking"].values()} == {"small", "medium", "large", "xl", "2.7B"}
+    # torch_compile (b) names no size: two of them, at the benchmarking context, forward and training step
+    assert {(c["size"], c["context"], c["mode"]) for c in handout["compiled_model"].values()} == {
+        (s, 512, m) for s in ("small", "2.7B") for m in ("forward", "train_step")}
     for extension in ("optimized_step", "flash_leaderboard", "autocast_memory", "autocast_saved_tensors"):
         assert gpu[extension] and not handout[extension], extension
     assert not any("torch_ddp" in n for n in handout["ddp_bucketed_benchmarking"])
