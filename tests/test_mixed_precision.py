@@ -12,7 +12,7 @@ import yaml
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import autocast_benchmarking as ab
-from cs336report.experiments import benchmarking, precision
+from cs336report.experiments import benchmarking, norm_sensitivity, precision
 from cs336report.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.report import checks
 from cs336report.report.render import RenderContext, environments, render_report
@@ -64,7 +64,7 @@ def test_probe_cells_default_to_the_run_device_and_follow_devices():
 def test_probe_without_grid_has_no_cells():
     raw = raw_config()
     del raw["grids"]["cpu"]["norm_sensitivity"]
-    assert precision.norm_cells(config(raw)) == {}
+    assert norm_sensitivity.norm_cells(config(raw)) == {}
 
 
 def _product(cfg, grid) -> dict:

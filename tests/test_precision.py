@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from cs336report.experiments import precision
+from cs336report.experiments import norm_sensitivity, precision
 
 SMALL_NORM_ARGS = dict(
     magnitudes=(1, 100, 1e3, 1e4),
@@ -23,7 +23,7 @@ def accumulation_result():
 
 @pytest.fixture(scope="module")
 def norm_result():
-    return precision.norm_sensitivity(**SMALL_NORM_ARGS)
+    return norm_sensitivity.norm_sensitivity(**SMALL_NORM_ARGS)
 
 
 def test_accumulation_rows(accumulation_result):
@@ -158,9 +158,9 @@ def test_norm_json(norm_result):
 
 def test_unknown_accumulation_rejected():
     with pytest.raises(ValueError):
-        precision.norm_sensitivity(magnitudes=(1,), hidden_sizes=(8,), accumulations=("kahan",))
+        norm_sensitivity.norm_sensitivity(magnitudes=(1,), hidden_sizes=(8,), accumulations=("kahan",))
 
 
 def test_same_seed_same_result():
     args = dict(magnitudes=(1, 1e4), hidden_sizes=(32,), rows_per_case=2)
-    assert precision.norm_sensitivity(**args) == precision.norm_sensitivity(**args)
+    assert norm_sensitivity.norm_sensitivity(**args) == norm_sensitivity.norm_sensitivity(**args)
