@@ -21,11 +21,15 @@ worker paid once (the cell's ``process.cells_before`` says how many cells ran be
 exception is by design: a compiled_model job runs the cells of one model in one process
 (:func:`cs336report.runner.run_job`), and its later cells record the earlier cells' first calls
 beside their own.
+
+Triton puts the version of its assembler (``ptxas``) in every kernel's cache key, read once a
+process; :func:`pin_ptxas` fixes which one before a GPU cell runs (see there).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import sys
@@ -48,6 +52,31 @@ CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 REUSE_ENV = "CS336REPORT_REUSE_COMPILE_CACHE"
 COMPILE_PREFIX = "cs336report-compile-"  # a process's private cache folder: <prefix><pid>-<random>
 _private_cache: str | None = None
+
+
+def _bundled_ptxas() -> str:
+    """The ``ptxas`` shipped with torch (absent in builds that ship none)."""
+    return os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")
+
+
+@functools.cache
+def pin_ptxas() -> str | None:
+    """Set ``TRITON_PTXAS_PATH`` to the ``ptxas`` torch ships (``torch/bin/ptxas``) where the variable
+    is unset and there is one; returns the variable's value afterwards. Once a process: a GPU cell
+    calls it before it runs (:func:`cs336report.runner.run_cell`), and so do the Triton launchers.
+
+    Triton reads the assembler's version once a process and puts it in every kernel's cache key.
+    Inductor, the first time it compiles, sets the variable to a ``ptxas`` bundled with torch where
+    it finds one (on the H100 image a CUDA 13.0 one; Triton's own is 12.8), and leaves a set
+    variable alone. A process that compiled a Triton kernel before that keeps Triton's version in
+    its keys, while the processes it starts afterwards (a FlashAttention job's precompile pool,
+    :mod:`cs336report.flash.precompile`) inherit the new path: their kernels land in the cache under
+    keys the process never asks for, and its tuning compiles every candidate again. With the
+    variable set before the first kernel, the process, Inductor and every child use one assembler."""
+    path = _bundled_ptxas()
+    if not os.environ.get("TRITON_PTXAS_PATH") and os.path.isfile(path) and os.access(path, os.X_OK):
+        os.environ["TRITON_PTXAS_PATH"] = path
+    return os.environ.get("TRITON_PTXAS_PATH")
 
 
 def private_cache() -> str | None:

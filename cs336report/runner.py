@@ -38,6 +38,7 @@ import traceback
 from pathlib import Path
 
 from . import contention, experiments
+from .compiling import pin_ptxas
 from .measure import is_out_of_memory, release_memory, summarize, thaw
 from .models import instrumented
 from .results import SCHEMA, load, now_iso, provenance, save
@@ -62,6 +63,8 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
     print(f"[cs336report] {experiment}/{name}: started on {device} (pid {process['pid']}, "
           f"cell {process['cells_before'] + 1} of this process)", file=sys.stderr, flush=True)
     before = contention.snapshot()
+    if str(device).startswith("cuda"):
+        pin_ptxas()  # one assembler for every Triton kernel of this process and the processes it starts
     try:
         with instrumented(cell):  # a user's attention/softmax in profiler ranges, restored after
             run = experiments.runner(experiment)

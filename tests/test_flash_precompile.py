@@ -74,25 +74,58 @@ def test_the_tuning_after_a_precompile_compiles_nothing(tmp_path, monkeypatch):
     assert set(os.listdir(tmp_path)) == before  # every candidate the tuner ran came from the cache
 
 
-def test_the_assembler_is_pinned_the_way_inductor_would_pin_it_once_a_process(monkeypatch):
-    from torch._inductor.runtime import compile_tasks
+def _fresh_pin(monkeypatch, tmp_path, ship: bool):
+    """compiling.pin_ptxas as in a new process, with torch's bundled ptxas at a path of the test's."""
+    from cs336report import compiling
 
-    from cs336report.flash import triton_kernels as tk
-
-    calls = []
-
-    def inductor_rule():
-        calls.append(1)
-        os.environ["TRITON_PTXAS_PATH"] = "/opt/torch/bin/ptxas"
-
+    bundled = tmp_path / "ptxas"
+    if ship:
+        bundled.write_text("#!/bin/sh\n")
+        bundled.chmod(0o755)
+    monkeypatch.setattr(compiling, "_bundled_ptxas", lambda: str(bundled))
     monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
-    monkeypatch.setattr(compile_tasks, "_set_triton_ptxas_path", inductor_rule)
-    tk.pin_ptxas.cache_clear()
+    compiling.pin_ptxas.cache_clear()
+    return compiling, str(bundled)
+
+
+def test_the_assembler_is_torchs_own_set_once_a_process(monkeypatch, tmp_path):
+    compiling, bundled = _fresh_pin(monkeypatch, tmp_path, ship=True)
     try:
-        assert tk.pin_ptxas() == "/opt/torch/bin/ptxas" == os.environ["TRITON_PTXAS_PATH"]
-        assert tk.pin_ptxas() == "/opt/torch/bin/ptxas" and calls == [1]  # once a process
+        assert compiling.pin_ptxas() == bundled == os.environ["TRITON_PTXAS_PATH"]
+        monkeypatch.setenv("TRITON_PTXAS_PATH", "/elsewhere/ptxas")  # what Inductor would leave alone
+        assert compiling.pin_ptxas() == bundled  # decided once a process
     finally:
-        tk.pin_ptxas.cache_clear()
+        compiling.pin_ptxas.cache_clear()
+
+
+def test_a_path_already_set_or_no_bundled_ptxas_is_left_alone(monkeypatch, tmp_path):
+    compiling, _ = _fresh_pin(monkeypatch, tmp_path, ship=True)
+    try:
+        monkeypatch.setenv("TRITON_PTXAS_PATH", "/opt/cuda/bin/ptxas")
+        assert compiling.pin_ptxas() == "/opt/cuda/bin/ptxas"
+        compiling, _ = _fresh_pin(monkeypatch, tmp_path / "none", ship=False)
+        assert compiling.pin_ptxas() is None and "TRITON_PTXAS_PATH" not in os.environ
+    finally:
+        compiling.pin_ptxas.cache_clear()
+
+
+def test_a_gpu_cell_runs_with_the_assembler_pinned_a_cpu_cell_without(monkeypatch, tmp_path):
+    from cs336report import experiments, runner
+
+    compiling, bundled = _fresh_pin(monkeypatch, tmp_path, ship=True)
+    seen = {}
+
+    def experiment(cell):
+        seen[cell["device"]] = os.environ.get("TRITON_PTXAS_PATH")
+        return {}
+
+    monkeypatch.setattr(experiments, "runner", lambda name: experiment)
+    try:
+        runner.run_cell("roofline", "cpu-cell", {"device": "cpu"}, tmp_path / "cpu.json")
+        runner.run_cell("roofline", "gpu-cell", {"device": "cuda"}, tmp_path / "gpu.json")
+    finally:
+        compiling.pin_ptxas.cache_clear()
+    assert seen == {"cpu": None, "cuda": bundled}
 
 
 # A warm worker's order: our kernels first (Triton reads its own ptxas's version, once), then a compiled

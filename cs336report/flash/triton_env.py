@@ -1,13 +1,12 @@
-"""Which Triton this process has, and the settings it needs before the first kernel compiles.
+"""Which Triton this process has, and its interpreter made to work with newer NumPy.
 
 ``HAS_TRITON`` (and ``triton``, ``tl``: None without it), ``INTERPRET`` (``TRITON_INTERPRET=1``, read
-at import as Triton does), a fix for Triton's interpreter under newer NumPy (applied at import), and
-:func:`pin_ptxas`, which the launchers call before their first launch on a GPU.
+at import as Triton does), and a fix for Triton's interpreter under newer NumPy (applied at import).
+The assembler a GPU process uses is fixed by :func:`cs336report.compiling.pin_ptxas`.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 
 try:
@@ -61,24 +60,3 @@ def _fix_interpreter_index() -> None:
 
 if INTERPRET and HAS_TRITON and _triton_version() < (3, 8):
     _fix_interpreter_index()
-
-
-@functools.cache
-def pin_ptxas() -> str | None:
-    """Fix, before this process compiles any of our kernels, the ``ptxas`` Triton will use (once a
-    process: the first launch calls it); returns ``TRITON_PTXAS_PATH`` afterwards.
-
-    Triton reads the assembler's version once a process and puts it in every kernel's cache key.
-    Inductor, the first time it compiles, points ``TRITON_PTXAS_PATH`` at the ``ptxas`` bundled with
-    torch where there is one. A process that compiled our kernels before that keeps the version of
-    Triton's own ``ptxas`` in its keys, while the processes it starts afterwards (the precompile
-    pool, :mod:`.precompile`) inherit the new path: their kernels land in the cache under keys the
-    process never asks for, and its tuning compiles every candidate again. Setting the path the way
-    Inductor would, first, gives the process and its children one assembler. (Importing Inductor's
-    runtime takes about a second, so this waits for the first launch on a GPU.)"""
-    try:
-        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
-    except ImportError:  # another torch: Inductor then sets nothing either, or does it elsewhere
-        return os.environ.get("TRITON_PTXAS_PATH")
-    _set_triton_ptxas_path()
-    return os.environ.get("TRITON_PTXAS_PATH")
