@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from cs336report import accounting
+from cs336report import accounting, accounting_peak
 from cs336report.compiled_census import compiled_saved_tensors
 from cs336report.model import ModelSpec, TransformerLM
 
@@ -50,7 +50,7 @@ def test_the_formula_counts_what_the_partitioner_saves(impl, precision):
     assert total == accounting.saved_activation_bytes(SPEC, B, T, impl, precision=precision, compiled=True,
                                                       attention_output_merged=False)["total"]
     copies = sum(x["bytes"] for x in saved if x["role"] == "weight_copy")
-    assert copies == accounting.autocast_cast_bytes(SPEC, precision)
+    assert copies == accounting_peak.autocast_cast_bytes(SPEC, precision)
 
 
 def test_the_compiled_count_against_the_eager_one():
@@ -69,7 +69,7 @@ def test_the_compiled_count_against_the_eager_one():
 
 def test_a_compiled_step_peaks_where_its_graph_holds_the_most():
     spec = ModelSpec(d_model=768, d_ff=3072, num_layers=12, num_heads=12)
-    p = accounting.predicted_peak_bytes(spec, 4, 512, "train_step", compiled=True)
+    p = accounting_peak.predicted_peak_bytes(spec, 4, 512, "train_step", compiled=True)
     assert set(p["moments"]) == {"loss backward", "optimizer step"}  # its backward is one graph
     acts = accounting.saved_activation_bytes(spec, 4, 512, compiled=True)["total"]
     n, BTV = accounting.param_count(spec), 4 * 512 * spec.vocab_size
@@ -80,23 +80,23 @@ def test_master_weights_swap_autocast_copies_for_working_copies():
     """bf16 working copies beside fp32 masters, bf16 gradients for them, no autocast copy; the fused or
     compiled update keeps no temporary, the one run tensor by tensor keeps the largest tensor's."""
     spec = ModelSpec(d_model=2560, d_ff=10240, num_layers=32, num_heads=32)
-    n, m = accounting.param_count(spec), sum(accounting.matrix_weight_sizes(spec))
-    plain = accounting.predicted_peak_bytes(spec, 4, 512, "train_step", impl="native", precision="bf16",
+    n, m = accounting.param_count(spec), sum(accounting_peak.matrix_weight_sizes(spec))
+    plain = accounting_peak.predicted_peak_bytes(spec, 4, 512, "train_step", impl="native", precision="bf16",
                                             optimizer="fused", compiled=True)
-    master = accounting.predicted_peak_bytes(spec, 4, 512, "train_step", impl="native", precision="bf16",
+    master = accounting_peak.predicted_peak_bytes(spec, 4, 512, "train_step", impl="native", precision="bf16",
                                              optimizer="fused", compiled=True, master_weights=True)
     assert master["autocast_casts"] == 0 and plain["autocast_casts"] == 2 * m
     assert master["moments"]["loss backward"]["total"] == plain["moments"]["loss backward"]["total"]
-    step = accounting.predicted_peak_bytes(spec, 4, 128, "train_step", impl="native", precision="bf16",
+    step = accounting_peak.predicted_peak_bytes(spec, 4, 128, "train_step", impl="native", precision="bf16",
                                            optimizer="fused", compiled=True, master_weights=True, output_held=False)
     assert step["moment"] == "optimizer step"
     assert step["parameters"] == 4 * n + 2 * m and step["gradients"] == 4 * (n - m) + 2 * m
     assert step["total"] == 16 * n  # the same 16 bytes a parameter as fused AdamW on fp32 weights
-    eager = accounting.predicted_peak_bytes(spec, 4, 128, "train_step", impl="native", precision="bf16",
+    eager = accounting_peak.predicted_peak_bytes(spec, 4, 128, "train_step", impl="native", precision="bf16",
                                             optimizer="per_tensor", master_weights=True, output_held=False)
     assert eager["optimizer_temporary"] == 16 * spec.d_model * spec.d_ff  # a feed-forward weight, the largest
     with pytest.raises(ValueError, match="unknown optimizer"):
-        accounting.predicted_peak_bytes(spec, 4, 128, "train_step", optimizer="sgd")
+        accounting_peak.predicted_peak_bytes(spec, 4, 128, "train_step", optimizer="sgd")
 
 
 def record(**config) -> dict:
@@ -124,5 +124,5 @@ def test_a_records_settings_switch_the_terms_on():
     assert prediction_inputs(record(implementation="flash_triton"))["impl"] == "naive"
     assert prediction_inputs(record(model=None)) is None
     r = record(compile=True, fused_adamw=True, master_weights=True)
-    assert predicted(r) == accounting.predicted_peak_bytes(**prediction_inputs(r))
+    assert predicted(r) == accounting_peak.predicted_peak_bytes(**prediction_inputs(r))
     assert predicted(r)["autocast_casts"] == 0

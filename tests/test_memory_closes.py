@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report import accounting
+from cs336report import accounting, accounting_peak
 from cs336report.model import ModelSpec
 from cs336report.report.parts.memory_accounting import TRAIN_STEP_EXPERIMENTS, accounting_analysis, train_step_rows
 from cs336report.report.sections import memory_profiling
@@ -50,7 +50,7 @@ def test_a_27b_bf16_train_step_at_context_1024_closes():
     """The record the handout-style formula (16 bytes a parameter, fp32 activation counts) misses by 7.6 %."""
     r = next(r for r in published("benchmarking_bf16") if r["cell"] == "naive-bf16-2.7B-ctx1024-train_step")
     c = r["config"]
-    pred = accounting.predicted_peak_bytes(ModelSpec(**c["model"]), c["batch_size"], c["context"], c["mode"],
+    pred = accounting_peak.predicted_peak_bytes(ModelSpec(**c["model"]), c["batch_size"], c["context"], c["mode"],
                                            "enabled", c["implementation"], c["precision"], "foreach",
                                            accounting.saved_matrices_of(r["data"], r["provenance"]))
     measured = r["data"]["peak_memory"]["allocated_bytes"]
@@ -73,7 +73,7 @@ def test_every_compiled_train_step_closes(steps):
     optimized = compiled["optimized_step/native-2.7B-bf16-512"]
     assert optimized["inputs"]["optimizer"] == "fused" and optimized["pred"]["autocast_casts"] > 0
     for x in compiled.values():  # the eager count misses the context-512 steps by more than the band
-        eager = accounting.predicted_peak_bytes(**{**x["inputs"], "compiled": False}, output_held=True)
+        eager = accounting_peak.predicted_peak_bytes(**{**x["inputs"], "compiled": False}, output_held=True)
         if x["context"] == 512 and eager["moment"] != "optimizer step":
             assert x["measured"] / eager["allocated"] < 0.97
     a = accounting_analysis([], steps)["compiled"]
@@ -101,7 +101,7 @@ def test_saved_activations_match_the_census(name):
                                                     c["implementation"], matrices, case["precision"])
         assert saved == pytest.approx(formula["total"], rel=0.005), (case["context"], case["precision"])
         copies = sum(g["bytes"] for g in case["groups"] if g["role"] == "parameter_copy")
-        assert copies == accounting.autocast_cast_bytes(ModelSpec(**c["model"]), case["precision"])
+        assert copies == accounting_peak.autocast_cast_bytes(ModelSpec(**c["model"]), case["precision"])
 
 
 def test_the_allocator_counts_whole_blocks():
@@ -117,8 +117,8 @@ def test_the_weights_take_their_blocks_and_a_cublas_workspace():
     blocks and one cuBLAS workspace (tokens and RoPE tables: a few KiB more)."""
     r = next(r for r in published("memory_profiling") if r["cell"] == "naive-fp32-2.7B-ctx512-forward")
     spec = ModelSpec(**r["config"]["model"])
-    blocks = sum(accounting.allocator_block_bytes(4 * n) for n in accounting.parameter_sizes(spec))
-    workspace = accounting.cublas_workspace_bytes(r["provenance"]["gpu_capability"])
+    blocks = sum(accounting.allocator_block_bytes(4 * n) for n in accounting_peak.parameter_sizes(spec))
+    workspace = accounting_peak.cublas_workspace_bytes(r["provenance"]["gpu_capability"])
     assert workspace == 32 * MiB
     assert 0 <= r["data"]["allocated_before_bytes"] - blocks - workspace < MiB
     assert blocks - 4 * accounting.param_count(spec) > 128 * MiB  # 128 d × d weights of 25 MiB in 26 MiB blocks
@@ -127,29 +127,29 @@ def test_the_weights_take_their_blocks_and_a_cublas_workspace():
 def test_the_train_step_peak_is_twenty_bytes_a_parameter_where_state_dominates():
     spec = ModelSpec(**SIZE_27B)
     n = accounting.param_count(spec)
-    p = accounting.predicted_peak_bytes(spec, 4, 128, "train_step", output_held=False)
+    p = accounting_peak.predicted_peak_bytes(spec, 4, 128, "train_step", output_held=False)
     assert p["total"] == 20 * n and p["optimizer_temporary"] == 4 * n and p["moment"] == "optimizer step"
-    fused = accounting.predicted_peak_bytes(spec, 4, 128, "train_step", optimizer="fused", output_held=False)
+    fused = accounting_peak.predicted_peak_bytes(spec, 4, 128, "train_step", optimizer="fused", output_held=False)
     assert fused["total"] == 16 * n
-    assert sum(accounting.parameter_sizes(spec)) == n
+    assert sum(accounting_peak.parameter_sizes(spec)) == n
 
 
 def test_gradients_are_freed_before_backward():
     """zero_grad(set_to_none=True): a step's backward starts without gradients, they exist only after."""
     spec = ModelSpec(**SIZE_27B)
-    p = accounting.predicted_peak_bytes(spec, 4, 512, "forward_backward")
+    p = accounting_peak.predicted_peak_bytes(spec, 4, 512, "forward_backward")
     assert p["moment"] in ("loss backward", "last attention backward")
     assert p["gradients"] < 4 * accounting.param_count(spec) / 10  # only the last block's and the LM head's
 
 
 def test_autocast_keeps_bf16_weight_copies_even_without_grad():
     spec = ModelSpec(d_model=64, d_ff=128, num_layers=2, num_heads=2, vocab_size=100)
-    bf16 = accounting.predicted_peak_bytes(spec, 2, 16, "forward", "no_grad", precision="bf16")
+    bf16 = accounting_peak.predicted_peak_bytes(spec, 2, 16, "forward", "no_grad", precision="bf16")
     assert bf16["autocast_casts"] == 2 * (2 * (4 * 64 * 64 + 3 * 64 * 128) + 64 * 100)
     assert bf16["activations"] == 0 and bf16["gradients"] == 0
 
 
 def test_the_cublas_workspace_follows_the_card():
-    assert accounting.cublas_workspace_bytes("9.0") == 32 * MiB
-    assert accounting.cublas_workspace_bytes("8.0") == 4096 * 1024 * 2 + 16 * 1024 * 8
-    assert accounting.cublas_workspace_bytes(None) == 0
+    assert accounting_peak.cublas_workspace_bytes("9.0") == 32 * MiB
+    assert accounting_peak.cublas_workspace_bytes("8.0") == 4096 * 1024 * 2 + 16 * 1024 * 8
+    assert accounting_peak.cublas_workspace_bytes(None) == 0

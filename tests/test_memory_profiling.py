@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, experiments
+from cs336report import accounting, accounting_peak, experiments
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import memory
 from cs336report.model import ModelSpec, TransformerLM, cross_entropy
@@ -228,9 +228,9 @@ def test_activation_formula_matches_what_autograd_saves(impl):
 def test_predicted_peak_parts():
     spec = ModelSpec(**gpu_config().size("2.7B"))
     n = accounting.param_count(spec)
-    nograd = accounting.predicted_peak_bytes(spec, 4, 128, "forward", "no_grad")
-    fwd = accounting.predicted_peak_bytes(spec, 4, 128, "forward")
-    train = accounting.predicted_peak_bytes(spec, 4, 512, "train_step")
+    nograd = accounting_peak.predicted_peak_bytes(spec, 4, 128, "forward", "no_grad")
+    fwd = accounting_peak.predicted_peak_bytes(spec, 4, 128, "forward")
+    train = accounting_peak.predicted_peak_bytes(spec, 4, 512, "train_step")
     logits = 4 * 4 * 128 * spec.vocab_size
     # without autograd the peak is one block's intermediates, here the feed-forward's four B·T·f
     assert nograd["moment"] == "feed-forward" and nograd["total"] == 4 * n + nograd["temporaries"]
@@ -434,7 +434,7 @@ def test_section_numbers_come_from_the_snapshots(parsed, tmp_path):
     # accounting: measured / predicted from the formula
     spec = ModelSpec(**FIXTURE_MODEL)
     capability = load(parsed["train_step"])["provenance"].get("gpu_capability")
-    pred = accounting.predicted_peak_bytes(spec, 4, 64, "train_step",  # the fixture ran the amax softmax
+    pred = accounting_peak.predicted_peak_bytes(spec, 4, 64, "train_step",  # the fixture ran the amax softmax
                                            saved_matrices=accounting.AMAX_SAVED_MATRICES, capability=capability,
                                            output_held=False)["total"]  # the profiled step drops its logits
     acc = {(r[1].text, r[2].text, r[3].text): r for r in out["accounting_table"].rows}

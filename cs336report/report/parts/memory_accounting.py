@@ -1,4 +1,4 @@
-"""memory_profiling's analytic accounting: the formula of :mod:`cs336report.accounting` beside
+"""memory_profiling's analytic accounting: the formula of :mod:`cs336report.accounting_peak` beside
 (1) each memory_profiling cell's snapshot peak (requested), tensor bytes against tensor bytes, and
 (2) every train step the report measured (memory_profiling, benchmarking, benchmarking_bf16,
 compiled_model, optimized_step), its peak allocated against the same tensors in allocator blocks.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import accounting
+from ... import accounting, accounting_peak
 from ...spec import ModelSpec
 from ..labels import PEAK_ALLOCATED, PREDICTED, SNAPSHOT_PEAK
 from ..tables import Cell, Table, sig, status_cell
@@ -28,7 +28,7 @@ def _impl(implementation: str | None) -> str:
 
 
 def prediction_inputs(record: dict) -> dict | None:
-    """The arguments of :func:`cs336report.accounting.predicted_peak_bytes` for one Transformer step on
+    """The arguments of :func:`cs336report.accounting_peak.predicted_peak_bytes` for one Transformer step on
     record (benchmarking, compiled_model, optimized_step, ...): its model, batch, context and mode, the
     implementation, precision, the optimizer its train step ran, whether the model ran compiled and with
     master weights, the naive attention's saved matrices and the GPU's compute capability. None without a
@@ -71,7 +71,7 @@ def accounting_rows(df: pd.DataFrame) -> list[dict]:
     for _, r in df.iterrows():
         if r["model"] is None or r["batch"] is None:
             continue
-        pred = accounting.predicted_peak_bytes(**_profiled_inputs(r), output_held=False)
+        pred = accounting_peak.predicted_peak_bytes(**_profiled_inputs(r), output_held=False)
         ok = r["status"] == "ok"
         requested = r["snap_peak"] if ok and is_measured(r["snap_peak"]) else None
         allocated = r["peak_alloc"] if ok and is_measured(r["peak_alloc"]) else None
@@ -149,7 +149,7 @@ def train_step_rows(df: pd.DataFrame, records: dict[str, list[dict]]) -> list[di
         rows += [x for x in (_record_row(r) for r in records.get(experiment, [])) if x]
     for x in rows:
         x["params"] = accounting.param_count(x["inputs"]["spec"])
-        x["pred"] = accounting.predicted_peak_bytes(**x["inputs"], output_held=x["output_held"])
+        x["pred"] = accounting_peak.predicted_peak_bytes(**x["inputs"], output_held=x["output_held"])
         x["ratio"] = x["measured"] / x["pred"]["allocated"] if x["measured"] else None
     order = {e: i for i, e in enumerate(TRAIN_STEP_EXPERIMENTS)}
     return sorted(rows, key=lambda x: (order.get(x["experiment"], 99), x["implementation"], x["precision"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import accounting
+from ... import accounting, accounting_peak
 from ..tables import Num, fmt_bytes, fmt_pct, fmt_seconds, sig
 from .memory_frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, is_measured, model_spec
 from .memory_shapes import explain_size, named_shapes
@@ -100,7 +100,7 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
                                         if r["precision"] == "bf16" and int(r["context"]) == top_ctx
                                         and r["implementation"] == out["impl"] and r["snap"]) if w]
     if (ok["precision"] != "fp32").any():
-        out["cast_cache"] = _gib(accounting.autocast_cast_bytes(model_spec(base.iloc[0]), "bf16"))
+        out["cast_cache"] = _gib(accounting_peak.autocast_cast_bytes(model_spec(base.iloc[0]), "bf16"))
     out["significant_threshold"] = fmt_pct(SIGNIFICANT, 2)
     # (e) largest allocation
     ref = full if full is not None else (fwd if fwd is not None and fwd["snap"] else None)
@@ -159,7 +159,7 @@ def weight_copies(row) -> dict | None:
     steps = row["steps"] if is_measured(row["steps"]) else row["snap"].get("n_steps") or 1
     return {"label": MODE_LABELS[row["label"]], "per_step": sig(count / steps, 3),
             "bytes": _gib(nbytes / steps, row.get("source")),
-            "all_weights": _gib(accounting.autocast_cast_bytes(spec, "bf16")),
+            "all_weights": _gib(accounting_peak.autocast_cast_bytes(spec, "bf16")),
             "n_weights": accounting.linear_weight_count(spec), "rank": MODE_ORDER.index(row["label"])}
 
 

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ... import accounting
+from ... import accounting_peak
 from .. import checks
 from ..labels import PEAK_ALLOCATED, PREDICTED
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell
@@ -54,7 +54,7 @@ def predicted(record: dict) -> dict | None:
     inputs = prediction_inputs(record)
     if inputs is None or inputs["mode"] not in MODE_COLUMNS:
         return None
-    return accounting.predicted_peak_bytes(**inputs)
+    return accounting_peak.predicted_peak_bytes(**inputs)
 
 
 def formula_rows(pairs: pd.DataFrame, records: dict[str, dict]) -> list[dict]:
@@ -90,7 +90,7 @@ def formula_table(rows: list[dict], sources: list[str]) -> Table | None:
                  columns=["implementation", "size", "context", "step", f"fp32 {PREDICTED}", "fp32 measured / predicted",
                           f"bf16 {PREDICTED}", "bf16 measured / predicted", "bf16 peak at"],
                  units=["", "", "tokens", "", "GiB", "×", "GiB", "×", ""], rows=cells, sources=sources,
-                 note=(f"{PREDICTED}: cs336report.accounting.predicted_peak_bytes for the cell's settings, in allocator "
+                 note=(f"{PREDICTED}: cs336report.accounting_peak.predicted_peak_bytes for the cell's settings, in allocator "
                        f"blocks (what {PEAK_ALLOCATED} counts); peak at: the moment of the step the formula finds "
                        "holding the most (memory_profiling's Analytic accounting gives the formula)"))
 

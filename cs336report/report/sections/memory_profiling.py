@@ -9,7 +9,7 @@ build() calls (``report/parts/memory_*.py``).
 
 from __future__ import annotations
 
-from ... import accounting
+from ... import accounting, accounting_peak
 from .. import answer_parts
 from ..parts.memory_analysis import analysis, settings, weight_copies
 from ..parts.memory_frame import MODE_LABELS, frame, model_spec
@@ -45,7 +45,7 @@ def build(ctx) -> dict:
     df = frame(ctx.records("memory_profiling_parse"), ctx.records("memory_profiling"))
     out = {"figures": [], "peak_tables": [], "top_tables": [], "category_tables": [], "precision_table": None,
            "residual_table": None, "residual": [], "ramp_table": None, "accounting_table": None, "sizes": [],
-           "formulas": {"activations": accounting.ACTIVATION_FORMULA, "peak": accounting.PEAK_FORMULA,
+           "formulas": {"activations": accounting.ACTIVATION_FORMULA, "peak": accounting_peak.PEAK_FORMULA,
                         "compiled_activations": accounting.COMPILED_ACTIVATION_FORMULA,
                         "state": "weights 4 B, gradients 4 B, AdamW moments 8 B per parameter (16 B/parameter)"},
            "labels": [{"name": k, "means": MEMORY_LABELS[k]} for k in (PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK)],
@@ -91,7 +91,7 @@ def build(ctx) -> dict:
     for _, r in df.drop_duplicates("size").iterrows():
         if r["model"]:
             spec = model_spec(r)
-            state = accounting.training_state_bytes(spec)
+            state = accounting_peak.training_state_bytes(spec)
             sizes[r["size"]] = {"size": r["size"], "params": f"{accounting.param_count(spec):,}",
                                 "floor": fmt_bytes(state["total"]), "weights": fmt_bytes(state["parameters"])}
     out["sizes"] = list(sizes.values())
