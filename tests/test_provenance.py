@@ -10,7 +10,7 @@ import pytest
 
 from cs336report import results
 from cs336report.publish import publish
-from cs336report.report.render import unclean_records
+from cs336report.report.appendix import unclean_records
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -61,7 +61,7 @@ def test_configured_cells_without_a_result_are_listed_as_not_run(tmp_path):
 
 
 def test_commits_line_counts_records_per_commit_and_tree_state():
-    from cs336report.report.render import _commits
+    from cs336report.report.appendix import _commits
 
     def rec(commit, dirty):
         return {"provenance": {"git_commit": commit, "git_dirty": dirty}}
