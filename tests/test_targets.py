@@ -32,7 +32,7 @@ def test_on_an_h100_the_verdicts_are_the_targets_own(tmp_path):
     leaderboard = load(H100[0])["data"]["rows"][0]
     assert leaderboard["implementation"] == "triton"
     mean_ms = leaderboard["stats_s"]["mean"] * 1e3
-    assert rows["FlashAttention-2 leaderboard row"][0] == "≤ 4.5 ms"
+    assert rows["FlashAttention-2 leaderboard row"][0] == "≤ 4.6 ms"
     assert rows["FlashAttention-2 leaderboard row"][1].startswith(f"{mean_ms:.2f} ms")
     assert rows["FlashAttention-2 leaderboard row"][2:] == ["NVIDIA H100 80GB HBM3", "met" if mean_ms <= 4.5 else "missed"]
     step = load(H100[1])["data"]["tflops"] / load(H100[2])["data"]["matmul"]["bf16"]["tflops"]

@@ -12,9 +12,9 @@ from .tables import Cell, Table, fmt_pct
 
 # The card every target was set for.
 TARGET_CARD = "H100"
-# The leaderboard row (forward + backward of the 2025 harness): about what PyTorch's cuDNN
-# attention takes on that card.
-LEADERBOARD_TARGET_MS = 4.5
+# The leaderboard row (forward + backward of the 2025 harness): what PyTorch's cuDNN attention
+# takes on that card (4.55-4.62 ms in our harness runs on H100s).
+LEADERBOARD_TARGET_MS = 4.6
 # The optimized step: this fraction of the measured bf16 matmul peak, for this (size, context, batch).
 OPTIMIZED_TARGET_FRACTION = 0.5
 OPTIMIZED_TARGET_CELL = ("2.7B", 512, 4)
