@@ -6,11 +6,13 @@ the GPU), it keeps, for every rank, the GPU work of its last profiled step on it
 rows ``[stream, start_us, dur_us, nccl]`` from the step's first kernel on, and the overlap of
 communication and compute (:func:`cs336report.distributed.overlap.hidden_fraction`). Where the
 profile came from torch.profiler (no nsys), the run's own record already holds rank 0's kernels and
-is used as it is.
+is used as it is. A profile in which nsys recorded no kernel (its export is empty) is a failed
+cell, recorded with the reason, not a broken export.
 """
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 from .distributed.overlap import NVTX_STEP, hidden_fraction
@@ -48,6 +50,17 @@ def _export(stats_dir: Path, report: str) -> Path:
     return path if path.exists() or not path.with_suffix(".csv.gz").exists() else path.with_suffix(".csv.gz")
 
 
+def _is_empty(path: Path) -> bool:
+    """True where nsys wrote an export with nothing in it (its way of saying the profile holds no
+    such data); a missing file is not empty (the reader says it is missing)."""
+    if not path.exists():
+        return False
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as fh:
+            return not fh.read(1)
+    return path.stat().st_size == 0
+
+
 def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path, name: str | None = None) -> dict:
     """The record of one profiled DDP cell from its stats folder and its run's ``run.json``."""
     stats_dir, run_path = Path(stats_dir), Path(run_path)
@@ -61,6 +74,9 @@ def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path,
                                                           "overlap": hidden_fraction(profile["kernels"])}}}
     elif status == "ok" and export.get("reason"):
         status, error = "error", export["reason"]
+    elif status == "ok" and _is_empty(_export(stats_dir, REPORTS[0])):
+        status, error = "error", (f"{_export(stats_dir, REPORTS[0])} is empty: nsys recorded no GPU kernel of the "
+                                  "ranks (a process it did not trace?)")
     elif status == "ok":
         trace_csv, ranges_csv = (_export(stats_dir, r) for r in REPORTS)
         trace, ranges = read_gpu_trace(trace_csv), read_nvtx_gpu_projection(ranges_csv)

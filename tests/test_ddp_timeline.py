@@ -145,3 +145,30 @@ def test_the_figure_names_compute_nccl_and_the_copy_back_stream(record):
     labels = [t.get_text().split(": ")[1] for t in fig.axes[0].get_yticklabels()]
     # the busiest stream without NCCL kernels computes; the bucketed variant's copies run beside it
     assert sorted(labels) == ["NCCL", "compute", "side stream"]
+
+
+UNTRACED = Path(__file__).parent / "fixtures" / "ddp_overlap_untraced_h200"
+
+
+def test_a_profile_in_which_nsys_traced_no_rank_is_a_failed_cell_not_a_broken_export(tmp_path):
+    # the real exports of a run whose ranks nsys did not follow: empty files, a run that went well
+    assert (UNTRACED / "stats_cuda_gpu_trace.csv").stat().st_size == 0
+    out = parse_timeline(UNTRACED, UNTRACED / "run.json", tmp_path / "out.json")
+    assert out["status"] == "error" and out["data"] == {}
+    assert "stats_cuda_gpu_trace.csv is empty" in out["error"] and "no GPU kernel" in out["error"]
+    assert json.loads((tmp_path / "out.json").read_text())["status"] == "error"
+
+
+def test_an_empty_gzipped_export_counts_as_empty_and_a_broken_one_still_raises(tmp_path):
+    for f in UNTRACED.iterdir():
+        if f.suffix == ".json":
+            shutil.copy(f, tmp_path / f.name)
+    with gzip.open(tmp_path / "stats_cuda_gpu_trace.csv.gz", "wb"):
+        pass
+    assert parse_timeline(tmp_path, tmp_path / "run.json", tmp_path / "a.json")["status"] == "error"
+    (tmp_path / "stats_cuda_gpu_trace.csv.gz").unlink()
+    _write(tmp_path / "stats_cuda_gpu_trace.csv", "Start (ns),Device,Name\n1,GPU (0),k\n")
+    shutil.copy(FIXTURE / "stats_nvtx_gpu_proj_trace.csv.gz", tmp_path)
+    with pytest.raises(NsysParseError, match="stats_cuda_gpu_trace.csv, line 1"):
+        parse_timeline(tmp_path, tmp_path / "run.json", tmp_path / "b.json")
+    assert not (tmp_path / "b.json").exists()

@@ -38,6 +38,42 @@ def test_failing_rank_reports_its_own_error_as_oom():
     assert is_out_of_memory(info.value)
 
 
+def _parent_and_program(rank, world_size, device):
+    import os
+
+    with open("/proc/self/cmdline", "rb") as fh:
+        return {"ppid": os.getppid(), "cmdline": fh.read().replace(b"\0", b" ").decode()}
+
+
+def test_spawned_ranks_are_programs_the_caller_starts_and_forked_ones_are_not():
+    # nsys follows a program a traced process starts; a rank forked from the fork server is neither
+    import os
+
+    spawned = launch(_parent_and_program, 2, backend="gloo", timeout_s=60, start_method="spawn")
+    assert all(r["ppid"] == os.getpid() and "spawn_main" in r["cmdline"] for r in spawned)
+    forked = launch(_parent_and_program, 2, backend="gloo", timeout_s=60)
+    assert all(r["ppid"] != os.getpid() and "spawn_main" not in r["cmdline"] for r in forked)
+    with pytest.raises(ValueError, match="start_method"):
+        launch(_parent_and_program, 2, backend="gloo", start_method="fork")
+
+
+def test_a_cell_profiled_by_nsys_spawns_its_ranks(monkeypatch):
+    from cs336report.distributed import train
+
+    seen = []
+
+    def fake_launch(fn, world_size, **kwargs):
+        seen.append(kwargs["start_method"])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(train, "launch", fake_launch)
+    cell = {"variant": "naive", "world_size": 2, "backend": "gloo", "timeout_s": 30}
+    for profiler in ("nsys", "torch", None):
+        with pytest.raises(RuntimeError, match="stop here"):
+            train.run_ddp({**cell, "profiler": profiler} if profiler else cell)
+    assert seen == ["spawn", "forkserver", "forkserver"]
+
+
 def test_nccl_without_enough_gpus_is_refused_before_start():
     needed = torch.cuda.device_count() + 1
     with pytest.raises(NotEnoughDevices, match=f"needs {needed} GPUs"):

@@ -4,7 +4,9 @@ A distributed cell is still one Snakemake job: its experiment calls :func:`launc
 ``world_size`` processes (``torch.multiprocessing``, start method "forkserver": each rank is forked
 from a server process that imported torch once and never touched CUDA, so a launch after the
 first costs no interpreter start-up and CUDA is never forked; each rank takes the caller's
-environment as it is at the launch, as a spawned one would), joins them into one process group on
+environment as it is at the launch, as a spawned one would; a profiled cell asks for "spawn", since
+nsys traces the programs a process starts, not a process forked without a new program), joins
+them into one process group on
 a free loopback port, calls ``fn(rank, world_size, device, *args)`` in each, and returns the
 ranks' return values in rank order. With NCCL each rank owns one GPU (``devices[rank]``, indices
 among the GPUs this job sees); with Gloo every rank runs on the CPU with its share of the cores'
@@ -128,17 +130,22 @@ def _first_failure(outdir: Path) -> tuple[int, dict] | None:
 
 
 def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", args: tuple = (),
-           devices: Sequence[int] | None = None, timeout_s: float = 600.0) -> list[Any]:
+           devices: Sequence[int] | None = None, timeout_s: float = 600.0,
+           start_method: str = START_METHOD) -> list[Any]:
     """Run ``fn(rank, world_size, device, *args)`` in ``world_size`` processes of one group.
 
     ``fn`` must be importable by name (a module-level function): the processes are spawned.
     Returns each rank's return value (picklable), in rank order. ``timeout_s`` bounds both the
-    collectives (the process group's timeout) and the whole launch.
+    collectives (the process group's timeout) and the whole launch. ``start_method``: "spawn"
+    makes each rank a new program started by this process (what ``nsys profile`` follows; it
+    does not trace a rank forked from the fork server), at an interpreter start-up a rank.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, not {world_size}")
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
     if backend == "nccl":
         present = gpus_present()
         devices = list(devices) if devices is not None else list(range(world_size))
@@ -148,7 +155,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", ar
     mp.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, at the first launch
     try:
         context = mp.start_processes(
-            _rank_entry, nprocs=world_size, join=False, start_method=START_METHOD,
+            _rank_entry, nprocs=world_size, join=False, start_method=start_method,
             args=(fn, world_size, backend, free_port(), devices, str(outdir), args, timeout_s, dict(os.environ)))
         deadline = time.monotonic() + timeout_s + 60.0
         try:

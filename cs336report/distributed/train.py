@@ -45,7 +45,7 @@ from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from .ddp import VARIANTS, trainable
 from .overlap import NVTX_STEP
-from .launch import launch
+from .launch import START_METHOD, launch
 
 # The student's wrappers: variant -> the resolver's piece (cs336report.student.PIECES)
 STUDENT_VARIANTS = {"student_individual": "ddp_individual_parameters", "student_bucketed": "ddp_bucketed"}
@@ -240,6 +240,13 @@ def slowest(ranks: list[dict], phase: str, key: str = "measured") -> list[float]
     return [max(steps) for steps in zip(*[[s[phase] for s in r[key]] for r in ranks])]
 
 
+def rank_start_method(cell: dict) -> str:
+    """How the cell's ranks start: a cell profiled by nsys spawns them (nsys traces a program its
+    process starts, not a process forked from the fork server: the ranks' kernels were missing from
+    such a profile); every other cell forks them from the fork server."""
+    return "spawn" if cell.get("profiler") == "nsys" else START_METHOD
+
+
 def run_ddp(cell: dict) -> dict:
     """Measure one DDP cell; returns the ``data`` of its record."""
     from .link import describe
@@ -250,7 +257,7 @@ def run_ddp(cell: dict) -> dict:
         _student_wrapper(cell)  # a missing adapter fails here, before any process starts
     with adapter_errors():
         out = launch(_rank, cell["world_size"], backend=cell["backend"], args=(cell,),
-                     timeout_s=cell["timeout_s"])[0]
+                     timeout_s=cell["timeout_s"], start_method=rank_start_method(cell))[0]
     ranks = out["ranks"]
     stats = {phase: summarize(slowest(ranks, phase)) for phase in ("step", "forward", "backward", "sync", "optimizer")}
     note = "CUDA only: kernel timelines need GPU kernels" if cell["profile_steps"] and out["profile"] is None else None
