@@ -249,6 +249,10 @@ def run_client(experiment: str, name: str, cell: dict, out: str, log: str) -> in
     except WorkerDied as exc:
         _say(f"{exc} while it ran the cell; running it again in this process (pid {os.getpid()})")
         return _run_here(experiment, name, cell, out)
+    if reply.get("exiting") and not _wait_gone(reply.get("pid"), EXIT_WAIT_S):
+        # the job keeps its GPU slot until the worker is gone: one that ends after an out-of-memory
+        # error still holds its memory, and the slot's next job would start beside it
+        _say(f"worker pid {reply.get('pid')} still running {EXIT_WAIT_S:.0f} s after it said it would exit")
     if reply.get("status") == "exception":
         _say(f"run_cell raised in worker pid {reply.get('pid')}: {reply.get('error')} (traceback above)")
         return 1

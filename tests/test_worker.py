@@ -251,7 +251,8 @@ def test_exception_escaping_run_cell_fails_the_job_and_ends_the_worker(cwd):
     assert p.returncode == 1, text
     assert "Traceback" in text and "FileExistsError" in text
     assert f"run_cell raised in worker pid {worker}" in text
-    wait_for_exit(worker)
+    # the job ends only once the worker that said it would exit has gone (its memory with it)
+    assert not alive(worker)
     # the next cell gets a fresh worker
     p, out, log = client(cwd, "roofline", "probe2", cell("roofline")[1])
     assert p.returncode == 0 and results.load(out)["process"]["pid"] not in (worker, p.pid)
@@ -440,7 +441,7 @@ def test_after_a_cuda_oom_the_next_cell_gets_a_fresh_worker_and_an_empty_device(
     first = results.load(out)
     assert first["status"] == "oom" and first["data"]["oom_phase"] == "backward passes", log.read_text()
     worker = ran_by(log)
-    wait_for_exit(worker)
+    assert not alive(worker)  # the client returned once the worker, and its memory, had gone
     assert "exiting: a CUDA out-of-memory error" in (cwd / SOCKETS / "worker.log").read_text()
     p, out, log = client(cwd, "pytorch_attention", *attention_cell_for(1024))
     second = results.load(out)
