@@ -40,7 +40,7 @@ class SlotError(RuntimeError):
     pass
 
 
-_HELD_UNTIL_EXIT: list = []  # lock files of claims held until the process exits (claim(until_exit=True))
+_HELD_UNTIL_EXIT: list = []  # lock descriptors of claims held until the process exits (claim(until_exit=True))
 
 
 def parse_cpus(text: str) -> list[int]:
@@ -202,7 +202,12 @@ def claim(gpus: int, lock_dir: Path = LOCK_DIR, wait_s: float = WAIT_S, until_ex
         yield where
     finally:
         if until_exit:  # the process stays where it was placed, and holds its slots, until it exits
-            _HELD_UNTIL_EXIT.extend(held)
+            # as bare descriptors: Python closes its file objects while it shuts down (the lock went
+            # with them, and the next job started beside a process still releasing its GPU); the
+            # operating system closes a descriptor only when the process is gone
+            _HELD_UNTIL_EXIT.extend(os.dup(fh.fileno()) for fh in held)
+            for fh in held:
+                fh.close()
         else:
             for fh in held:
                 fh.close()

@@ -285,3 +285,35 @@ def test_a_job_caught_before_its_claim_is_not_sharing(monkeypatch):
     assert v["shared"] and v["other_job_pids"] == [2002]
     monkeypatch.setenv(gpu_slots.SLOTS_ENV, "1")  # one slot: nothing claims cores, nothing is starting
     assert not contention._starting("0-63")
+
+
+_FINALIZING = textwrap.dedent("""
+    import gc, sys, time
+    from pathlib import Path
+    from cs336report import gpu_slots
+    with gpu_slots.claim(1, lock_dir=Path(sys.argv[1]), wait_s=5, until_exit=True):
+        pass
+    vars(gpu_slots).clear()  # what the interpreter does to every module as it shuts down
+    gc.collect()
+    print("python let go", flush=True)
+    time.sleep(float(sys.argv[2]))  # still alive: its CUDA context, its compile workers
+""")
+
+
+def test_a_slot_stays_held_while_the_interpreter_tears_its_modules_down(tmp_path):
+    env = {**os.environ, gpu_slots.SLOTS_ENV: "2",
+           gpu_slots.CPUS_ENV: gpu_slots.format_cpus(sorted(os.sched_getaffinity(0)))}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop(gpu_slots.PLACEMENT_ENV, None)
+    jobs = [subprocess.Popen([sys.executable, "-c", _FINALIZING, str(tmp_path / "locks"), "2"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for job in jobs:
+        assert job.stdout.readline().strip() == "python let go"
+    early = _claim(tmp_path, 1, wait_s=0.3)
+    _, err = early.communicate(timeout=30)
+    assert early.returncode != 0 and "no 1 free GPU slot(s) of 2" in err
+    for job in jobs:
+        job.wait(timeout=30)
+    late = _claim(tmp_path, 1, wait_s=5)
+    out, _ = late.communicate(timeout=30)
+    assert json.loads(out)["where"]["slots"] in ([0], [1])
