@@ -118,6 +118,18 @@ def timed_threads(cores: int, slots: int, gpus: int = 1) -> int:
     return block_size(cores, slots) * max(1, min(gpus, slots))
 
 
+def distributed_gpus(backend: str, world_size: int, present: int, limit: int | None, slots: int) -> int:
+    """GPUs a distributed cell's job holds. NCCL: one a rank, at most those present (a cell needing
+    more is recorded as not run without starting) and at most the run's gpu ``limit`` (with the
+    default of one GPU job at a time it holds the whole limit, and so runs alone). Gloo times its
+    ranks on the CPU: with several ``slots`` it holds one, for that slot's cores (the untimed jobs'
+    cores are shared; on 4 H200s a Gloo cell timed there ran beside another job), else none."""
+    if backend != "nccl":
+        return int(slots > 1)
+    wanted = min(world_size, present)
+    return wanted if limit is None else min(wanted, limit)
+
+
 def _visible(slots: int) -> list[str]:
     """The device of each slot: the i-th GPU this process may see."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -317,3 +317,13 @@ def test_a_slot_stays_held_while_the_interpreter_tears_its_modules_down(tmp_path
     late = _claim(tmp_path, 1, wait_s=5)
     out, _ = late.communicate(timeout=30)
     assert json.loads(out)["where"]["slots"] in ([0], [1])
+
+
+def test_a_gloo_cell_holds_a_slot_of_its_own_only_where_there_are_several():
+    assert gpu_slots.distributed_gpus("gloo", 4, present=4, limit=4, slots=4) == 1
+    assert gpu_slots.distributed_gpus("gloo", 6, present=0, limit=1, slots=1) == 0
+    # NCCL: a GPU a rank, no more than present or than the run lets one job hold
+    assert gpu_slots.distributed_gpus("nccl", 2, present=4, limit=4, slots=4) == 2
+    assert gpu_slots.distributed_gpus("nccl", 6, present=4, limit=4, slots=4) == 4
+    assert gpu_slots.distributed_gpus("nccl", 2, present=4, limit=1, slots=1) == 1
+    assert gpu_slots.distributed_gpus("nccl", 2, present=2, limit=None, slots=1) == 2

@@ -209,23 +209,20 @@ def resolved_config():
 
 
 def distributed_gpus(experiment):
-    """resources function: the GPUs a distributed cell's processes hold (NCCL: one a rank, at most
-    those present, as a cell needing more is recorded as not run without starting), else none. It
-    claims no more than the run's gpu limit: with the default of one GPU job at a time it holds the
-    whole limit, and so runs alone."""
+    """resources function: the GPUs a distributed cell's processes hold
+    (cs336report.gpu_slots.distributed_gpus)."""
     from cs336report.distributed.launch import gpus_present
 
     def gpus(wildcards):
         cell = CELLS[experiment][wildcards.cell]
-        if cell["backend"] != "nccl":
-            return 0
         limit = (
             workflow.global_resources["gpu"].value
             if "gpu" in workflow.global_resources
             else None
         )
-        wanted = min(cell["world_size"], gpus_present())
-        return wanted if limit is None else min(wanted, limit)
+        return gpu_slots.distributed_gpus(
+            cell["backend"], cell["world_size"], gpus_present(), limit, GPU_SLOTS
+        )
 
     return gpus
 
