@@ -46,3 +46,40 @@ def test_out_of_memory_detection():
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
     assert not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_casts_are_counted_with_their_elements_as_the_profiler_recorded_them(monkeypatch):
+    import torch
+
+    from cs336report import measure
+
+    x, y = torch.ones(3, 5), torch.ones(7)
+
+    def step():
+        x.to(torch.bfloat16), x.to(torch.float64), y.to(torch.float16)
+        x.add(x)  # no conversion
+        x.to(torch.float32)  # already fp32: returns x, converts nothing
+
+    counted = measure.count_casts(step, "cpu")
+    assert counted == {"op": "aten::_to_copy", "calls": 3, "elements": 15 + 15 + 7}
+    # torch.profiler's own event list, where the recorded events are out of reach, counts the same
+    monkeypatch.setattr(measure, "recorded_events", lambda prof: None)
+    assert measure.count_casts(step, "cpu") == counted
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_train_steps_casts_read_as_recorded_equal_the_profilers_event_list(precision, monkeypatch):
+    from cs336report import measure
+    from cs336report.experiments import benchmarking
+    from helpers import cell
+
+    _, c = cell("benchmarking")
+    c.update(mode="train_step", precision=precision)
+    _, _, _, step = benchmarking.prepare(c)
+    step(phases=False)
+    recorded = measure.count_casts(lambda: step(phases=False), "cpu")
+    monkeypatch.setattr(measure, "recorded_events", lambda prof: None)
+    listed = measure.count_casts(lambda: step(phases=False), "cpu")
+    assert recorded == listed and recorded["calls"] > 0
+    if precision == "bf16":  # autocast converts each weight entering a matrix product, at least
+        assert recorded["elements"] > 0
