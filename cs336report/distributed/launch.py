@@ -5,9 +5,8 @@ A distributed cell is still one Snakemake job: its experiment calls :func:`launc
 from a server process that imported torch once and never touched CUDA, so a launch after the
 first costs no interpreter start-up and CUDA is never forked; each rank takes the caller's
 environment as it is at the launch, as a spawned one would; a profiled cell asks for "spawn", since
-nsys traces the programs a process starts, not a process forked without a new program), joins
-them into one process group on
-a free loopback port, calls ``fn(rank, world_size, device, *args)`` in each, and returns the
+nsys traces the programs a process starts, not a process forked without a new program), joins them
+into one process group on a free loopback port, calls ``fn(rank, world_size, device, *args)`` in each, and returns the
 ranks' return values in rank order. With NCCL each rank owns one GPU (``devices[rank]``, indices
 among the GPUs this job sees); with Gloo every rank runs on the CPU with its share of the cores'
 threads, so the same code runs anywhere.
@@ -138,7 +137,8 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", ar
     Returns each rank's return value (picklable), in rank order. ``timeout_s`` bounds both the
     collectives (the process group's timeout) and the whole launch. ``start_method``: "spawn"
     makes each rank a new program started by this process (what ``nsys profile`` follows; it
-    does not trace a rank forked from the fork server), at an interpreter start-up a rank.
+    does not trace a rank forked from the fork server), at the cost of an interpreter start-up
+    for each rank.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
