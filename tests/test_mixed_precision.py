@@ -4,6 +4,7 @@ import copy
 import itertools
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -442,3 +443,26 @@ def test_memory_cells_record_peaks_and_census_on_cuda(tmp_path):
         assert case["allocated_after_forward_bytes"] > case["allocated_before_bytes"]
         copies = sum(g["bytes"] for g in case["groups"] if g["role"] == "parameter_copy")
         assert (copies > 0) == (case["precision"] == "bf16")
+
+
+BESIDE = Path(__file__).parent / "fixtures" / "bf16_beside_neighbours_h200"
+
+
+@pytest.mark.parametrize("mode", ["md", "html"])
+def test_with_one_size_left_to_compare_the_answer_claims_no_size_trend_and_no_slowdown(tmp_path, mode):
+    from cs336report.config import Config, load_files
+    from cs336report.report import headlines
+    from cs336report.report.render import environments
+    from cs336report.report.sections import benchmarking_mixed_precision as section
+
+    cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
+    records = [load(p) for p in sorted(BESIDE.glob("*/*.json.gz"))]
+    data = section.build(_context(cfg, [], tmp_path, records))
+    (forward,) = [m for m in data["speed"]["analysis"]["modes"] if m["mode"] == "forward"]
+    assert not forward["multi_size"] and not forward["slows"] and forward["size_lo"] == "2.7B"
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
+        fmt_lib=f"_{mode}.j2", d=data, section=info)
+    assert "Only 2.7B can be compared in this run" in text
+    assert "for 2.7B and" not in text and "can even slow down" not in text and "pay off" not in text
+    assert headlines.benchmarking_mixed_precision(data).endswith("for 2.7B (the one size compared)")

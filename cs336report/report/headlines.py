@@ -46,6 +46,8 @@ def benchmarking_mixed_precision(d: dict) -> str | None:
     if not modes:
         return None
     f = modes[0]
+    if not f.get("multi_size", True):
+        return f"bf16 autocast makes the {f['mode']} {f['size_lo_x']}× as fast for {f['size_lo']} (the one size compared)"
     return f"bf16 autocast makes the {f['mode']} {f['size_lo_x']}× as fast for {f['size_lo']} and {f['size_hi_x']}× for {f['size_hi']}"
 
 

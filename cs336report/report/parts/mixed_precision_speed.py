@@ -154,6 +154,7 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
         out["modes"].append({
             "mode": MODE_COLUMNS[mode], "n": int(len(g)),
             "min": sig(worst["speedup"]), "min_cell": f"{worst['size']}, context {worst['context']}",
+            "slows": bool(worst["speedup"] < 1),  # bf16 slower than fp32 in some pair of this mode
             "max": sig(best["speedup"]), "max_cell": f"{best['size']}, context {best['context']}",
             "size_lo": str(size_names[by_size.index[0]]), "size_hi": str(size_names[by_size.index[-1]]),
             "size_lo_x": sig(by_size.iloc[0]), "size_hi_x": sig(by_size.iloc[-1]),
