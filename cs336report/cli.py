@@ -155,7 +155,7 @@ def _missing(args) -> int:
     from .publish import missing_targets
 
     try:
-        targets, n_missing, expected, n_shared = missing_targets(args.folder)
+        targets, n_missing, expected, n_shared = missing_targets(args.folder, host_bound=args.host_bound)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -164,7 +164,7 @@ def _missing(args) -> int:
     extra = len(targets) - n_missing - n_shared
     print(f"{args.folder}: {n_missing} of {expected} configured cells have no record"
           + (f", {n_shared} to run again (out of memory while other processes held part of the card, or not run "
-             "for want of GPUs)"
+             "for want of GPUs" + (", or host-bound and timed beside other jobs" if args.host_bound else "") + ")"
              if n_shared else "")
           + (f"; {extra} more result file{'s' if extra != 1 else ''} listed, written by the same job"
              if extra else ""), file=sys.stderr)
@@ -243,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("missing", help="list the result files of the configured cells a published folder lacks")
     p.add_argument("folder", help="published folder, e.g. report/data")
+    p.add_argument("--host-bound", action="store_true", help="also the cells timed host-bound beside other jobs "
+                   "(a run on several GPU slots), to time again with one slot")
     p.set_defaults(func=_missing)
 
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from .coverage import expected_cells
-from .results import commit_code_hash, load, now_iso, record_status, result_stem, save
+from .results import commit_code_hash, host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
 
 PUBLISHED_SUFFIX = ".json.gz"
 
@@ -231,12 +231,13 @@ def published_files(out_dir: str | Path) -> tuple[list[str], dict]:
     return files, json.loads((out / "config.json").read_text())
 
 
-def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int, int]:
+def missing_targets(out_dir: str | Path, host_bound: bool = False) -> tuple[list[str], int, int, int]:
     """The result files (``results/<experiment>/<cell>.json``) of the configured cells a published
     folder has no record for, or only the record of an out-of-memory error on a shared card (not
     the cell's own limit) or of a cell that needed more GPUs than its host had (not run), with the other cells of their jobs, which one job writes together; how
     many configured cells have no record, how many its config asks for in all, and how many
-    records ran out of memory on a shared card or did not run.
+    records are listed to run again. ``host_bound``: also the cells timed host-bound beside other
+    jobs (:func:`~cs336report.results.host_bound_beside_jobs`), to time again with one GPU slot.
 
     Build them with Snakemake under the config the folder was published with, then add them with
     ``publish --merge``.
@@ -252,7 +253,9 @@ def missing_targets(out_dir: str | Path) -> tuple[list[str], int, int, int]:
     keys = [(_cell_key(f), f) for f in files]
     cov = coverage((key for key, _ in keys), expected)
     # an OOM on a shared card, or a cell that needed more GPUs than its host had: run it again elsewhere
-    again = [key for key, f in keys if key[0] in expected and record_status(load(f)) in ("oom_shared", "not_run")]
+    records = {key: load(f) for key, f in keys if key[0] in expected}
+    again = [key for key, r in records.items() if record_status(r) in ("oom_shared", "not_run")
+             or (host_bound and host_bound_beside_jobs(r))]
     # a cell that runs in one job with others is built (and published) with them
     cells = [(name, cell) for name in cov for cell in cov[name]["missing"]] + again
     targets = sorted({result_target(name, member) for name, cell in cells

@@ -70,6 +70,14 @@ def record_status(record: dict) -> str:
     return status
 
 
+def host_bound_beside_jobs(record: dict) -> bool:
+    """True for a cell whose steps the host's launches set (``data.host.host_bound``) and that was
+    timed while other jobs of the workflow ran on other GPUs and cores: such steps read slower than
+    alone (docs/gpu-slots.md), and are best timed again with the host to themselves."""
+    return bool(((record.get("data") or {}).get("host") or {}).get("host_bound")
+                and (record.get("contention") or {}).get("neighbour_job_pids"))
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 

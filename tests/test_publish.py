@@ -308,3 +308,28 @@ def test_missing_names_the_config_it_cannot_resolve(run_results, tmp_path, capsy
         missing_targets(tmp_path / "pub")
     assert main(["missing", str(tmp_path / "nowhere")]) == 2
     assert "nowhere/manifest.json" in capsys.readouterr().err
+
+
+def test_missing_can_list_the_cells_timed_host_bound_beside_other_jobs(tmp_path, capsys):
+    """Sixteen records of a run on 4 H200s (tests/fixtures/bf16_beside_neighbours_h200): with
+    --host-bound, the host-bound ones timed beside other jobs are listed to time again; no others."""
+    from cs336report.cli import main
+    from cs336report.config import Config, load_files
+    from cs336report.publish import missing_targets, publish
+    from cs336report.results import host_bound_beside_jobs, load
+
+    fixture = Path(__file__).parent / "fixtures/bf16_beside_neighbours_h200"
+    paths = sorted(str(p) for p in fixture.glob("*/*.json.gz"))
+    cfg = Config.from_dict(load_files([Path(__file__).parents[1] / "workflow/config/default.yaml"]),
+                           cuda_available=True)
+    publish(paths, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "pub",
+            tmp_path / "no-benchmarks")
+    beside = {f"results/{load(p)['experiment']}/{load(p)['cell']}.json" for p in paths if host_bound_beside_jobs(load(p))}
+    assert 0 < len(beside) < len(paths)  # the fixture holds both kinds
+    plain, n_missing, _, n_again = missing_targets(tmp_path / "pub")
+    listed, n_missing_too, _, n_again_too = missing_targets(tmp_path / "pub", host_bound=True)
+    assert set(listed) - set(plain) == beside and set(plain) <= set(listed)
+    assert n_missing_too == n_missing and n_again_too == n_again + len(beside)
+    assert main(["missing", str(tmp_path / "pub"), "--host-bound"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == listed and "host-bound and timed beside other jobs" in err

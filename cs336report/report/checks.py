@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from ..results import host_bound_beside_jobs
+
 # A comparison drawn from a cell whose step times vary more than this is not drawn.
 NOISY_CV = 0.10
 
@@ -85,8 +87,7 @@ def timing_flags(records: list[dict], noisy_cv: float = NOISY_CV) -> list[dict]:
         if (r.get("contention") or {}).get("shared"):
             flag("shared", r)
         if (data.get("host") or {}).get("host_bound"):
-            beside = bool((r.get("contention") or {}).get("neighbour_job_pids"))
-            flag("host_bound_beside_jobs" if beside else "host_bound", r)
+            flag("host_bound_beside_jobs" if host_bound_beside_jobs(r) else "host_bound", r)
         if _stats(r).get("cv", 0.0) > noisy_cv:
             flag("noisy", r)
     groups: dict[tuple, list[dict]] = {}
