@@ -172,3 +172,33 @@ def test_an_empty_gzipped_export_counts_as_empty_and_a_broken_one_still_raises(t
     with pytest.raises(NsysParseError, match="stats_cuda_gpu_trace.csv, line 1"):
         parse_timeline(tmp_path, tmp_path / "run.json", tmp_path / "b.json")
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.gpu
+def test_nsys_traces_every_rank_of_a_profiled_ddp_cell(tmp_path):
+    """The chain of rules ddp_overlap_profile, ddp_overlap_stats and ddp_overlap_parse on two GPUs, with
+    the small model: each rank's last step has kernels, NCCL among them (ranks forked from the fork
+    server were not traced at all)."""
+    import torch
+
+    from cs336report import experiments
+    from cs336report.config import DEFAULT_CONFIG, Config, load_file
+    from cs336report.ddp_timeline import REPORTS
+    from cs336report.profiling import export_stats, profile_cell
+
+    if torch.cuda.device_count() < 2 or shutil.which("nsys") is None:
+        pytest.skip("needs two GPUs and nsys on PATH")
+    cfg = Config.from_dict(load_file(DEFAULT_CONFIG), cuda_available=True)
+    cells = experiments.cells("ddp_overlap_profile", cfg)
+    name = next(n for n in cells if n.startswith("naive-"))
+    cell = {**cells[name], "size": "small", "model": cfg.size("small"), "warmup_steps": 1}
+    assert cell["profiler"] == "nsys"
+    launch = profile_cell("ddp_overlap_profile", name, cell, tmp_path / "profile")
+    assert launch["report"] == "profile.nsys-rep", launch
+    export = export_stats(tmp_path / "profile", tmp_path / "stats", reports=REPORTS)
+    assert export["source"] == "nsys" and not export["reason"], export
+    record = parse_timeline(tmp_path / "stats", tmp_path / "profile" / "run.json", tmp_path / "out.json")
+    assert record["status"] == "ok", record["error"]
+    assert sorted(record["data"]["ranks"]) == ["0", "1"]
+    for rank in record["data"]["ranks"].values():
+        assert rank["kernels"] and any(k[3] for k in rank["kernels"])
