@@ -68,17 +68,17 @@ def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path,
     export = read_step_file(stats_dir / EXPORT_FILE)
     launch = read_step_file(run_path.parent / LAUNCH_FILE)
     status, error, data = run["status"], run.get("error"), {}
+    trace_csv, ranges_csv = (_export(stats_dir, r) for r in REPORTS)
     profile = (run.get("data") or {}).get("profile") or {}
     if status == "ok" and profile.get("kernels") is not None:  # torch.profiler, in the run itself
         data = {"tool": "torch.profiler", "ranks": {"0": {"kernels": profile["kernels"],
                                                           "overlap": hidden_fraction(profile["kernels"])}}}
     elif status == "ok" and export.get("reason"):
         status, error = "error", export["reason"]
-    elif status == "ok" and _is_empty(_export(stats_dir, REPORTS[0])):
-        status, error = "error", (f"{_export(stats_dir, REPORTS[0])} is empty: nsys recorded no GPU kernel of the "
-                                  "ranks (a process it did not trace?)")
+    elif status == "ok" and _is_empty(trace_csv):
+        status, error = "error", (f"{trace_csv} is empty: nsys recorded no GPU kernel of the ranks (a process it "
+                                  "did not trace?)")
     elif status == "ok":
-        trace_csv, ranges_csv = (_export(stats_dir, r) for r in REPORTS)
         trace, ranges = read_gpu_trace(trace_csv), read_nvtx_gpu_projection(ranges_csv)
         data = {"tool": "nsys", "ranks": {}}
         for r in run["data"]["ranks"]:

@@ -246,16 +246,17 @@ _SHUTDOWN = textwrap.dedent("""
 """)
 
 
-def test_a_jobs_slot_is_free_only_once_its_process_has_exited(tmp_path):
+def _slots_held_until_exit(tmp_path, script: str, line: str) -> None:
+    """Two jobs run ``script``, each claiming one of 2 slots until it exits; once each has printed
+    ``line`` (still alive), no slot is free; once both have exited, one is."""
     cpus = gpu_slots.format_cpus(sorted(os.sched_getaffinity(0)))
     env = {**os.environ, gpu_slots.SLOTS_ENV: "2", gpu_slots.CPUS_ENV: cpus}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.pop(gpu_slots.PLACEMENT_ENV, None)
-    jobs = [subprocess.Popen([sys.executable, "-c", _SHUTDOWN, str(tmp_path / "locks"), "2"], env=env,
+    jobs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "locks"), "2"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     for job in jobs:
-        assert job.stdout.readline().strip() == "cell done"
-    # both cells are done, both processes still shutting down: no slot is free yet
+        assert job.stdout.readline().strip() == line
     early = _claim(tmp_path, 1, wait_s=0.3)
     _, err = early.communicate(timeout=30)
     assert early.returncode != 0 and "no 1 free GPU slot(s) of 2" in err
@@ -264,6 +265,11 @@ def test_a_jobs_slot_is_free_only_once_its_process_has_exited(tmp_path):
     late = _claim(tmp_path, 1, wait_s=5)
     out, _ = late.communicate(timeout=30)
     assert json.loads(out)["where"]["slots"] in ([0], [1])
+
+
+def test_a_jobs_slot_is_free_only_once_its_process_has_exited(tmp_path):
+    # both cells are done, both processes still shutting down: no slot is free yet
+    _slots_held_until_exit(tmp_path, _SHUTDOWN, "cell done")
 
 
 def test_a_job_caught_before_its_claim_is_not_sharing(monkeypatch):
@@ -301,22 +307,7 @@ _FINALIZING = textwrap.dedent("""
 
 
 def test_a_slot_stays_held_while_the_interpreter_tears_its_modules_down(tmp_path):
-    env = {**os.environ, gpu_slots.SLOTS_ENV: "2",
-           gpu_slots.CPUS_ENV: gpu_slots.format_cpus(sorted(os.sched_getaffinity(0)))}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env.pop(gpu_slots.PLACEMENT_ENV, None)
-    jobs = [subprocess.Popen([sys.executable, "-c", _FINALIZING, str(tmp_path / "locks"), "2"], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    for job in jobs:
-        assert job.stdout.readline().strip() == "python let go"
-    early = _claim(tmp_path, 1, wait_s=0.3)
-    _, err = early.communicate(timeout=30)
-    assert early.returncode != 0 and "no 1 free GPU slot(s) of 2" in err
-    for job in jobs:
-        job.wait(timeout=30)
-    late = _claim(tmp_path, 1, wait_s=5)
-    out, _ = late.communicate(timeout=30)
-    assert json.loads(out)["where"]["slots"] in ([0], [1])
+    _slots_held_until_exit(tmp_path, _FINALIZING, "python let go")
 
 
 def test_a_gloo_cell_holds_a_slot_of_its_own_only_where_there_are_several():
