@@ -43,3 +43,20 @@ def test_a_name_that_does_not_spell_out_the_cell_is_refused_before_writing(tmp_p
     assert "'small_ctx128_forward'" in err
     assert "<implementation>-<precision>-<size>-ctx<N>-<mode>" in err
     assert not out.exists()
+
+
+def test_parsing_an_nsys_export_imports_no_torch(tmp_path):
+    """parse-nsys runs once per profiled cell on the cores beside the timed jobs: without torch it
+    starts in a fraction of the time (on a CUDA host torch's import alone takes seconds)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "parsed.json"
+    script = ("import sys\nfrom cs336report.cli import main\n"
+              f"rc = main(['parse-nsys', {str(REAL / 'small_ctx128_forward')!r}, '--out', {str(out)!r}, "
+              "'--name', 'naive-fp32-small-ctx128-forward'])\n"
+              "print(rc, 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-2:] == ["0", "False"]
+    assert load(out)["status"] == "ok"

@@ -20,7 +20,6 @@ model is no faster than an fp32 one.
 from __future__ import annotations
 
 import json
-import re
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -35,8 +34,8 @@ from ..master_weights import MasterWeightAdamW
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from ..step_graph import capture_step
+from .benchmarking_names import CELL_NAME_FORM, MODES, cell_from_name, cell_name  # noqa: F401 (names used here and by callers)
 
-MODES = ("forward", "forward_backward", "train_step")
 TIMING = ("whole steps, one synchronize per step at its end; phases between events recorded in the same steps "
           "(on a CPU, the wall clock)")
 # A cell whose whole-step coefficient of variation exceeds this is measured again in fresh
@@ -75,34 +74,6 @@ def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, im
         **source,
         **extra,
     }
-
-
-def cell_name(cell: dict) -> str:
-    name = f"{cell['implementation']}-{cell['precision']}-{cell['size']}-ctx{cell['context']}-{cell['mode']}"
-    if "warmup_study" in cell:
-        name += f"-w{cell['warmup_steps']}"
-    return name
-
-
-CELL_NAME_FORM = "<implementation>-<precision>-<size>-ctx<N>-<mode>"
-_CELL_NAME = re.compile(r"(?P<implementation>[^-]+)-(?P<precision>[^-]+)-(?P<size>.+)-ctx(?P<context>\d+)"
-                        r"-(?P<mode>" + "|".join(MODES) + r")(?:-w(?P<warmup_steps>\d+))?")
-
-
-def cell_from_name(name: str) -> dict | None:
-    """The settings a name written by :func:`cell_name` spells out, or None when it is not one.
-
-    Gives implementation, precision, size, context and mode (and warmup_steps for a warm-up
-    study's ``-wN``); the model's shape and the batch are not part of the name.
-    """
-    m = _CELL_NAME.fullmatch(name)
-    if not m:
-        return None
-    cell = {k: v for k, v in m.groupdict().items() if v is not None}
-    cell["context"] = int(cell["context"])
-    if "warmup_steps" in cell:
-        cell["warmup_steps"] = int(cell["warmup_steps"])
-    return cell
 
 
 def grid_cells(cfg, grid: dict) -> list[dict]:
