@@ -464,6 +464,9 @@ def test_with_one_size_left_to_compare_the_answer_claims_no_size_trend_and_no_sl
     text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
         fmt_lib=f"_{mode}.j2", d=data, section=info)
     assert "Only 2.7B can be compared in this run" in text
+    # one pair (context 1024): no median over contexts, no "up to" the same number
+    assert "speed-up there is 4.76× at context 1024" in text
+    assert "median over context" not in text and "up to" not in text
     assert "for 2.7B and" not in text and "pay off" not in text
     assert "slow down" not in text and "gain least" not in text  # no smaller model to set against it
     assert headlines.benchmarking_mixed_precision(data).endswith("for 2.7B (the one size compared)")
