@@ -43,3 +43,25 @@ def test_every_handout_test_section_builds_its_problems_part(tmp_path):
         f"not run ({handout_tests.COMMAND})")
     sharded = sections["optimizer_state_sharding"].build(ctx)
     assert not sharded["ran"] and sharded["implementation"] == sections["optimizer_state_sharding"].IMPLEMENTATION
+
+
+def test_the_naive_ddp_answer_says_what_was_checked_or_why_nothing_was(tmp_path):
+    """The handout ships no test of naive DDP: with our suite's check recorded the answer gives its
+    outcome; without it (a student's suite has none) it says so and names no command that would
+    not change that."""
+    from cs336report.report.render import environments
+
+    section = {m.ID: m for m in SECTIONS}["naive_ddp"]
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    naive = [{**TESTS[2], "id": f"n{i}", "name": f"test_naive_ddp[{m}]", "max_abs_error": 3e-08}
+             for i, m in enumerate(("mlp", "tied"))]
+    for tests, expected, absent in (
+            (naive, "Passed: all 2 tests of the naive DDP wrapper", "handout has no test"),
+            (TESTS[:2], "The handout has no test of naive DDP", "Passed")):
+        data = section.build(_ctx(tmp_path, [_record([{**t, "implementation": "built-in", "source": "s"}
+                                                       for t in tests])]))
+        for mode in ("md", "html"):
+            text = environments()[mode].get_template("answers/naive_ddp.j2").render(
+                fmt_lib=f"_{mode}.j2", d=data, section=info)
+            assert expected in text and absent not in text
+            assert "Not run" not in text and "was recorded" not in text

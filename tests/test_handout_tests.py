@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from cs336report.config import DEFAULT_CONFIG, Config
@@ -64,6 +65,7 @@ def test_parse_junit_reads_each_test(tmp_path):
     ("test_DistributedDataParallelIndividualParameters[ToyModel]", "ddp", ("ddp_overlap_individual_parameters", "")),
     ("test_DistributedDataParallelCPU[0.0016-ToyModel]", "ddp", ("ddp_overlap_bucketed", "")),
     ("test_ddp_bucketed[1.0-mlp]", "ddp", ("ddp_overlap_bucketed", "")),
+    ("test_naive_ddp[tied]", "ddp", ("naive_ddp", "")),
     ("test_sharded_optimizer[ToyModel]", "sharded_optimizer", ("optimizer_state_sharding", "")),
 ])
 def test_tests_map_to_the_problems_they_grade(name, suite, expected):
@@ -147,3 +149,31 @@ def test_our_suite_passes_on_the_builtin_attention(tmp_path):
     assert {(t["problem"], t["subquestion"]) for t in tests} == {
         ("flash_forward", "a"), ("flash_forward", "b"), ("flash_forward", "c"), ("flash_backward", "")}
     assert all(t["max_abs_error"] < 1e-4 for t in tests)
+
+
+def test_the_naive_ddp_check_fails_a_wrapper_that_does_not_average_gradients(tmp_path, monkeypatch):
+    """The naive DDP case of our suite (the handout describes the check but ships no test): the
+    built-in wrapper matches one process trained on the whole batch; one that sums the gradients
+    without dividing by the world size does not."""
+    from cs336report.distributed import ddp
+    from cs336report.handout_suite._distributed import run_ranks
+    from cs336report.handout_suite.test_ddp import ATOL
+
+    (tmp_path / "ok").mkdir(), (tmp_path / "summed").mkdir()
+    assert run_ranks(tmp_path / "ok", "naive_ddp", "tied") <= ATOL
+
+    def summed(self):
+        for p in ddp.trainable(self.module):
+            if p.grad is not None:
+                torch.distributed.all_reduce(p.grad)
+
+    monkeypatch.setattr(ddp.DDPNaive, "finish_gradient_synchronization", summed)  # the ranks fork from here
+    assert run_ranks(tmp_path / "summed", "naive_ddp", "tied") > 100 * ATOL
+
+
+def test_our_ddp_suite_answers_naive_ddp(tmp_path):
+    cells = _cells(None, tmp_path)
+    tests = _run(cells, "ddp", tmp_path)["data"]["tests"]
+    naive = [t for t in tests if t["problem"] == "naive_ddp"]
+    assert [t["name"] for t in naive] == ["test_naive_ddp[mlp]", "test_naive_ddp[tied]"]
+    assert {t["outcome"] for t in naive} == {"passed"} and all(t["max_abs_error"] <= 1e-5 for t in naive)

@@ -32,7 +32,7 @@ SUITES = ("attention", "ddp", "sharded_optimizer")
 STUDENT_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp_individual_parameters.py", "test_ddp.py"],
                  "sharded_optimizer": ["test_sharded_optimizer.py"]}
 SUITE_PACKAGE = Path(__file__).resolve().parent.parent / "handout_suite"
-OUR_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp.py"],
+OUR_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp.py", "test_naive_ddp.py"],
              "sharded_optimizer": ["test_sharded_optimizer.py"]}
 PROBLEMS = ("flash_forward", "flash_backward", "naive_ddp", "ddp_overlap_individual_parameters",
             "ddp_overlap_bucketed", "optimizer_state_sharding")

@@ -3,6 +3,8 @@ beside a single-process reference trained on the whole batch, and writes how far
 
     run_ranks(tmp_path, "ddp_individual_parameters", "mlp")   # -> max |parameter - reference|
 
+``naive_ddp`` runs cs336report's own naive DDP (the handout gives no adapter for it).
+
 Ranks start with different weights (seeded by rank), so a wrapper that does not broadcast rank 0's
 weights at construction ends up away from the reference (built with rank 0's seed).
 """
@@ -75,7 +77,12 @@ def _ddp_rank(rank: int, piece: str, model_name: str, bucket_size_mb: float | No
 
     a = adapters()
     model, reference = _build(model_name, seed=rank), _build(model_name, seed=0)
-    if piece == "ddp_individual_parameters":
+    if piece == "naive_ddp":  # the handout has no adapter for it: ours, through its own method
+        from ..distributed.ddp import DDPNaive
+
+        ddp, start = DDPNaive(model), None
+        after = lambda wrapped, _optimizer: wrapped.finish_gradient_synchronization()  # noqa: E731
+    elif piece == "ddp_individual_parameters":
         ddp, after, start = a.get_ddp_individual_parameters(model), a.ddp_individual_parameters_on_after_backward, None
     else:
         ddp = a.get_ddp_bucketed(model, bucket_size_mb)
