@@ -1,5 +1,6 @@
 """naive_ddp, as the handout describes its check: two gloo ranks, each training on its half of
-every batch of random data, must end with the weights of one process trained on the whole batch.
+every batch of random data, must hold the weights of one process trained on the whole batch after
+every step.
 
 The handout has no test or adapter for naive DDP, so this runs cs336report's own
 :class:`~cs336report.distributed.ddp.DDPNaive`; it is kept apart from test_ddp.py, which an
