@@ -7,6 +7,7 @@ built-in attention suite, which runs our Triton kernels under the interpreter, i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -177,3 +178,37 @@ def test_our_ddp_suite_answers_naive_ddp(tmp_path):
     naive = [t for t in tests if t["problem"] == "naive_ddp"]
     assert [t["name"] for t in naive] == ["test_naive_ddp[mlp]", "test_naive_ddp[tied]"]
     assert {t["outcome"] for t in naive} == {"passed"} and all(t["max_abs_error"] <= 1e-5 for t in naive)
+
+
+def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp_path):
+    """A machine without Triton (a CPU install from the README) cannot run the Triton kernels: the
+    suite skips those tests with the reason, and the answer gives it instead of a failure."""
+    import subprocess
+    import sys
+
+    from cs336report.report.handout_tests import problem_part
+    from cs336report.report.render import environments
+
+    xml = tmp_path / "attention.xml"
+    suite = Path(handout_tests.SUITE_PACKAGE) / "test_attention.py"
+    code = ("import sys; sys.modules['triton'] = None\nimport pytest\n"
+            f"sys.exit(pytest.main([{str(suite)!r}, '-q', '-p', 'no:cacheprovider', '--junitxml={xml}', "
+            "'-o', 'junit_family=xunit1']))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stdout[-2000:]
+    tests = handout_tests.parse_junit(xml, "attention")
+    triton = [t for t in tests if "triton" in t["name"]]
+    assert len(triton) == 4 and {t["outcome"] for t in triton} == {"skipped"}
+    assert {t["message"] for t in triton} == {"Triton is not installed (pip install triton)"}
+    assert {t["outcome"] for t in tests if "pytorch" in t["name"]} == {"passed"}
+    record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
+              "data": {"tests": tests}, "_path": "results/handout_tests/attention.json"}
+    part = problem_part([record], "flash_forward", ("a", "b", "c"))
+    section = {"id": "flash_forward", "title": "flash_forward", "command": "c"}
+    text = environments()["md"].get_template("answers/flash_forward.j2").render(fmt_lib="_md.j2", d=part,
+                                                                                   section=section)
+    assert "Skipped: the handout test of" in text and "Triton is not installed" in text
+    assert "failed" not in text
+    from cs336report.report.handout_tests import headline
+    assert headline(part).startswith("1 of 3 handout tests passed, 2 skipped (Triton is not installed (pip install triton))")

@@ -50,7 +50,9 @@ def _summary(g: pd.DataFrame) -> dict:
     counts = {o: int((g["outcome"] == o).sum()) for o in OUTCOMES}
     errors = pd.to_numeric(g["max_abs_error"], errors="coerce").dropna()
     bad = g[g["outcome"].isin(("failed", "error"))]
+    skips = [m.splitlines()[0] for m in g.loc[g["outcome"] == "skipped", "message"] if m]
     return {"n": int(len(g)), **counts, "all_passed": counts["passed"] == len(g) and len(g) > 0,
+            "all_skipped": counts["skipped"] == len(g) and len(g) > 0, "skip_reason": skips[0] if skips else None,
             "max_error": Num(fmt_error(float(errors.max())), g.loc[errors.idxmax(), "source"] or None)
             if len(errors) else None,
             "seconds": sig(float(pd.to_numeric(g["seconds"], errors="coerce").fillna(0).sum())),
@@ -102,4 +104,7 @@ def headline(part: dict) -> str:
     a = part.get("all")
     if not part.get("ran") or not a:
         return f"not run ({COMMAND})"
-    return f"{a['passed']} of {a['n']} handout tests passed" + (f"; largest error {a['max_error']}" if a["max_error"] else "")
+    return (f"{a['passed']} of {a['n']} handout tests passed"
+            + (f", {a['skipped']} skipped ({a['skip_reason']})" if a["skipped"] and a["skip_reason"] else
+               f", {a['skipped']} skipped" if a["skipped"] else "")
+            + (f"; largest error {a['max_error']}" if a["max_error"] else ""))
