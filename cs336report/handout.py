@@ -18,9 +18,15 @@ class Problem:
     command: str  # what runs it, for the "not run" line
 
 
+def rerun_command(*rules: str) -> str:
+    """The command that runs the cells of ``rules`` again and renders the report. A rule of one job
+    per cell has a wildcard and cannot be a target itself, so the rules are forced and the report
+    is the target (which also reruns a cell whose record is an error)."""
+    return f"snakemake --cores 1 --forcerun {' '.join(rules)} -- report"
+
+
 def _problem(number: int, problem_id: str, points: int, subquestions: str = "", rule: str | None = None) -> Problem:
-    return Problem(number, problem_id, points, tuple(subquestions),
-                   f"snakemake --cores 1 {rule or problem_id}")
+    return Problem(number, problem_id, points, tuple(subquestions), rerun_command(rule or problem_id))
 
 
 # The handout's problems (its §1.2) with their points and sub-questions (its §1.3).

@@ -99,7 +99,7 @@ def test_without_records_the_answer_names_the_command(tmp_path):
     assert list(blocks) == [p.id for p in HANDOUT]
     for p in HANDOUT:
         assert "Not run" in blocks[p.id] and p.command.split()[-1] in blocks[p.id], p.id
-    assert "snakemake --cores 1 handout_tests" in blocks["flash_backward"]
+    assert "snakemake --cores 1 --forcerun handout_tests -- report" in blocks["flash_backward"]
 
 
 def test_published_answers():

@@ -16,4 +16,4 @@ def test_answer_without_test_records_says_not_run_and_how_to_run(tmp_path, mode)
     info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
     text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
         fmt_lib=f"_{mode}.j2", d=data, section=info)
-    assert "snakemake --cores 1 handout_tests" in text and "ShardedOptimizer" in text
+    assert "snakemake --cores 1 --forcerun handout_tests -- report" in text and "ShardedOptimizer" in text

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..handout import rerun_command
 from .tables import Num, sig, table_from_frame
 
 EXPERIMENT = "handout_tests"
-COMMAND = "snakemake --cores 1 handout_tests"
+COMMAND = rerun_command("handout_tests")
 OUTCOMES = ("passed", "failed", "error", "skipped", "not_implemented")
 
 

@@ -26,6 +26,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells
+from ..handout import rerun_command
 from ..results import load, record_status
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
@@ -128,6 +129,7 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
     envs["md"].globals["md_sources_inline"] = MD_SOURCES_INLINE
     for env in envs.values():
         env.tests["numeric"] = is_numeric
+        env.globals["rerun"] = rerun_command
     envs["html"].filters.update(mdcell=linked(escape, html_link), mdtext=linked(escape, html_link), mdcode=escape,
                                 fence=escape)
     return envs
@@ -223,7 +225,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
 
     headline = getattr(module, "headline", None) or getattr(headlines, module.ID, None)
     section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
-            "command": f"snakemake --cores 1 {' '.join(module.EXPERIMENTS)}" if problem.command.endswith(problem.id)
+            "command": rerun_command(*module.EXPERIMENTS) if problem.command == rerun_command(problem.id)
             else problem.command,
             "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
