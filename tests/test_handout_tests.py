@@ -210,5 +210,9 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
                                                                                    section=section)
     assert "Skipped: the handout test of" in text and "Triton is not installed" in text
     assert "failed" not in text
+    backward = problem_part([record], "flash_backward", ())
+    text = environments()["md"].get_template("answers/flash_backward.j2").render(
+        fmt_lib="_md.j2", d=backward, section={**section, "id": "flash_backward"})
+    assert "1 of 3 handout tests of the backward pass passed, 2 skipped: Triton is not installed" in text
     from cs336report.report.handout_tests import headline
     assert headline(part).startswith("1 of 3 handout tests passed, 2 skipped (Triton is not installed (pip install triton))")
