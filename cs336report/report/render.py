@@ -225,8 +225,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
 
     headline = getattr(module, "headline", None) or getattr(headlines, module.ID, None)
     section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
-            "command": rerun_command(*module.EXPERIMENTS) if problem.command == rerun_command(problem.id)
-            else problem.command,
+            "command": rerun_command(*module.EXPERIMENTS) if problem.rule == problem.id else problem.command,
             "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
             "skip_reason": None if present else _skip_reason(module, ctx), "data": data,

@@ -153,9 +153,7 @@ def compiled_job_cells(wildcards):
 
 
 # The problems graded by the handout's tests (rule handout_tests) rather than by a measurement.
-HANDOUT_TESTED = [
-    str(p.number) for p in HANDOUT if p.command.endswith(" handout_tests")
-]
+HANDOUT_TESTED = [str(p.number) for p in HANDOUT if p.rule == "handout_tests"]
 
 
 def record(path, problem, **labels):
