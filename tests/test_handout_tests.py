@@ -209,6 +209,7 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
     text = environments()["md"].get_template("answers/flash_forward.j2").render(fmt_lib="_md.j2", d=part,
                                                                                    section=section)
     assert "Skipped: the handout test of" in text and "Triton is not installed" in text
+    assert text.count("test_flash_forward_pass_triton[False]") == 1  # named once, in its sentence
     assert "failed" not in text
     backward = problem_part([record], "flash_backward", ())
     text = environments()["md"].get_template("answers/flash_backward.j2").render(
