@@ -16,7 +16,11 @@ class Problem:
     points: int
     subquestions: tuple[str, ...]
     rule: str  # the rule whose records answer it: its own name, or handout_tests
-    command: str  # what runs it, for the "not run" line
+
+    @property
+    def command(self) -> str:
+        """What runs it, for the "not run" line."""
+        return rerun_command(self.rule)
 
 
 def rerun_command(*rules: str) -> str:
@@ -27,7 +31,7 @@ def rerun_command(*rules: str) -> str:
 
 
 def _problem(number: int, problem_id: str, points: int, subquestions: str = "", rule: str | None = None) -> Problem:
-    return Problem(number, problem_id, points, tuple(subquestions), rule or problem_id, rerun_command(rule or problem_id))
+    return Problem(number, problem_id, points, tuple(subquestions), rule or problem_id)
 
 
 # The handout's problems (its §1.2) with their points and sub-questions (its §1.3).
