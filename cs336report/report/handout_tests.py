@@ -105,7 +105,8 @@ def headline(part: dict) -> str:
     a = part.get("all")
     if not part.get("ran") or not a:
         return f"not run ({COMMAND})"
-    return (f"{a['passed']} of {a['n']} handout tests passed"
-            + (f", {a['skipped']} skipped ({a['skip_reason']})" if a["skipped"] and a["skip_reason"] else
-               f", {a['skipped']} skipped" if a["skipped"] else "")
+    skipped = ""
+    if a["skipped"]:
+        skipped = f", {a['skipped']} skipped" + (f" ({a['skip_reason']})" if a["skip_reason"] else "")
+    return (f"{a['passed']} of {a['n']} handout tests passed{skipped}"
             + (f"; largest error {a['max_error']}" if a["max_error"] else ""))
