@@ -470,3 +470,31 @@ def test_with_one_size_left_to_compare_the_answer_claims_no_size_trend_and_no_sl
     assert "for 2.7B and" not in text and "pay off" not in text
     assert "slow down" not in text and "gain least" not in text  # no smaller model to set against it
     assert headlines.benchmarking_mixed_precision(data).endswith("for 2.7B (the one size compared)")
+
+
+LEFT_OUT = Path(__file__).parent / "fixtures" / "bf16_sizes_left_out_h200"
+
+
+@pytest.mark.parametrize("mode", ["md", "html"])
+def test_a_smaller_size_left_out_is_named_and_not_called_the_slowest(tmp_path, mode):
+    from cs336report.config import load_files
+    from cs336report.report.sections import benchmarking_mixed_precision as section
+
+    cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
+    records = [load(p) for p in sorted(LEFT_OUT.glob("*/*.json.gz"))]
+    data = section.build(_context(cfg, [], tmp_path, records))
+    (forward,) = [m for m in data["speed"]["analysis"]["modes"] if m["mode"] == "forward"]
+    assert forward["multi_size"] and (forward["size_lo"], forward["size_hi"]) == ("xl", "2.7B")
+    assert forward["left_out"] == "small" and forward["smaller_left_out"]
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
+        fmt_lib=f"_{mode}.j2", d=data, section=info)
+    assert "The small pairs are left out" in text
+    # the smallest size compared is xl: it is not "the small models" that "gain least"
+    assert "small models are bound" not in text and "gain least" not in text
+
+
+def test_sizes_left_out_are_joined_in_order():
+    from cs336report.report.parts.mixed_precision_speed import _join
+
+    assert [_join([]), _join(["a"]), _join(["a", "b"]), _join(["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]

@@ -20,6 +20,11 @@ KEY = ["implementation", "size", "context", "mode"]
 TREND_RHO = 0.5  # |Spearman rho| above which a trend is called one
 
 
+def _join(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
+
+
 def _trend(rho: float) -> str:
     if rho != rho:
         return "none"
@@ -143,6 +148,10 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
         return out
     for mode in [m for m in MODE_COLUMNS if m in set(ok["mode"])]:
         g = ok[ok["mode"] == mode]
+        # sizes with a timed pair in this mode but none that may be compared, smallest first
+        timed = pairs[(pairs["mode"] == mode) & pairs["speedup"].notna()].sort_values("params")
+        left = [str(s) for s in timed.drop_duplicates("params")["size"] if s not in set(g["size"])]
+        smaller = timed[timed["params"] < g["params"].min()]["size"].astype(str).unique().tolist()
         best, worst = g.loc[g["speedup"].idxmax()], g.loc[g["speedup"].idxmin()]
         by_size = g.groupby("params")["speedup"].median().sort_index()
         size_names = g.drop_duplicates("params").set_index("params")["size"]
@@ -163,6 +172,7 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
             "rho_size": sig(rho_size, 2) if rho_size == rho_size else "–", "size_trend": _trend(rho_size),
             "rho_ctx": sig(rho_ctx, 2) if rho_ctx == rho_ctx else "–", "ctx_trend": _trend(rho_ctx),
             "multi_size": bool(g["params"].nunique() > 1), "multi_ctx": bool(g["context"].nunique() > 1),
+            "left_out": _join(left), "smaller_left_out": bool(smaller),
         })
     return out
 
