@@ -3,14 +3,16 @@
 :func:`profile_cell` (rule ``nsys_profile``) runs one cell of the ``nsys_profile``
 experiment and leaves in its folder the cell's result record ``run.json``, the profile
 (``profile.nsys-rep``, or ``trace.json.gz`` from torch.profiler) and ``launch.json`` (the
-command, its exit code and wall time). With ``profiler: nsys`` the cell runs in a child
-process under
+command, its exit code and wall time, and for each nsys attempt the last lines of its output).
+With ``profiler: nsys`` the cell runs in a child process under
 
     nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none
                  --capture-range=cudaProfilerApi --capture-range-end=stop [--python-backtrace=cuda]
 
 where the experiment starts the capture after its warm-up steps and stops it after the
 measured ones (``--capture-range-end=stop`` lets the process finish and write its result).
+Where nsys exits 0 after a cell that finished ok but writes no report, the cell is profiled once
+more; the export names the attempts if the second one leaves none either.
 With ``profiler: torch`` the cell runs in this process.
 
 :func:`export_stats` (rule ``nsys_stats``) turns the profile into the CSV files of
@@ -31,6 +33,7 @@ more than a Python start.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -46,6 +49,8 @@ PROFILE_FLAGS = ("-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none",
                  "--capture-range=cudaProfilerApi", "--capture-range-end=stop")
 RUN_FILE, LAUNCH_FILE, EXPORT_FILE, STATS_PREFIX = "run.json", "launch.json", "export.json", "stats"
 REPORT_NAMES = ("profile.nsys-rep", "profile.qdrep")
+NSYS_ATTEMPTS = 2  # a second profiled run only where nsys exited 0 after an ok cell and wrote no report
+OUTPUT_TAIL_LINES = 40  # of nsys's output, kept in launch.json for each attempt
 
 
 def _write_json(path: Path, value: dict) -> None:
@@ -77,6 +82,18 @@ def nsys_profile_command(cell: dict, out_dir: Path, child: list[str]) -> list[st
     return [nsys, "profile", *flags, "--force-overwrite=true", "-o", str(out_dir / "profile"), *child]
 
 
+def _run_echoed(command: list[str]) -> tuple[int, list[str]]:
+    """Run ``command`` with its output passed on to stderr; (exit code, its last lines of output)."""
+    tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+    sys.stderr.flush()
+    return proc.returncode, list(tail)
+
+
 def _failed_record(experiment: str, name: str, cell: dict, message: str) -> dict:
     from .results import provenance  # imports torch; only needed when the child left no record
 
@@ -100,7 +117,17 @@ def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) ->
         launch.update(command=command, nsys_version=nsys_version(command[0]))
         print("[cs336report] " + " ".join(command[:len(command) - len(child)]) + " python -m cs336report run ...",
               file=sys.stderr, flush=True)
-        returncode = subprocess.run(command).returncode
+        launch["attempts"] = []
+        for _ in range(NSYS_ATTEMPTS):
+            returncode, tail = _run_echoed(command)
+            report = next((f for f in REPORT_NAMES if (out_dir / f).exists()), None)
+            launch["attempts"].append({"returncode": returncode, "report": report, "output_tail": tail})
+            if report is not None or returncode != 0 or read_step_file(run_path).get("status") != "ok":
+                break
+            # nsys has exited 0 after a complete cell without writing its report (seen once in a DDP
+            # cell on a 4-GPU host): the profile, not the cell, failed, so it is taken once more
+            print("[cs336report] nsys exited 0 and left no report; profiling the cell again", file=sys.stderr,
+                  flush=True)
         launch["returncode"] = returncode
         if not run_path.exists():
             save(_failed_record(experiment, name, cell, f"nsys profile exited with code {returncode} before the "
@@ -148,6 +175,9 @@ def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None 
                       nsys_version=launch.get("nsys_version") or nsys_version(nsys))
         if returncode != 0:
             export["reason"] = f"nsys stats exited with code {returncode} on {report} (see the nsys_stats log)"
+    elif launch.get("profiler") == "nsys":
+        export["reason"] = (f"nsys profile left no report in {profile_dir} after {len(launch.get('attempts') or [1])} "
+                            f"run(s) of the cell, exit code {launch.get('returncode')} (its output: launch.json)")
     elif reports != REPORTS:
         export["reason"] = (f"no nsys report in {profile_dir} (profiler {launch.get('profiler')}): "
                             f"{', '.join(reports)} come from nsys only")

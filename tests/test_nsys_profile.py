@@ -31,8 +31,11 @@ def profile_config(cuda: bool = False, **grid) -> Config:
     return Config.from_dict(raw, cuda_available=cuda)
 
 
-def fake_nsys(tmp_path, run_child: bool = True, exports: str = "", sqlite_option: bool = True) -> str:
-    """An executable named nsys: ``profile`` runs the command unprofiled, ``stats`` copies ``exports``."""
+def fake_nsys(tmp_path, run_child: bool = True, exports: str = "", sqlite_option: bool = True,
+              report_from: int | None = None) -> str:
+    """An executable named nsys: ``profile`` runs the command unprofiled, ``stats`` copies ``exports``.
+    With ``report_from=n``, ``profile`` instead writes an ok record where the child would, exits 0, and
+    writes the report from its n-th call on (the calls are counted in bin/profile_calls.txt)."""
     path = tmp_path / "bin" / "nsys"
     path.parent.mkdir(exist_ok=True)
     path.write_text(f"""#!{sys.executable}
@@ -46,6 +49,19 @@ if args[:1] == ["profile"]:
     child = args.index({sys.executable!r})
     with open(os.path.join(here, "flags.json"), "w") as fh:
         json.dump(args[:child], fh)
+    report_from = {report_from!r}
+    if report_from is not None:
+        with open(os.path.join(here, "profile_calls.txt"), "a") as fh:
+            fh.write("call\\n")
+        with open(os.path.join(here, "profile_calls.txt")) as fh:
+            calls = len(fh.readlines())
+        out = args[args.index("--out") + 1]
+        with open(out, "w") as fh:
+            json.dump({{"status": "ok"}}, fh)
+        print(f"fake nsys: call {{calls}}")
+        if calls >= report_from:
+            open(args[args.index("-o") + 1] + ".nsys-rep", "wb").close()
+        sys.exit(0)
     sys.exit(subprocess.run(args[child:]).returncode if {run_child!r} else 1)
 if args[:1] == ["stats"]:
     with open(os.path.join(here, "stats_calls.txt"), "a") as fh:
@@ -170,6 +186,23 @@ def test_nsys_that_never_runs_the_cell_leaves_an_error_record(tmp_path, monkeypa
     assert launch["returncode"] == 1
     run = load(tmp_path / "profile" / "run.json")
     assert run["status"] == "error" and "exited with code 1" in run["error"]
+
+
+@pytest.mark.parametrize("report_from, calls", [(1, 1), (2, 2), (3, 2)])
+def test_nsys_that_exits_0_without_a_report_profiles_the_cell_once_more(tmp_path, monkeypatch, report_from, calls):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    fake_nsys(tmp_path, report_from=report_from)
+    cells = experiments.cells("nsys_profile", profile_config())
+    cell = {**cells["naive-fp32-micro-ctx8-forward"], "profiler": "nsys"}
+    launch = profile_cell("nsys_profile", "x", cell, tmp_path / "profile")
+    assert (tmp_path / "bin" / "profile_calls.txt").read_text().count("call") == calls
+    assert [a["report"] for a in launch["attempts"]] == [None] * (calls - 1) + [launch["report"]]
+    assert launch["report"] == ("profile.nsys-rep" if report_from <= 2 else None)
+    assert launch["attempts"][-1]["output_tail"] == [f"fake nsys: call {calls}"]
+    json.loads((tmp_path / "profile" / "launch.json").read_text())["attempts"]  # kept on disk
+    if launch["report"] is None:  # the export says what happened, not that nsys was missing
+        export = export_stats(tmp_path / "profile", tmp_path / "stats", reports=("cuda_gpu_trace",))
+        assert "left no report" in export["reason"] and "after 2 run(s)" in export["reason"]
 
 
 @pytest.mark.parametrize("sqlite_option", [True, False])
