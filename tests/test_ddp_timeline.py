@@ -202,3 +202,28 @@ def test_nsys_traces_every_rank_of_a_profiled_ddp_cell(tmp_path):
     assert sorted(record["data"]["ranks"]) == ["0", "1"]
     for rank in record["data"]["ranks"].values():
         assert rank["kernels"] and any(k[3] for k in rank["kernels"])
+
+
+FAILED_PROFILE = Path(__file__).parent / "fixtures" / "ddp_profile_failed_h200"
+
+
+@pytest.mark.parametrize("mode", ["md", "html"])
+def test_a_failed_profile_beside_a_drawn_one_is_named_in_the_answer(tmp_path, mode):
+    from cs336report.config import DEFAULT_CONFIG, Config, load_file
+    from cs336report.report.render import RenderContext, environments
+    from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as section
+    from cs336report.results import load
+
+    cfg = Config.from_dict(load_file(DEFAULT_CONFIG), cuda_available=True)
+    records = [load(p) for p in sorted(FAILED_PROFILE.glob("*/*.json.gz"))]
+    (tmp_path / "figures").mkdir()
+    ctx = RenderContext(records, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "figures")
+    data = section.build(ctx)
+    assert [o["label"] for o in data["overlap"]] == ["naive (all-reduce per gradient after backward)"]
+    (failed,) = data["profile_failed"]
+    assert failed["label"] == "overlapped, per parameter" and failed["why"].startswith("error, no nsys report")
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
+        fmt_lib=f"_{mode}.j2", d=data, section=info)
+    assert "Not drawn, for want of a profile: overlapped, per parameter (error, no nsys report" in text
+    assert "--forcerun ddp_overlap_profile -- report" in text

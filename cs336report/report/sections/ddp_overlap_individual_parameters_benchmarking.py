@@ -89,6 +89,12 @@ def build(ctx) -> dict:
                                "range": (f"{fmt_pct(min(fractions))}–{fmt_pct(max(fractions))}"
                                          if len(fractions) > 1 and min(fractions) != max(fractions) else None),
                                "source": source})
+    drawn = {source for *_, source in profiled}
+    # a profile cell that gave no kernels beside ones that did: named under the drawing, with its error
+    out["profile_failed"] = [
+        {"label": variant_label({"variant": r["config"]["variant"], "bucket_mb": r["config"].get("bucket_size_mb")}),
+         "why": f"{r['status']}, {r.get('error') or 'no kernels'}", "source": r["_path"]}
+        for r in ctx.records(PROFILE) if profiled and r["_path"] not in drawn]
     if profiled:
         out["figures"].append(ctx.figure(
             ID, timeline_plot([(label, profile) for _, label, profile, _, _ in profiled]),
