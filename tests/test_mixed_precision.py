@@ -489,7 +489,7 @@ def test_a_smaller_size_left_out_is_named_and_not_called_the_slowest(tmp_path, m
     info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
     text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
         fmt_lib=f"_{mode}.j2", d=data, section=info)
-    assert "The small pairs are left out" in text
+    assert "The forward pairs of small are left out" in text
     # the smallest size compared is xl: it is not "the small models" that "gain least"
     assert "small models are bound" not in text and "gain least" not in text
 
@@ -498,3 +498,20 @@ def test_sizes_left_out_are_joined_in_order():
     from cs336report.report.parts.mixed_precision_speed import _join
 
     assert [_join([]), _join(["a"]), _join(["a", "b"]), _join(["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
+
+
+def test_the_speedup_plot_draws_the_pairs_left_out_hollow(tmp_path):
+    from cs336report.config import load_files
+    from cs336report.report.parts import mixed_precision_speed as mps
+
+    cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
+    ctx = _context(cfg, [], tmp_path, [load(p) for p in sorted(LEFT_OUT.glob("*/*.json.gz"))])
+    pairs = mps.paired(mps.transformer_frame(ctx, ("benchmarking", "benchmarking_bf16")))
+    timed = [r for e in ("benchmarking", "benchmarking_bf16") for r in ctx.records(e)]
+    flags = checks.timing_flags(timed)
+    fair = sum(checks.defensible(flags, a, b) for a, b in zip(pairs["source_fp32"], pairs["source_bf16"]))
+    fig = mps.speedup_plot(pairs, flags)
+    markers = [line for ax in fig.axes for line in ax.get_lines() if line.get_marker() == "o"]
+    hollow = sum(len(m.get_xdata()) for m in markers if m.get_markerfacecolor() == "white")
+    assert 0 < fair < len(pairs) and hollow == len(pairs) - fair
+    assert sum(len(m.get_xdata()) for m in markers) == len(pairs)

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from .. import checks  # noqa: E402
 from ..plots import legend_outside  # noqa: E402
@@ -106,20 +107,27 @@ def speed_table(pairs: pd.DataFrame, title: str, flags: list[dict] | None = None
                       + (f"; {flagged}" if flagged else ""))
 
 
-def speedup_plot(pairs: pd.DataFrame):
-    """Speed-up of bf16 over fp32 against parameter count, one line per context, one panel per mode."""
+def speedup_plot(pairs: pd.DataFrame, flags: list[dict] | None = None):
+    """Speed-up of bf16 over fp32 against parameter count, one line per context, one panel per mode;
+    a pair that :func:`checks.defensible` does not let compare is drawn hollow."""
+    fair = [checks.defensible(flags or [], a, b) for a, b in zip(pairs["source_fp32"], pairs["source_bf16"])]
+    pairs = pairs.assign(fair=pd.Series(fair, index=pairs.index, dtype=bool))
     modes = [m for m in MODE_COLUMNS if m in set(pairs["mode"])]
     fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), squeeze=False, sharey=True)
     for ax, mode in zip(axes[0], modes):
         sub = pairs[(pairs["mode"] == mode) & pairs["speedup"].notna()]
         for context, g in sub.groupby("context"):
             g = g.sort_values("params")
-            ax.plot(g["params"] / 1e6, g["speedup"], marker="o", label=str(context))
+            (line,) = ax.plot(g["params"] / 1e6, g["speedup"], label=str(context))
+            for fair, h in g.groupby("fair"):
+                ax.plot(h["params"] / 1e6, h["speedup"], "o", color=line.get_color(),
+                        markerfacecolor=None if fair else "white")
             for _, r in g.iterrows():
                 ax.annotate(str(r["size"]), (r["params"] / 1e6, r["speedup"]), fontsize=6, alpha=0.6,
                             textcoords="offset points", xytext=(2, 2))
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # 2×10², 3×10², ... overlapped
         ax.set_xlabel("parameters (millions)")
         ax.set_title(MODE_COLUMNS[mode])
         ax.grid(True, which="both", alpha=0.3)
@@ -196,9 +204,9 @@ def speed_part(ctx) -> dict | None:
     by_path = {r.get("_path"): r for r in timed}
     tables = [speed_table(g, f"Step time, fp32 against bf16 autocast ({impl} implementation)", flags, by_path)
               for impl, g in pairs.groupby("implementation")]
-    figures = [ctx.figure(f"mixed_precision_speedup_{impl}", speedup_plot(g),
+    figures = [ctx.figure(f"mixed_precision_speedup_{impl}", speedup_plot(g, flags),
                           f"Speed-up of bf16 autocast over fp32 against model size ({impl} implementation); "
-                          "dotted: no speed-up.")
+                          "dotted: no speed-up; hollow: a pair the text leaves out (flagged in the table).")
                for impl, g in pairs.groupby("implementation")]
     return {"tables": tables, "figures": figures, "analysis": speed_analysis(pairs, flags), "flags": flags,
             "settings": ctx.settings("benchmarking_bf16")}
