@@ -51,7 +51,11 @@ def _commits(records: list[dict]) -> str:
     states: dict = {}
     for r in records:
         p = r["provenance"]
-        states.setdefault(p.get("git_commit"), []).append(p.get("git_dirty"))
+        dirty = p.get("git_dirty")
+        # a tree copied to a GPU node has no .git to ask; publish compared its code with the commit's
+        if dirty is None and (r.get("published") or {}).get("code_matches_commit") is not None:
+            dirty = "same" if r["published"]["code_matches_commit"] else True
+        states.setdefault(p.get("git_commit"), []).append(dirty)
     parts = []
     for commit, dirty in sorted(states.items(), key=lambda kv: (kv[0] is None, -len(kv[1]))):
         n = len(dirty)
@@ -60,6 +64,7 @@ def _commits(records: list[dict]) -> str:
             continue
         changed, unknown = sum(d is True for d in dirty), sum(d is None for d in dirty)
         state = ("uncommitted changes unknown" if unknown == n else "with uncommitted changes" if changed == n
+                 else "code as committed (checked by publish)" if all(d == "same" for d in dirty)
                  else "no uncommitted changes" if changed == 0 and unknown == 0
                  else f"{changed} with uncommitted changes" + (f", {unknown} unknown" if unknown else ""))
         parts.append(f"{commit} ({n} record{'s' if n != 1 else ''}, {state})")
