@@ -72,7 +72,7 @@ def test_commits_line_counts_records_per_commit_and_tree_state():
     assert _commits([rec("c" * 40, None)]) == f"{'c' * 40} (1 record, uncommitted changes unknown)"
     # run on a copy without .git: publish's comparison of the code with the commit stands in
     same, differs = ({**rec("d" * 40, None), "published": {"code_matches_commit": m}} for m in (True, False))
-    assert _commits([same] * 2) == f"{'d' * 40} (2 records, code as committed, by publish's check)"
+    assert _commits([same] * 2) == f"{'d' * 40} (2 records, code as committed, checked by publish)"
     assert _commits([same, differs]) == f"{'d' * 40} (2 records, 1 with uncommitted changes)"
 
 

@@ -64,7 +64,7 @@ def _commits(records: list[dict]) -> str:
             continue
         changed, unknown = sum(d is True for d in dirty), sum(d is None for d in dirty)
         state = ("uncommitted changes unknown" if unknown == n else "with uncommitted changes" if changed == n
-                 else "code as committed, by publish's check" if all(d == "same" for d in dirty)
+                 else "code as committed, checked by publish" if all(d == "same" for d in dirty)
                  else "no uncommitted changes" if changed == 0 and unknown == 0
                  else f"{changed} with uncommitted changes" + (f", {unknown} unknown" if unknown else ""))
         parts.append(f"{commit} ({n} record{'s' if n != 1 else ''}, {state})")
