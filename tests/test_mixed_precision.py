@@ -446,23 +446,29 @@ def test_memory_cells_record_peaks_and_census_on_cuda(tmp_path):
 
 
 BESIDE = Path(__file__).parent / "fixtures" / "bf16_beside_neighbours_h200"
+LEFT_OUT = Path(__file__).parent / "fixtures" / "bf16_sizes_left_out_h200"
+
+
+def _bf16_answer(fixture: Path, tmp_path, mode: str) -> tuple[dict, dict, str]:
+    """The section's data, its forward speed-up numbers and the answer rendered in ``mode``, from
+    the records of ``fixture`` under the default config's gpu grid."""
+    from cs336report.config import load_files
+
+    cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
+    data = bmp.build(_context(cfg, [], tmp_path, [load(p) for p in sorted(fixture.glob("*/*.json.gz"))]))
+    (forward,) = [m for m in data["speed"]["analysis"]["modes"] if m["mode"] == "forward"]
+    info = {"id": bmp.ID, "title": bmp.TITLE, "rules": list(bmp.EXPERIMENTS)}
+    text = environments()[mode].get_template(f"answers/{bmp.ID}.j2").render(fmt_lib=f"_{mode}.j2", d=data,
+                                                                             section=info)
+    return data, forward, text
 
 
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_with_one_size_left_to_compare_the_answer_claims_no_size_trend_and_no_slowdown(tmp_path, mode):
-    from cs336report.config import Config, load_files
     from cs336report.report import headlines
-    from cs336report.report.render import environments
-    from cs336report.report.sections import benchmarking_mixed_precision as section
 
-    cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
-    records = [load(p) for p in sorted(BESIDE.glob("*/*.json.gz"))]
-    data = section.build(_context(cfg, [], tmp_path, records))
-    (forward,) = [m for m in data["speed"]["analysis"]["modes"] if m["mode"] == "forward"]
+    data, forward, text = _bf16_answer(BESIDE, tmp_path, mode)
     assert not forward["multi_size"] and not forward["slows"] and forward["size_lo"] == "2.7B"
-    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
-    text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
-        fmt_lib=f"_{mode}.j2", d=data, section=info)
     assert "Only 2.7B can be compared in this run" in text
     # one pair (context 1024): no median over contexts, no "up to" the same number
     assert "speed-up there is 4.76× at context 1024" in text
@@ -472,23 +478,11 @@ def test_with_one_size_left_to_compare_the_answer_claims_no_size_trend_and_no_sl
     assert headlines.benchmarking_mixed_precision(data).endswith("for 2.7B (the one size compared)")
 
 
-LEFT_OUT = Path(__file__).parent / "fixtures" / "bf16_sizes_left_out_h200"
-
-
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_a_smaller_size_left_out_is_named_and_not_called_the_slowest(tmp_path, mode):
-    from cs336report.config import load_files
-    from cs336report.report.sections import benchmarking_mixed_precision as section
-
-    cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
-    records = [load(p) for p in sorted(LEFT_OUT.glob("*/*.json.gz"))]
-    data = section.build(_context(cfg, [], tmp_path, records))
-    (forward,) = [m for m in data["speed"]["analysis"]["modes"] if m["mode"] == "forward"]
+    _, forward, text = _bf16_answer(LEFT_OUT, tmp_path, mode)
     assert forward["multi_size"] and (forward["size_lo"], forward["size_hi"]) == ("xl", "2.7B")
     assert forward["left_out"] == "small" and forward["smaller_left_out"]
-    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
-    text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
-        fmt_lib=f"_{mode}.j2", d=data, section=info)
     assert "The forward pairs of small are left out" in text
     # the smallest size compared is xl: it is not "the small models" that "gain least"
     assert "small models are bound" not in text and "gain least" not in text
