@@ -509,3 +509,4 @@ def test_the_speedup_plot_draws_the_pairs_left_out_hollow(tmp_path):
     hollow = sum(len(m.get_xdata()) for m in markers if m.get_markerfacecolor() == "white")
     assert 0 < fair < len(pairs) and hollow == len(pairs) - fair
     assert sum(len(m.get_xdata()) for m in markers) == len(pairs)
+

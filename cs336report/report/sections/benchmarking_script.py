@@ -145,10 +145,13 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
         return out
     ok["cv"] = ok["std_s"] / ok["mean_s"]
     worst = ok.loc[ok["cv"].idxmax()]
+    host_bound = {src for f in flags if f["kind"].startswith("host_bound") for src in f["sources"]}
     out["variability"] = {
         "median_cv": fmt_pct(ok["cv"].median()), "max_cv": Num(fmt_pct(worst["cv"]), worst["source"]),
         "max_cell": f"{worst['size']}, context {worst['context']}, {MODE_COLUMNS[worst['mode']]}",
         "n_noisy": int(ok["noisy"].sum()), "small": bool(ok["cv"].median() < 0.05),
+        # why the most variable cell varies, as far as the records tell: the host set its step, or it is short
+        "max_host_bound": worst["source"] in host_bound, "max_short": bool(worst["mean_s"] < ok["mean_s"].median()),
     }
     scaling = []
     for (size, mode), g in ok.groupby(["size", "mode"], observed=True):

@@ -1,0 +1,37 @@
+"""benchmarking_script's answers, on records of a GPU run."""
+
+from pathlib import Path
+
+import pytest
+
+from cs336report.config import DEFAULT_CONFIG, Config, load_files
+from cs336report.report.render import RenderContext, environments
+from cs336report.report.sections import benchmarking_script as section
+from cs336report.results import load
+
+# fp32 forward cells of small, xl and 2.7B at contexts 128-1024, from a 4 x H200 run (README there)
+LEFT_OUT = Path(__file__).parent / "fixtures" / "bf16_sizes_left_out_h200"
+
+
+def _context(tmp_path, records):
+    cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
+    (tmp_path / "figures").mkdir(exist_ok=True)
+    return RenderContext(records, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "figures")
+
+
+@pytest.mark.parametrize("mode", ["md", "html"])
+def test_the_most_variable_benchmarking_cell_is_called_host_bound_only_when_flagged(tmp_path, mode):
+    """benchmarking_script (b): the sentence on the cells that vary most says why from the flags, not
+    from a guess that they are the short ones."""
+    records = [load(p) for p in sorted((LEFT_OUT / "benchmarking").glob("*.json.gz"))]
+    data = section.build(_context(tmp_path, records))
+    v = data["analysis"]["variability"]
+    bound = {s for f in data["flags"] if f["kind"].startswith("host_bound") for s in f["sources"]}
+    assert v["max_host_bound"] and str(v["max_cv"].source) in bound  # this run: the widest spread is host-bound
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(fmt_lib=f"_{mode}.j2", d=data,
+                                                                             section=info)
+    assert "the steps that vary more are those the host sets" in text and "only the short steps" not in text
+    # without the flags the same cell is named plainly or as a short step, never as host-bound
+    plain = section.analysis(section.frame(records), section.frame([]), [])["variability"]
+    assert not plain["max_host_bound"] and plain["max_cell"] == v["max_cell"]
