@@ -333,3 +333,13 @@ def test_the_appendix_names_the_host_cpu_model_escaped(tmp_path):
     render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "old")
     line = next(x for x in (tmp_path / "old" / "evidence.md").read_text().splitlines() if "CPU: " in x)
     assert line.rstrip().endswith(f"CPU: {record['provenance']['cpu']}")
+
+
+def test_a_plain_value_in_markdown_keeps_its_quotes_but_makes_no_html():
+    from cs336report.report.render import environments
+
+    env = environments()
+    template = "{{ v }}|{{ n }}"
+    value = "the allocator's \"blocks\" <b>&"
+    assert env["md"].from_string(template).render(v=value, n=3) == "the allocator's \"blocks\" &lt;b&gt;&amp;|3"
+    assert "&#39;" in env["html"].from_string(template).render(v=value, n=3)  # HTML still escapes every quote

@@ -116,6 +116,13 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
     def md_link(value):
         return md_record_link(value, links_from)
 
+    def md_value(value):
+        # Markdown text: &, < and > escaped so that no value makes HTML; quotes open nothing there and
+        # stay readable (autoescape would write them as &#39; and &#34;)
+        if source_of(value) or isinstance(value, Markup) or not isinstance(value, str):
+            return md_link(value)
+        return Markup(value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
     def html_link(value):
         return html_record_link(value, links_from)
 
@@ -123,7 +130,7 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
         return lambda value: link(value) if source_of(value) else plain(value)
 
     envs = {"html": jinja2.Environment(**options, finalize=html_link),
-            "md": jinja2.Environment(**options, finalize=md_link)}
+            "md": jinja2.Environment(**options, finalize=md_value)}
     envs["md"].filters.update(mdcell=linked(md_cell, md_link), mdtext=linked(md_cell, md_link), mdcode=md_code,
                               fence=md_fence)
     envs["md"].globals["md_sources_inline"] = MD_SOURCES_INLINE
