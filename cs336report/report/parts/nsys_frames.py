@@ -144,6 +144,13 @@ def select_kernels(kernels: pd.DataFrame, size, context, mode, rng) -> pd.DataFr
     return sel.sort_values("total_ns", ascending=False)
 
 
+def forward_source(frame: pd.DataFrame) -> str:
+    """The mode whose forward range answers the forward-pass questions: the forward-only cells where
+    any was profiled, else the training steps (their ``forward`` NVTX range, as the handout's NVTX
+    filters pick the forward pass out of a profile of the whole step)."""
+    return "forward" if not frame.empty and (frame["mode"] == "forward").any() else "train_step"
+
+
 def forward_kernels(kernels: pd.DataFrame, size, context) -> pd.DataFrame:
     """Kernels of the forward pass: the forward-only cell if there is one, else a training step's forward range."""
     for mode in ("forward", "forward_backward", "train_step"):

@@ -9,7 +9,8 @@ from ...kernels import CLASSES
 from ...spec import ModelSpec
 from ..plots import legend_outside
 from ..tables import Cell, Num, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
-from .nsys_frames import MODE_LABELS, fb_kernels, fmt_ms, forward_kernels, is_number, select_kernels, span
+from .nsys_frames import (MODE_LABELS, fb_kernels, fmt_ms, forward_kernels, forward_source, is_number,
+                          select_kernels, span)
 
 # A kernel (or class) is "non-trivial" when it takes at least this share of forward kernel time.
 NON_TRIVIAL = 0.01
@@ -136,11 +137,12 @@ def gemm_shift_table(classes: pd.DataFrame, cells: pd.DataFrame) -> tuple[Table,
                       & (classes["mode"] == mode) & (classes["range"] == rng)]
         return sel.set_index("class")["share"]
 
+    fmode = forward_source(cells)
     for (size, context), g in cells[cells["status"] == "ok"].groupby(["size", "context"], observed=True, sort=True):
         modes = set(g["mode"])
-        if "forward" not in modes or "train_step" not in modes:
+        if fmode not in modes or "train_step" not in modes:
             continue
-        f, t = shares(size, context, "forward", "forward"), shares(size, context, "train_step", "step")
+        f, t = shares(size, context, fmode, "forward"), shares(size, context, "train_step", "step")
         if f.empty or t.empty:
             continue
         gain = t.sub(f, fill_value=0.0).drop("gemm", errors="ignore").sort_values(ascending=False)
@@ -170,7 +172,7 @@ def gemm_shift_table(classes: pd.DataFrame, cells: pd.DataFrame) -> tuple[Table,
 
 
 def gain_table(kernels: pd.DataFrame, ref: tuple) -> tuple[Table | None, list[dict]]:
-    fwd = select_kernels(kernels, *ref, "forward", "forward")
+    fwd = select_kernels(kernels, *ref, forward_source(kernels), "forward")
     step = select_kernels(kernels, *ref, "train_step", "step")
     if fwd.empty or step.empty:
         return None, []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..tables import Cell, Num, Table, fmt_count, fmt_pct, sig, status_cell
-from .nsys_frames import MODE_LABELS, fmt_ms, is_number, span
+from .nsys_frames import MODE_LABELS, fmt_ms, forward_source, is_number, span
 
 # A forward cell is GPU-bound when its kernels fill at least this share of benchmarking's forward time.
 GPU_BOUND = 0.9
@@ -24,7 +24,8 @@ def _range_vs_timer(r) -> tuple[str, float, float] | None:
 
 
 def _profiled_forward(cells: pd.DataFrame) -> pd.DataFrame:
-    return cells[cells["mode"] == "forward"]
+    """The cells whose forward pass (a) times: forward-only cells, else the training steps' forward range."""
+    return cells[cells["mode"] == forward_source(cells)]
 
 
 def timing_table(cells: pd.DataFrame) -> Table:
@@ -84,8 +85,10 @@ def profiling_table(cells: pd.DataFrame) -> Table:
         cv = (f"{sig(100 * r['fwd_timer_cv'], 2)} / {sig(100 * r['plain_fwd_cv'], 2)}"
               if is_number(r["fwd_timer_cv"]) and is_number(r["plain_fwd_cv"]) else "–")
         approx = "" if r["launches_exact"] else "≈"
-        launches = Cell(approx + fmt_count(r["launches_per_step"]) if is_number(r["launches_per_step"]) else "–")
-        per_launch = _ratio(r["launch_ns_per_step"], r["launches_per_step"])
+        # a training step's launch counts are the whole step's: no per-forward figure to give
+        per_forward = r["mode"] == "forward" and is_number(r["launches_per_step"])
+        launches = Cell(approx + fmt_count(r["launches_per_step"]) if per_forward else "–")
+        per_launch = _ratio(r["launch_ns_per_step"], r["launches_per_step"]) if per_forward else None
         api = Cell(f"{approx}{fmt_ms(r['launch_ns_per_step'])} ({sig(per_launch / 1e3, 2)})" if per_launch else "–")
         rows.append(head + [
             plain, Cell(sig(ratio) if ratio else "–"), Cell(sig(floor) if floor else "–"), Cell(cv),
@@ -115,8 +118,9 @@ def _group(g: pd.DataFrame) -> dict:
 def timing_analysis(cells: pd.DataFrame) -> dict:
     """Numbers quoted under (a): range against the same run's timer, then the profiled process
     against benchmarking_script's."""
-    fwd = cells[(cells["mode"] == "forward") & (cells["status"] == "ok")]
-    out: dict = {}
+    fwd = _profiled_forward(cells)
+    fwd = fwd[fwd["status"] == "ok"]
+    out: dict = {"from_step": forward_source(cells) == "train_step"}
     pairs = [(r, _range_vs_timer(r)) for _, r in fwd.iterrows()]
     pairs = [(r, p) for r, p in pairs if p]
     if pairs:
@@ -151,7 +155,7 @@ def timing_analysis(cells: pd.DataFrame) -> dict:
                       "plain": fmt_pct(lo["plain_fwd_cv"], 2), "plain_cell": f"{lo['size']}/{lo['context']}",
                       "steadier_without": bool(hi["fwd_timer_cv"] > lo["plain_fwd_cv"])}
     launch = both[both["launches_per_step"].map(is_number) & both["launch_ns_per_step"].map(is_number)]
-    if len(launch):
+    if len(launch) and not out["from_step"]:  # a training step's launches are the whole step's, not a forward's
         each_us = launch["launch_ns_per_step"] / launch["launches_per_step"] / 1e3
         slow["launches"] = {"n": len(launch), "per_forward": span(launch["launches_per_step"], fmt_count),
                             "ms": span(launch["launch_ns_per_step"] / 1e6, sig),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ... import accounting
 from ..parts.nsys_checks import checks_table
-from ..parts.nsys_frames import MODE_LABELS, cell_frame, class_frame, kernel_frame, span
+from ..parts.nsys_frames import MODE_LABELS, cell_frame, class_frame, forward_source, kernel_frame, span
 from ..parts.nsys_kernels import (NON_TRIVIAL, attention_table, class_figure, class_table, gain_table, gemm_shift_table,
                                   non_gemm_table, reference_cell, top_kernel_table)
 from ..parts.nsys_timing import cost_table, profiling_table, timing_analysis, timing_table
@@ -78,7 +78,7 @@ def build(ctx) -> dict:
         if out["gain_table"]:
             out["gain_table"].sources = sorted(ref_path)
     out["class_table"] = class_table(classes, cells)
-    fwd_classes = classes[(classes["mode"] == "forward") & (classes["range"] == "forward")]
+    fwd_classes = classes[(classes["mode"] == forward_source(classes)) & (classes["range"] == "forward")]
     if not fwd_classes.empty:
         non_gemm = 1 - fwd_classes[fwd_classes["class"] == "gemm"].groupby(["size", "context"], observed=True)["share"].sum()
         by_class = fwd_classes[fwd_classes["class"] != "gemm"].groupby("class")["share"].median().sort_values(ascending=False)
