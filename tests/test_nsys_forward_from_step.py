@@ -66,3 +66,15 @@ def test_forward_source_prefers_forward_only_cells():
     assert forward_source(pd.DataFrame({"mode": ["train_step", "forward"]})) == "forward"
     assert forward_source(pd.DataFrame({"mode": ["train_step"]})) == "train_step"
     assert forward_source(pd.DataFrame()) == "train_step"
+
+
+def test_the_class_figure_draws_the_forward_range_of_the_steps(tmp_path):
+    from cs336report.report.parts.nsys_frames import cell_frame, class_frame
+    from cs336report.report.parts.nsys_kernels import class_figure
+
+    records = [load(p) for p in sorted((FIXTURE / "nsys_profile").glob("*train_step.json.gz"))]
+    fig = class_figure(class_frame(records), cell_frame(records, []))
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [
+        "forward pass (its forward range)", "training step"]
+    forward, step = (ax for ax in fig.axes if ax.get_title())
+    assert len(forward.patches) == len(step.patches) > 0

@@ -259,15 +259,16 @@ def class_figure(classes: pd.DataFrame, cells: pd.DataFrame):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    modes = [m for m in ("forward", "train_step") if m in set(cells["mode"])]
-    fig, axes = plt.subplots(1, len(modes), figsize=(5.2 * len(modes), 0.5 + 0.32 * max(4, cells[["size", "context"]]
+    # panels: (mode, range) -- the forward pass (of forward-only cells, else the steps' forward range), the step
+    fmode = forward_source(cells)
+    panels = [(m, r) for m, r in ((fmode, "forward"), ("train_step", "step")) if m in set(cells["mode"])]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.5 + 0.32 * max(4, cells[["size", "context"]]
                              .drop_duplicates().shape[0])), squeeze=False, sharey=True)
     shown = [c for c in CLASSES if c in set(classes["class"])]
     colors = dict(zip(CLASSES, plt.get_cmap("tab10").colors))
     order = cells[["size", "context"]].drop_duplicates().sort_values(["size", "context"])
     labels = [f"{s} / {c}" for s, c in zip(order["size"], order["context"])]
-    for ax, mode in zip(axes[0], modes):
-        rng = "forward" if mode == "forward" else "step"
+    for ax, (mode, rng) in zip(axes[0], panels):
         sub = classes[(classes["mode"] == mode) & (classes["range"] == rng)]
         left = [0.0] * len(order)
         for cls in shown:
@@ -281,7 +282,8 @@ def class_figure(classes: pd.DataFrame, cells: pd.DataFrame):
         ax.invert_yaxis()
         ax.set_xlim(0, 100)
         ax.set_xlabel("share of kernel time (%)")
-        ax.set_title("forward pass" if mode == "forward" else "training step")
+        ax.set_title({"forward": "forward pass", "step": "training step"}[rng]
+                     + (" (its forward range)" if (mode, rng) == ("train_step", "forward") else ""))
     axes[0][0].set_ylabel("size / context (tokens)")
     legend_outside(axes[0][-1], fontsize="small")
     return fig
