@@ -66,6 +66,8 @@ def test_forward_source_prefers_forward_only_cells():
     assert forward_source(pd.DataFrame({"mode": ["train_step", "forward"]})) == "forward"
     assert forward_source(pd.DataFrame({"mode": ["train_step"]})) == "train_step"
     assert forward_source(pd.DataFrame()) == "train_step"
+    # forward cells that all failed leave the steps' forward range to answer, as in the kernel frame
+    assert forward_source(pd.DataFrame({"mode": ["forward", "train_step"], "status": ["oom", "ok"]})) == "train_step"
 
 
 def test_the_class_figure_draws_the_forward_range_of_the_steps(tmp_path):

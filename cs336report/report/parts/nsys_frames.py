@@ -147,8 +147,10 @@ def select_kernels(kernels: pd.DataFrame, size, context, mode, rng) -> pd.DataFr
 def forward_source(frame: pd.DataFrame) -> str:
     """The mode whose forward range answers the forward-pass questions: the forward-only cells where
     any was profiled, else the training steps (their ``forward`` NVTX range, as the handout's NVTX
-    filters pick the forward pass out of a profile of the whole step)."""
-    return "forward" if not frame.empty and (frame["mode"] == "forward").any() else "train_step"
+    filters pick the forward pass out of a profile of the whole step). Only cells that ran count, as in
+    the kernel and class frames, which hold those alone."""
+    ran = frame[frame["status"] == "ok"] if "status" in frame else frame
+    return "forward" if not ran.empty and (ran["mode"] == "forward").any() else "train_step"
 
 
 def forward_kernels(kernels: pd.DataFrame, size, context) -> pd.DataFrame:
