@@ -42,6 +42,13 @@ def test_the_training_steps_forward_range_gives_the_forward_only_answers(both):
     assert step["attention"] and full["attention"]
 
 
+def test_the_tables_name_the_forward_range_they_read(both):
+    full, step = both
+    assert "GEMM, forward range of the step" in step["shift_table"].columns
+    assert "GEMM, forward only" in full["shift_table"].columns
+    assert "share, forward range of the step" in step["gain_table"].columns
+
+
 def test_a_training_step_gives_no_launch_count_per_forward(both):
     _, step = both
     assert "launches" not in step["timing"]["slowdown"]

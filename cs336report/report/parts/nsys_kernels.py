@@ -12,6 +12,9 @@ from ..tables import Cell, Num, Table, fmt_count, fmt_pct, fmt_seconds, sig, sta
 from .nsys_frames import (MODE_LABELS, fb_kernels, fmt_ms, forward_kernels, forward_source, is_number,
                           select_kernels, span)
 
+# What the forward-pass columns hold: forward-only cells, or the forward range of the training steps.
+FORWARD_LABEL = {"forward": "forward only", "train_step": "forward range of the step"}
+
 # A kernel (or class) is "non-trivial" when it takes at least this share of forward kernel time.
 NON_TRIVIAL = 0.01
 TOP_GAINS = 6
@@ -155,8 +158,8 @@ def gemm_shift_table(classes: pd.DataFrame, cells: pd.DataFrame) -> tuple[Table,
         facts.append({"size": str(size), "context": int(context), "fwd": fg, "train": tg, "best": best,
                       "best_gain": gain[best] if best else 0.0, "optimizer": opt})
     table = Table(
-        title="(d) GEMM share of kernel time: forward only against a training step",
-        columns=["size", "context", "GEMM, forward only", "GEMM, training step", "change",
+        title=f"(d) GEMM share of kernel time: {FORWARD_LABEL[fmode]} against a training step",
+        columns=["size", "context", f"GEMM, {FORWARD_LABEL[fmode]}", "GEMM, training step", "change",
                  "class gaining most (points)", "optimizer_step range, training step"],
         units=["", "tokens", "%", "%", "points", "", "%"], rows=rows,
         sources=sorted(cells.loc[cells["status"] == "ok", "path"]))
@@ -172,7 +175,8 @@ def gemm_shift_table(classes: pd.DataFrame, cells: pd.DataFrame) -> tuple[Table,
 
 
 def gain_table(kernels: pd.DataFrame, ref: tuple) -> tuple[Table | None, list[dict]]:
-    fwd = select_kernels(kernels, *ref, forward_source(kernels), "forward")
+    fmode = forward_source(kernels)
+    fwd = select_kernels(kernels, *ref, fmode, "forward")
     step = select_kernels(kernels, *ref, "train_step", "step")
     if fwd.empty or step.empty:
         return None, []
@@ -185,9 +189,9 @@ def gain_table(kernels: pd.DataFrame, ref: tuple) -> tuple[Table | None, list[di
              Cell(sig(100 * k["gain"], 2)), Cell(fmt_count(k["per_step_instances"]))] for _, k in top.iterrows()]
     table = Table(
         title=f"(d) Kernels that gain share in a training step ({ref[0]}, context {ref[1]})",
-        columns=["kernel", "class", "share, forward only", "share, training step", "gain", "calls per step"],
+        columns=["kernel", "class", f"share, {FORWARD_LABEL[fmode]}", "share, training step", "gain", "calls per step"],
         units=["", "", "%", "%", "points", ""], rows=rows, sources=[],
-        note="A share of 0 in the forward-only column: the kernel does not run in the forward pass.")
+        note="A share of 0 in the forward column: the kernel does not run in the forward pass.")
     facts = [{"name": k["short_name"], "class": k["class"], "gain": sig(100 * k["gain"], 2),
               "new": k["fwd_share"] == 0} for _, k in top.head(3).iterrows()]
     return table, facts
