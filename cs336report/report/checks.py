@@ -125,6 +125,11 @@ def defensible(flags: list[dict], *sources: str) -> bool:
     return True
 
 
+def host_bound_sources(flags: list[dict]) -> set[str]:
+    """The records flagged host-bound, timed beside other jobs or not."""
+    return {src for f in flags if f["kind"].startswith("host_bound") for src in f["sources"]}
+
+
 def note(flags: list[dict], sources) -> str:
     """One sentence listing the flags of the records at ``sources`` (empty where none)."""
     wanted = set(sources)

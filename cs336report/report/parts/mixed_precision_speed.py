@@ -148,7 +148,7 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
                               "fp32": r["status_fp32"].upper(), "bf16": r["status_bf16"].upper()}
                              for _, r in mismatch.iterrows()]
     # which pairs bf16 lost, among those that may be compared (a noisy or shared cell orders nothing)
-    bound = {src for f in flags or [] if f["kind"].startswith("host_bound") for src in f["sources"]}
+    bound = checks.host_bound_sources(flags or [])
     out["slower"] = [f"{r['size']}, context {r['context']}, {MODE_COLUMNS[r['mode']]} ({sig(r['speedup'])}×"
                      + ("; host-bound" if {r["source_fp32"], r["source_bf16"]} & bound else "") + ")"
                      for _, r in ok[ok["speedup"] < 1].iterrows()]

@@ -145,7 +145,7 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
         return out
     ok["cv"] = ok["std_s"] / ok["mean_s"]
     worst = ok.loc[ok["cv"].idxmax()]
-    host_bound = {src for f in flags if f["kind"].startswith("host_bound") for src in f["sources"]}
+    host_bound = checks.host_bound_sources(flags)
     out["variability"] = {
         "median_cv": fmt_pct(ok["cv"].median()), "max_cv": Num(fmt_pct(worst["cv"]), worst["source"]),
         "max_cell": f"{worst['size']}, context {worst['context']}, {MODE_COLUMNS[worst['mode']]}",
