@@ -158,8 +158,8 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
         g = ok[ok["mode"] == mode]
         # sizes with a timed pair in this mode but none that may be compared, smallest first
         timed = pairs[(pairs["mode"] == mode) & pairs["speedup"].notna()].sort_values("params")
-        left = [str(s) for s in timed.drop_duplicates("params")["size"] if s not in set(g["size"])]
-        smaller = timed[timed["params"] < g["params"].min()]["size"].astype(str).unique().tolist()
+        compared = set(g["size"])
+        left = [str(s) for s in timed.drop_duplicates("params")["size"] if s not in compared]
         best, worst = g.loc[g["speedup"].idxmax()], g.loc[g["speedup"].idxmin()]
         by_size = g.groupby("params")["speedup"].median().sort_index()
         size_names = g.drop_duplicates("params").set_index("params")["size"]
@@ -180,7 +180,7 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
             "rho_size": sig(rho_size, 2) if rho_size == rho_size else "–", "size_trend": _trend(rho_size),
             "rho_ctx": sig(rho_ctx, 2) if rho_ctx == rho_ctx else "–", "ctx_trend": _trend(rho_ctx),
             "multi_size": bool(g["params"].nunique() > 1), "multi_ctx": bool(g["context"].nunique() > 1),
-            "left_out": _join(left), "smaller_left_out": bool(smaller),
+            "left_out": _join(left), "smaller_left_out": bool((timed["params"] < g["params"].min()).any()),
         })
     return out
 
