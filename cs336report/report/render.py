@@ -49,10 +49,16 @@ class Figure:
     alt: str
 
 
+def _no_html(text: str) -> str:
+    """&, < and > escaped, so that no data makes HTML in Markdown; quotes open no markup in
+    Markdown text, so they stay readable."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def md_cell(value) -> Markup:
-    """A data string safe inside a GitHub Markdown table cell: no raw HTML (&, <, > escaped; quotes
-    cannot open markup in Markdown text, so they stay readable), pipes escaped, one line."""
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """A data string safe inside a GitHub Markdown table cell: no raw HTML (:func:`_no_html`), pipes
+    escaped, one line."""
+    text = _no_html(str(value))
     text = text.replace("\\", "\\\\").replace("|", "\\|")
     for char in "`*_[]":
         text = text.replace(char, "\\" + char)
@@ -117,11 +123,10 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
         return md_record_link(value, links_from)
 
     def md_value(value):
-        # Markdown text: &, < and > escaped so that no value makes HTML; quotes open nothing there and
-        # stay readable (autoescape would write them as &#39; and &#34;)
+        # a plain string in Markdown text: autoescape would write its quotes as &#39; and &#34;
         if source_of(value) or isinstance(value, Markup) or not isinstance(value, str):
             return md_link(value)
-        return Markup(value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+        return Markup(_no_html(value))
 
     def html_link(value):
         return html_record_link(value, links_from)
