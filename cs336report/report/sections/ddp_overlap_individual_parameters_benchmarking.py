@@ -94,7 +94,7 @@ def build(ctx) -> dict:
     out["profile_failed"] = [
         {"label": variant_label({"variant": r["config"]["variant"], "bucket_mb": r["config"].get("bucket_size_mb")}),
          "why": f"{r['status']}, {r.get('error') or 'no kernels'}", "source": r["_path"]}
-        for r in ctx.records(PROFILE) if profiled and r["_path"] not in drawn]
+        for r in ctx.records(PROFILE) if r["_path"] not in drawn] if profiled else []
     if profiled:
         out["figures"].append(ctx.figure(
             ID, timeline_plot([(label, profile) for _, label, profile, _, _ in profiled]),
