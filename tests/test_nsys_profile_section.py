@@ -324,3 +324,32 @@ def test_launch_tracing_cost_reads_from_launch_bound_cells_only(tmp_path):
             per_launch.append(launch["ns_per_step"] / launch["per_step"] / 1e3)
     assert launches["us_each_launch_bound"].startswith(sig(min(per_launch), 2))
     assert launches["us_each_launch_bound"].endswith(sig(max(per_launch), 2))
+
+
+def _answer_a(tmp_path, records) -> str:
+    bench = load(records[-1])  # benchmarking's section reads the FLOPs a real record carries
+    bench["data"].update(flops_per_step=1e12, tflops=1e12 / bench["data"]["stats_s"]["mean"] / 1e12)
+    save(bench, records[-1])
+    render_report([str(p) for p in records], CONFIG, tmp_path / "report")
+    md = (tmp_path / "report" / "answers.md").read_text()
+    return md.split('<a id="nsys_profile-a"></a>', 1)[1].split("<a id=", 1)[0]
+
+
+def test_answer_a_builds_no_profiler_cost_on_a_host_bound_pair(parsed, tmp_path):
+    # the profiled process's forward is shorter than the unprofiled one's: launches set both, so the
+    # ratio is the spread between two processes, not the cost of the profiler
+    profiled = _with_timer(parsed["paths"]["forward"], tmp_path, [0.0191, 0.0205, 0.0202])
+    answer = _answer_a(tmp_path, [profiled, _bench(tmp_path, [0.036, 0.0375, 0.038])])
+    ratio = sig(0.0202 / 0.0375)
+    assert "does not measure the profiler's cost here" in answer
+    assert "in the cell both timed (small/128)" in answer and f"is {ratio}× as long" in answer
+    assert "more only where" not in answer and "keep the GPU busy" not in answer
+
+
+def test_answer_a_quotes_the_profiler_cost_where_the_kernels_fill_the_step(parsed, tmp_path):
+    kernel_s = load(parsed["paths"]["forward"])["data"]["phases"]["forward"]["kernel_ns_per_step"] / 1e9
+    plain = [kernel_s * 1.02, kernel_s * 1.03, kernel_s * 1.04]  # the kernels fill 97 % of the plain forward
+    profiled = _with_timer(parsed["paths"]["forward"], tmp_path, [kernel_s * 1.05, kernel_s * 1.06, kernel_s * 1.07])
+    answer = _answer_a(tmp_path, [profiled, _bench(tmp_path, plain)])
+    assert f"where the kernels keep the GPU busy the profiled forward is {sig(1.06 / 1.03)}× as long (small/128)" in answer
+    assert "does not measure" not in answer and "host's kernel launches set" not in answer
