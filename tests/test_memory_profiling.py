@@ -491,3 +491,31 @@ def test_gpu_capture_and_parse(tmp_path, mode, grad):
     assert 0.5 * peak <= snap["peak"]["bytes"] <= peak
     if mode == "train_step":
         assert snap["per_category"]["Gradient"]["count"] > 0 and snap["per_category"]["OptimizerState"]["count"] > 0
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data"
+
+
+def _published_answer_a(tmp_path, contexts) -> str:
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx{c}-{m}.json.gz"
+             for c in contexts for m in ("forward", "train_step")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published snapshots")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    md = (tmp_path / "report" / "answers.md").read_text()
+    return md.split('<a id="memory_profiling-a"></a>', 1)[1].split("<a id=", 1)[0]
+
+
+def test_answer_a_tells_an_optimizer_peak_from_a_backward_one(tmp_path):
+    # 2.7B at context 256 peaks in its AdamW step, about one fp32 copy of the weights above backward;
+    # at 512 the activations make backward the peak
+    short = _published_answer_a(tmp_path / "short", (128, 256))
+    snap = load(PUBLISHED / "memory_profiling_parse" / "naive-fp32-2.7B-ctx256-train_step.json.gz")["data"]["snapshot"]
+    backward = max(p["peak_bytes"] for p in snap["phases"] if p["phase"] == "backward")
+    assert snap["peak"]["phase"] == "optimizer"
+    assert f"in the optimizer step, {fmt_bytes(snap['peak']['bytes'] - backward)} above backward's" in short
+    assert f"at most {fmt_bytes(backward)}" in short and "one more fp32 copy of the 12.7 GiB of weights" in short
+    assert "a flat optimizer step" not in short and "falls as backward frees" not in short
+    long = _published_answer_a(tmp_path / "long", (256, 512))
+    assert "in the backward pass and falls as backward frees the activations" in long
+    assert "spike in the optimizer step" not in long

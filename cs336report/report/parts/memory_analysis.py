@@ -44,6 +44,19 @@ def phase_summary(row) -> dict:
             "phase_peaks": [{"phase": k, "peak": _gib(v)} for k, v in peaks.items()]}
 
 
+def optimizer_peak(snap: dict, params: int) -> dict:
+    """Where a full step peaks in its optimizer step: how far above backward's highest point, and
+    whether that rise is about one fp32 copy of the weights (within 10 %). Empty otherwise."""
+    if snap["peak"]["phase"] != "optimizer":
+        return {}
+    backward = max((p["peak_bytes"] for p in snap["phases"] if p["phase"] == "backward"), default=None)
+    if backward is None:
+        return {}
+    rise, weights = snap["peak"]["bytes"] - backward, 4 * params
+    return {"backward_peak": _gib(backward), "optimizer_rise": _gib(rise), "weights": _gib(weights),
+            "rise_is_weights": abs(rise / weights - 1) <= 0.1}
+
+
 def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     out: dict = {"n_cells": len(df), "n_ok": int((df["status"] == "ok").sum()), "failed": [], "growth": [],
                  "precision_cmp": [], "ramps": []}
@@ -63,8 +76,9 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     full = next((at[m] for m in FULL_STEP if m in at and at[m]["snap"]), None)
     if full is not None:
         out["full"] = {"label": MODE_LABELS[full["label"]], **phase_summary(full)}
-        per_param = start_bytes(full["snap"]) / accounting.param_count(model_spec(full))
-        out["full"]["start_per_param"] = Num(sig(per_param, 3), full["source"])
+        params = accounting.param_count(model_spec(full))
+        out["full"]["start_per_param"] = Num(sig(start_bytes(full["snap"]) / params, 3), full["source"])
+        out["full"].update(optimizer_peak(full["snap"], params))
     fwd = at.get("forward")
     if fwd is not None and fwd["snap"]:
         out["forward"] = phase_summary(fwd)
