@@ -632,3 +632,28 @@ def test_the_triton_row_names_the_backward_its_records_ran():
     assert triton_backward([two_pass]) == BACKWARDS["two_pass"]
     assert triton_backward([fused]) == BACKWARDS["fused"]
     assert BACKWARDS["two_pass"] in triton_backward([two_pass, fused])
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data" / "flash_benchmarking"
+
+
+def test_answer_gives_the_fitted_exponents_as_memory_not_time(tmp_path):
+    paths = [PUBLISHED / f"{impl}-bf16.json.gz" for impl in ("triton", "naive")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published records")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    md = (tmp_path / "report" / "answers.md").read_text()
+    answer = md.split('<a id="flash_benchmarking"></a>', 1)[1].split('<a id="distributed', 1)[0]
+    # the exponents, fitted here from the records' own peak and baseline bytes at d_head 64
+    fits = {}
+    for p in paths:
+        shapes = [s for s in load(p)["data"]["shapes"] if s["d"] == 64 and isinstance(s.get("memory"), dict)
+                  and "peak_bytes" in s["memory"]]
+        shapes = sorted(shapes, key=lambda s: s["seq"])[-section.FIT_POINTS:]
+        seq = np.array([s["seq"] for s in shapes], dtype=float)
+        extra = np.array([s["memory"]["peak_bytes"] - s["memory"]["baseline_bytes"] for s in shapes], dtype=float)
+        fits[p.name.split("-")[0]] = f"{np.polyfit(np.log(seq), np.log(extra), 1)[0]:.2f}"
+    assert (f"The memory each adds to its inputs (peak allocated, d_head 64) grows as seq to the power "
+            f"{fits['triton']} for Triton FA2") in answer
+    assert f"and {fits['naive']} for PyTorch" in answer
+    assert "time grows as seq" not in answer
