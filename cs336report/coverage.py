@@ -7,6 +7,7 @@ published folder) can be completed with exactly those cells.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 
@@ -54,3 +55,25 @@ PARSED_BY = {"nsys_profile": "nsys_parse", "ddp_overlap_profile": "ddp_overlap_p
 def result_target(experiment: str, cell: str) -> str:
     """The result file the workflow's rule for ``experiment`` writes for ``cell``."""
     return f"results/{PARSED_BY.get(experiment, experiment)}/{cell}.json"
+
+
+def _reason(error: str) -> str:
+    text = error.removeprefix("not run:").strip()
+    if m := re.fullmatch(r"needs (\d+) GPUs, (\d+) present", text):
+        return f"needs {m[1]} GPUs and this run's host had {m[2]} (run it on a host of {m[1]} or more)"
+    return text
+
+
+def not_run_reasons(records: Iterable[dict]) -> dict[str, str]:
+    """Why an experiment has no result, where every record of it says it was not run: its records'
+    own reasons (e.g. "needs 2 GPUs, 1 present", the distributed cells on a host of one GPU)."""
+    by_experiment: dict[str, list[dict]] = {}
+    for r in records:
+        by_experiment.setdefault(r["experiment"], []).append(r)
+    out = {}
+    for experiment, rs in by_experiment.items():
+        if all(r["status"] == "not_run" for r in rs):
+            reasons = sorted({_reason(r.get("error") or "") for r in rs} - {""})
+            if reasons:
+                out[experiment] = "; ".join(reasons)
+    return out

@@ -313,9 +313,18 @@ def test_a_one_gpu_host_renders_every_distributed_problem_as_not_run(tmp_path):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record))
             paths.append(path)
-    render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
+    context = render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
     answers = (tmp_path / "out" / "answers.md").read_text()
-    assert answers.count("needs 2 GPUs, 1 present") >= 4
+    # each problem whose every record is "not run" is unanswered, says why, and earns no points
+    unanswered = {"naive_ddp_benchmarking": 3, "minimal_ddp_flat_benchmarking": 2,
+                  "ddp_overlap_individual_parameters_benchmarking": 1, "ddp_bucketed_benchmarking": 3,
+                  "optimizer_state_sharding_accounting": 5}
+    for problem in unanswered:
+        body = answers.split(f'<a id="{problem}"></a>', 1)[1].split("<a id=", 1)[0]
+        assert "*Not run: needs 2 GPUs and this run's host had 1 (run it on a host of 2 or more).*" in body
+    ran = {s["id"]: s["ran"] for s in context["sections"]}
+    assert not any(ran[p] for p in unanswered) and not ran["distributed_communication_single_node"]
+    assert context["points"]["answered"] == 0  # none of these records answers anything
 
 
 def test_the_appendix_names_the_host_cpu_model_escaped(tmp_path):
