@@ -64,3 +64,23 @@ def test_on_another_card_the_verdict_is_marked_indicative_and_missing_cells_are_
 
 def test_a_cpu_report_has_no_targets_table(tmp_path):
     assert target_rows(H100, tmp_path, device="cpu") == {}
+
+
+def test_a_handout_grid_report_states_its_own_cost_goals(tmp_path):
+    # the handout grid runs neither the leaderboard nor the optimized step: its targets are its cost
+    import yaml
+
+    raw = yaml.safe_load((Path(__file__).parents[1] / "workflow" / "config" / "default.yaml").read_text())
+    cfg = Config.from_dict({**raw, "grid": "handout"}, cuda_available=True)
+    config = {k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")}
+    config.update(_device="cuda", _grid="handout")
+    paths = sorted((FIXTURES / "benchmarking_h200").glob("*.json.gz"))
+    context = render_report([str(p) for p in paths], config, tmp_path)
+    rows = {row[0].text: [c.text for c in row[1:]] for row in context["targets"].rows}
+    # records of several runs on a goal of one GPU: their job time, one job after another
+    whole = rows["The whole report, every job one after another"]
+    assert whole[0] == "≤ 20 min" and whole[1].endswith("of job time") and "configured cells not run" in whole[3]
+    around = rows["Everything around the timed steps and first compiled calls"]
+    assert around[0] == "≤ 35 % of the job time" and around[2] == "NVIDIA H200"
+    assert "configured cells not run" in around[3]  # three records of the grid's cells
+    assert not any(k.startswith(("FlashAttention", "Optimized")) for k in rows)

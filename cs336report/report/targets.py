@@ -77,7 +77,7 @@ def targets_table(sections: dict[str, dict | None], cost: dict, gpu: str | None,
                      Cell(f"{item['pct']} ({item['tflops']} of {item['peak']} TFLOP/s)"), Cell(str(item["gpu"])),
                      _verdict(item["met"], item["gpu"])])
         sources += optimized["table"].sources
-    if cost.get("table") is not None and rows and n_not_run is not None:
+    if cost.get("table") is not None and n_not_run is not None:
         run, host = cost.get("run") or {}, COST_TARGET_GPUS.get(grid, 1)
         # records of several runs: the goal's host, forecast from the job times (one GPU: the job time)
         guess = next((f for f in run.get("forecast") or [] if f["slots"] == host), None) if host > 1 else None
