@@ -353,3 +353,14 @@ def test_answer_a_quotes_the_profiler_cost_where_the_kernels_fill_the_step(parse
     answer = _answer_a(tmp_path, [profiled, _bench(tmp_path, plain)])
     assert f"where the kernels keep the GPU busy the profiled forward is {sig(1.06 / 1.03)}× as long (small/128)" in answer
     assert "does not measure" not in answer and "host's kernel launches set" not in answer
+
+
+def test_profile_step_counts_are_not_held_to_the_benchmarking_handout(parsed, tmp_path):
+    # the handout sets 5 warm-up and 10 measured steps for benchmarking_script, none for the profiles
+    record = load(parsed["paths"]["train_step"])
+    record["config"].update(warmup_steps=2, measured_steps=5, batch_size=8)
+    save(record, tmp_path / "profiled.json")
+    settings = {s["label"]: s for s in build([tmp_path / "profiled.json"])["settings"]}
+    assert settings["warm-up steps"]["value"] == "2" and not settings["warm-up steps"]["differs"]
+    assert settings["measured steps"]["value"] == "5" and not settings["measured steps"]["differs"]
+    assert settings["batch size"]["differs"] and settings["batch size"]["handout"] == "4"

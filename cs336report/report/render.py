@@ -181,8 +181,9 @@ class RenderContext:
         return Figure(name=name, path=f"figures/{name}.png", caption=caption, alt=alt or caption,
                       data_uri="data:image/png;base64," + base64.b64encode(png).decode())
 
-    def settings(self, experiment: str) -> list[dict]:
-        """The run settings of ``experiment``'s cells, flagged where they differ from the handout."""
+    def settings(self, experiment: str, handout: dict | None = None) -> list[dict]:
+        """The run settings of ``experiment``'s cells, flagged where they differ from ``handout``
+        (default: the handout's benchmarking settings, :data:`HANDOUT`)."""
         cells = [r["config"] for r in self.records(experiment)]
         if not cells:
             return []
@@ -193,7 +194,7 @@ class RenderContext:
             values = sorted({str(c[key]) for c in cells if key in c})
             if not values:
                 continue
-            expected = HANDOUT.get(key)
+            expected = (HANDOUT if handout is None else handout).get(key)
             differs = expected is not None and values != [str(expected)]
             out.append({"label": label, "value": ", ".join(values),
                         "handout": str(expected) if expected is not None else "", "differs": differs})
