@@ -344,6 +344,10 @@ def test_answer_a_builds_no_profiler_cost_on_a_host_bound_pair(parsed, tmp_path)
     assert "does not measure the profiler's cost here" in answer
     assert "in the cell both timed (small/128)" in answer and f"is {ratio}× as long" in answer
     assert "more only where" not in answer and "keep the GPU busy" not in answer
+    evidence = (tmp_path / "report" / "evidence.md").read_text()
+    assert ("these ratios mix the profiler's cost with the spread between two processes: 1 of the 1 profiled "
+            "runs was faster than the run without it") in evidence
+    assert "give the size of the slowdown" not in evidence
 
 
 def test_answer_a_quotes_the_profiler_cost_where_the_kernels_fill_the_step(parsed, tmp_path):
