@@ -84,3 +84,6 @@ def test_a_handout_grid_report_states_its_own_cost_goals(tmp_path):
     assert around[0] == "≤ 35 % of the job time" and around[2] == "NVIDIA H200"
     assert "configured cells not run" in around[3]  # three records of the grid's cells
     assert not any(k.startswith(("FlashAttention", "Optimized")) for k in rows)
+    md = (tmp_path / "report.md").read_text()
+    table = md.split("**Benchmark targets**", 1)[1].split("\n\n\n", 1)[0]
+    assert "Sources:" not in table  # the cost rows come from the appendix, not from listed files
