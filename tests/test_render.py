@@ -325,6 +325,9 @@ def test_a_one_gpu_host_renders_every_distributed_problem_as_not_run(tmp_path):
     ran = {s["id"]: s["ran"] for s in context["sections"]}
     assert not any(ran[p] for p in unanswered) and not ran["distributed_communication_single_node"]
     assert context["points"]["answered"] == 0  # none of these records answers anything
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert (f"from {len(paths)} result files: 0 ok, 0 out of memory, 0 failed, {len(paths)} recorded as not run "
+            "(too few GPUs)") in report
 
 
 def test_the_appendix_names_the_host_cpu_model_escaped(tmp_path):

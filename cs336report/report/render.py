@@ -299,7 +299,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
         "cost": cost, "config_yaml": yaml.safe_dump(
             {k: v for k, v in config.items() if not k.startswith("_")}, sort_keys=False),
         "n_results": len(records),
-        "status_counts": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "error", "skipped")},
+        "status_counts": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "error", "skipped", "not_run", "not_implemented")},
         "n_oom_shared": sum(record_status(r) == "oom_shared" for r in records),
     }
 
