@@ -597,3 +597,30 @@ def test_the_optimized_steps_gpu_time_is_summed_by_kernel_class():
     whole = data["whole_step_stats_s"]["mean"]
     assert item["whole"]["step"] == fmt_seconds(whole) and item["whole"]["saved"] == fmt_seconds(step - whole)
     assert item["whole"]["pct"] == fmt_pct(data["flops_per_step"] / whole / 1e12 / peak) and not item["whole"]["met"]
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data"
+
+
+def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_path):
+    eager = sorted((PUBLISHED / "pytorch_attention").glob("naive-fp32-*.json.gz"))
+    compiled = sorted((PUBLISHED / "compiled_attention").glob("compiled-fp32-*.json.gz"))
+    if not eager or not compiled:
+        pytest.skip("no published records")
+    from cs336report.results import load
+
+    render_report([str(p) for p in eager + compiled], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r")
+    answers = (tmp_path / "r" / "answers.md").read_text()
+    evidence = (tmp_path / "r" / "evidence.md").read_text()
+    # the smallest OOM cell's Q, K, V and O: 4 × B·T·d fp32 values, from its own config
+    oom = min((load(p) for p in eager if load(p)["status"] == "oom"),
+              key=lambda r: (r["config"]["seq"], r["config"]["d_head"]))
+    c = oom["config"]
+    qkvo = fmt_bytes(4 * c["batch_size"] * c["seq"] * c["d_head"] * 4)
+    assert "(the exponentials and the softmax's output)" in answers and f"with Q, K, V and O ({qkvo}) beside them" in answers
+    assert "a few MiB" not in answers
+    # no cell is causal, so there is no mask to fuse
+    assert not any(load(p)["config"].get("causal") for p in compiled)
+    assert "fuses the scaling and softmax" in answers and "masking" not in answers.split("## 7.", 1)[1].split("## 8.", 1)[0]
+    # both graphs keep two T×T matrices: the evidence says so rather than that compiling changed the count
+    assert "as many as the eager graph keeps" in evidence and "changes how many are kept" not in evidence

@@ -93,6 +93,10 @@ def accounting_tables(df: pd.DataFrame) -> dict:
                  "phase": target["oom_phase"], "before_backward": fmt_bytes(acc["before_backward"]),
                  "saved": fmt_bytes(acc["saved_for_backward"]), "matrix": fmt_bytes(acc["score_matrix"]),
                  "n_saved": int(target["saved_matrices"]),
+                 "saved_what": ("the exponentials and the softmax's output"
+                                if int(target["saved_matrices"]) == accounting.NAIVE_SAVED_MATRICES
+                                else "intermediates of the softmax"),
+                 "qkvo": fmt_bytes(acc["inputs"] + acc["output"]),
                  "extension": checks.beyond_handout_grid("pytorch_attention", seq=T, d=d),
                  "handout_seqs": ", ".join(str(v) for v in checks.HANDOUT_GRIDS["pytorch_attention"]["seq"])}
     device = target["gpu_memory_bytes"]

@@ -49,7 +49,8 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
 
 def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
-    out: dict = {"n": len(pairs), "n_both": len(both)}
+    out: dict = {"n": len(pairs), "n_both": len(both),
+                 "causal": bool(pairs["causal"].astype(bool).any()) if "causal" in pairs else False}
     # An eager cell that has no record was not run: only a recorded failure counts against it.
     only_compiled = pairs[(pairs["status"] == "ok") & pairs["status_eager"].isin(["oom", "error"])]
     if not only_compiled.empty:
