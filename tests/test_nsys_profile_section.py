@@ -368,3 +368,17 @@ def test_profile_step_counts_are_not_held_to_the_benchmarking_handout(parsed, tm
     assert settings["warm-up steps"]["value"] == "2" and not settings["warm-up steps"]["differs"]
     assert settings["measured steps"]["value"] == "5" and not settings["measured steps"]["differs"]
     assert settings["batch size"]["differs"] and settings["batch size"]["handout"] == "4"
+
+
+@pytest.mark.skipif(not list((PUBLISHED / "nsys_profile").glob("*.json.gz")), reason="no published records")
+def test_top_kernel_calls_follow_the_contexts_and_name_their_kernels(tmp_path):
+    records = sorted((PUBLISHED / "nsys_profile").glob("*.json.gz"))
+    d = build(records, out=tmp_path)
+    table = {(r[0], int(r[1])): r for r in _rows(d["top_table"])}
+    for c in d["top"]["calls"]:
+        rows = sorted((ctx, r) for (size, ctx), r in table.items() if size == c["size"])
+        counts = [r[5] for _, r in rows]  # the table's calls per forward pass, by context
+        assert c["context_list"] == ", ".join(str(ctx) for ctx, _ in rows)
+        assert c["calls"] == (counts[0] if len(set(counts)) == 1 else ", ".join(counts))
+        named = {ctx: k["name"] for k in c["kernels"] for ctx in map(int, k["contexts"].split(", "))}
+        assert named == {ctx: r[2] for ctx, r in rows}

@@ -63,9 +63,14 @@ def top_kernel_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table,
         calls = []
         for size, g in f.groupby("size", sort=False):
             cfg = cells.loc[cells["size"].astype(str) == size, "model"].iloc[0] or {}
-            counts = sorted({fmt_count(c) for c in g["calls"]}, key=float)
-            calls.append({"size": size, "calls": ", ".join(counts), "layers": cfg.get("num_layers"),
-                          "contexts": len(g), "constant": len(counts) == 1})
+            g = g.sort_values("context")
+            counts = [fmt_count(c) for c in g["calls"]]  # in context order
+            constant = len(set(counts)) == 1
+            kernels = [{"name": name, "contexts": ", ".join(str(c) for c in k["context"])}
+                       for name, k in g.groupby("name", sort=False)]
+            calls.append({"size": size, "calls": counts[0] if constant else ", ".join(counts),
+                          "context_list": ", ".join(str(c) for c in g["context"]), "kernels": kernels,
+                          "layers": cfg.get("num_layers"), "contexts": len(g), "constant": constant})
         out["calls"] = calls
         out["calls_constant"] = all(c["constant"] for c in calls) and any(c["contexts"] > 1 for c in calls)
         moved = f[f["same"] == False]  # noqa: E712
