@@ -519,3 +519,23 @@ def test_answer_a_tells_an_optimizer_peak_from_a_backward_one(tmp_path):
     long = _published_answer_a(tmp_path / "long", (256, 512))
     assert "in the backward pass and falls as backward frees the activations" in long
     assert "spike in the optimizer step" not in long
+
+
+def test_answer_c_gives_the_bf16_change_at_every_context(tmp_path):
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-{p}-2.7B-ctx{c}-{m}.json.gz"
+             for p in ("fp32", "bf16") for c in (128, 256, 512) for m in ("forward", "train_step")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published snapshots")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    md = (tmp_path / "report" / "answers.md").read_text()
+    answer = md.split('<a id="memory_profiling-c"></a>', 1)[1].split("<a id=", 1)[0]
+
+    def change(mode, context):  # peak allocated, bf16 against fp32, from the records' captures
+        peak = {p: load(PUBLISHED / "memory_profiling_parse" / f"naive-{p}-2.7B-ctx{context}-{mode}.json.gz")
+                ["data"]["capture"]["peak_memory"]["allocated_bytes"] for p in ("fp32", "bf16")}
+        return f"{(peak['bf16'] - peak['fp32']) / peak['fp32'] * 100:+.1f} %"
+
+    forward = ", ".join(change("forward", c) for c in (128, 256, 512))
+    step = ", ".join(change("train_step", c) for c in (128, 256, 512))
+    assert (f"By context, bf16 changes the peak allocated by {forward} for the forward (autograd on) and {step} "
+            "for the train step (AdamW) at contexts 128, 256, 512") in answer

@@ -110,6 +110,20 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
                          "pct": f"{rel * 100:+.1f} %", "significant": abs(rel) >= SIGNIFICANT,
                          "rank": MODE_ORDER.index(label)})
     out["precision_cmp"] = sorted(prec, key=lambda x: (x["impl"], x["rank"]))
+    # the same comparison at every context both precisions ran: autocast's weight copies weigh most
+    # where the activations are small, so the sign can change with the context
+    spans = []
+    for (impl, label), g in ok.groupby(["implementation", "label"]):
+        points = []
+        for context, c in g.groupby("context"):
+            by = {r["precision"]: r for _, r in c.iterrows()}
+            if "fp32" in by and "bf16" in by:
+                points.append((int(context), (by["bf16"]["peak"] - by["fp32"]["peak"]) / by["fp32"]["peak"]))
+        if len(points) > 1:
+            spans.append({"impl": impl, "label": MODE_LABELS[label], "rank": MODE_ORDER.index(label),
+                          "points": [{"context": c, "pct": f"{rel * 100:+.1f} %"} for c, rel in points],
+                          "sign_changes": min(r for _, r in points) < 0 < max(r for _, r in points)})
+    out["precision_by_context"] = sorted(spans, key=lambda x: (x["impl"], x["rank"]))
     out["weight_copies"] = [w for w in (weight_copies(r) for _, r in ok.iterrows()
                                         if r["precision"] == "bf16" and int(r["context"]) == top_ctx
                                         and r["implementation"] == out["impl"] and r["snap"]) if w]
