@@ -355,3 +355,24 @@ def test_a_plain_value_in_markdown_keeps_its_quotes_but_makes_no_html():
     value = "the allocator's \"blocks\" <b>&"
     assert env["md"].from_string(template).render(v=value, n=3) == "the allocator's \"blocks\" &lt;b&gt;&amp;|3"
     assert "&#39;" in env["html"].from_string(template).render(v=value, n=3)  # HTML still escapes every quote
+
+
+def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path):
+    """The means after 1 and 2 warm-up steps differ from the 5-step one in every step alike: the answer
+    offers the spread between processes as the likelier reading without ruling out a warm-up effect,
+    as its evidence says one run per setting cannot; with the 2-step run absent it speaks of one."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).parent / "fixtures"
+    here = sorted((fixtures / "warmup_h200").glob("*.json.gz")) + sorted((fixtures / "benchmarking_h200").glob("*.json.gz"))
+
+    def answer(paths, out):
+        render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, out)
+        md = (out / "answers.md").read_text()
+        return md.split('<a id="benchmarking_script-c"></a>', 1)[1].split("<a id=", 1)[0]
+
+    both = answer(here, tmp_path / "all")
+    assert "the means after 1 and 2 warm-up steps (" in both and "one run per setting cannot tell the two apart" in both
+    assert ", not a warm-up effect" not in both
+    one = answer([p for p in here if not p.name.endswith("-w2.json.gz")], tmp_path / "no_w2")
+    assert "the mean after 1 warm-up step (" in one and "still differs from the 5-step one" in one
