@@ -142,10 +142,12 @@ def handout_grid(grids: dict) -> dict:
     return merge(grids.get("gpu") or {}, grids.get("handout") or {})
 
 
-def validate(raw: dict, schema: dict | None = None, source: str = "config", files=None) -> dict:
+def validate(raw: dict, schema: dict | None = None, source: str = "config", files=None,
+             merge_handout: bool = True) -> dict:
     """Return a copy of ``raw`` with defaults filled in, or raise ConfigError naming the key.
 
     ``files`` are the config files merged into ``raw``, in order: an error names the one that set the key.
+    ``merge_handout``: False for a config already resolved, whose handout grid is merged.
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
@@ -153,7 +155,7 @@ def validate(raw: dict, schema: dict | None = None, source: str = "config", file
     instance = copy.deepcopy(raw)
     # The handout grid is the gpu grid with its own changes laid over it (handout_grid).
     grids = instance.get("grids")
-    if isinstance(grids, dict) and isinstance(grids.get("handout"), dict):
+    if merge_handout and isinstance(grids, dict) and isinstance(grids.get("handout"), dict):
         grids["handout"] = handout_grid(grids)
     # An experiment set to null in a grid is not run there: a config file laid over another (Snakemake's
     # --configfile merge) cannot delete a key, only give it a new value.
@@ -258,6 +260,17 @@ class Config:
         student = _check_student(data.get("student"), source, device)
         model = _student_model(data.get("model"), student, source)
         return dataclasses.replace(cfg, model_source=_check_model(model, source, device), student=student)
+
+    @classmethod
+    def from_resolved(cls, data: dict, device: str) -> "Config":
+        """The config of ``data`` that :meth:`from_dict` already validated and resolved (a report's or a
+        published folder's config), taken as it is. Validating it again would merge ``grids.handout``
+        over ``grids.gpu`` a second time and bring back the experiments the handout grid sets to null."""
+        data = validate(data, source="resolved config", merge_handout=False)
+        student = _check_student(data.get("student"), "resolved config", device)
+        model = _student_model(data.get("model"), student, "resolved config")
+        return cls(data=data, device=device, model_source=_check_model(model, "resolved config", device),
+                   student=student)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":

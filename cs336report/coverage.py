@@ -17,8 +17,8 @@ def expected_cells(config: dict) -> dict[str, dict] | None:
     from .config import Config
 
     try:
-        cfg = Config.from_dict({k: v for k, v in config.items() if not k.startswith("_")}, source="resolved config",
-                               cuda_available=config.get("_device") == "cuda")
+        device = config.get("_device") or ("cuda" if config["device"] == "cuda" else "cpu")
+        cfg = Config.from_resolved({k: v for k, v in config.items() if not k.startswith("_")}, device)
         return {name: experiments.cells(name, cfg) for name in experiments.names()}
     except Exception:  # a config from another version: callers then know only what ran
         return None

@@ -124,3 +124,17 @@ def test_a_gpu_run_in_a_fresh_clone_is_not_skipped_for_the_published_report(tmp_
     out = run.stdout + run.stderr
     assert "Nothing to be done" not in out and "report/handout/report.md" in out
     assert "rule benchmarking:" in out and "rule nsys_profile:" in out
+
+
+def test_a_resolved_handout_config_expects_the_handout_cells_only():
+    """The report and publish read the configured cells back from the resolved config (config.json).
+    Resolving it a second time must not merge the gpu grid in again: that brought back the experiments
+    the handout grid sets to null (the leaderboard, the optimized step, the autocast memory study)."""
+    from cs336report.coverage import with_expected_cells
+
+    cfg = _config("handout")
+    data = {k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")}
+    resolved = json.loads(json.dumps({**data, "_device": "cuda", "_grid": "handout"}))  # as config.json
+    expected = with_expected_cells(resolved)["_expected"]
+    assert expected == {name: sorted(cells) for name, cells in _cells(cfg).items()}
+    assert not expected["flash_leaderboard"] and not expected["optimized_step"] and not expected["autocast_memory"]
