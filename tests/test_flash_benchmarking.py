@@ -429,9 +429,10 @@ def test_rendered_numbers_are_the_analysis_numbers(tmp_path):
         assert f"{e['exponent']} for {e['impl']} ({e['dtype']}, seq {e['lo']}–{e['hi']})" in md
 
 
-def test_section_without_leaderboard_says_it_needs_cuda(tmp_path):
+def test_section_without_leaderboard_says_which_grid_runs_it(tmp_path):
     md, _, _ = _render(tmp_path, gpu_like_records(tmp_path, with_leaderboard=False))
-    assert "Not run: the leaderboard harness needs CUDA" in md
+    assert "Not run: this run has no flash\\_leaderboard record; the gpu grid runs the harness" in md
+    assert "needs CUDA" not in md  # a CUDA run: the grid, not the device, left it out
 
 
 def test_failed_cell_shows_its_status_in_every_row(tmp_path):
