@@ -348,6 +348,7 @@ def test_answer_a_builds_no_profiler_cost_on_a_host_bound_pair(parsed, tmp_path)
     assert ("these ratios mix the profiler's cost with the spread between two processes: 1 of the 1 profiled "
             "runs was faster than the run without it") in evidence
     assert "give the size of the slowdown" not in evidence
+    assert "the profiled run is faster in the one cell both timed" in evidence and "over 1 cells" not in evidence
 
 
 def test_answer_a_quotes_the_profiler_cost_where_the_kernels_fill_the_step(parsed, tmp_path):
