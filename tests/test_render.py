@@ -376,3 +376,18 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
     assert ", not a warm-up effect" not in both
     one = answer([p for p in here if not p.name.endswith("-w2.json.gz")], tmp_path / "no_w2")
     assert "the mean after 1 warm-up step (" in one and "still differs from the 5-step one" in one
+
+
+def test_cost_rows_go_to_the_section_of_their_own_name():
+    """ddp_bucketed_benchmarking's records also serve problem 16's comparison; its job time belongs to
+    problem 18, the section of its name, and problem 16's rule stays with 16."""
+    from pathlib import Path
+
+    from cs336report.report.cost import cost_of
+    from cs336report.results import load
+
+    here = Path(__file__).parent / "fixtures" / "ddp_h200"
+    records = [{**load(p), "_path": str(p)} for p in sorted(here.glob("ddp_*/*.json.gz"))]
+    rows = {row[1].text: row[0].text for row in cost_of(records, gpu_run=True)["table"].rows}
+    assert rows["ddp_bucketed_benchmarking"] == "ddp_bucketed_benchmarking"
+    assert rows["ddp_overlap_individual_parameters_benchmarking"] == "ddp_overlap_individual_parameters_benchmarking"

@@ -101,8 +101,9 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
                                                   peak=("peak", "max"), measured=("from_benchmark", "all"),
                                                   warm=("warm", "sum"), steps_s=("steps_s", "sum"),
                                                   compile_s=("compile_s", "sum"))
-    section_of: dict[str, str] = {}
-    for m in SECTIONS:  # an experiment shared by two sections belongs to the first (its own)
+    # an experiment belongs to the section of its own name; one shared by sections otherwise to the first
+    section_of: dict[str, str] = {m.ID: m.TITLE for m in SECTIONS}
+    for m in SECTIONS:
         for e in m.EXPERIMENTS:
             section_of.setdefault(e, m.TITLE)
     order = {m.TITLE: i for i, m in enumerate(SECTIONS)}
