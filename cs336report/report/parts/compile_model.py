@@ -119,7 +119,9 @@ def compile_scope(pairs: pd.DataFrame) -> dict:
     return out
 
 
-def model_analysis(pairs: pd.DataFrame) -> dict:
+def model_analysis(pairs: pd.DataFrame, host_bound: set[str] = frozenset()) -> dict:
+    """``host_bound``: the eager records flagged host-bound, whose times move from process to process,
+    so that a speed-up over them is named as such."""
     both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
     out: dict = {"n": len(pairs), "n_both": len(both), "by_mode": []}
     for mode, g in both.groupby("mode", sort=False):
@@ -127,7 +129,8 @@ def model_analysis(pairs: pd.DataFrame) -> dict:
         lo, hi = g.loc[ratio.idxmin()], g.loc[ratio.idxmax()]
         out["by_mode"].append({"mode": MODE_LABELS[mode], "min": sig(ratio.min()), "max": sig(ratio.max()),
                                "min_cell": f"{lo['size']}, context {lo['context']}",
-                               "max_cell": f"{hi['size']}, context {hi['context']}"})
+                               "max_cell": f"{hi['size']}, context {hi['context']}",
+                               "max_host_bound": hi["source_eager"] in host_bound})
     first = first_call_summary(pairs, lambda r: f"{r['size']}, context {r['context']}, {MODE_LABELS[r['mode']]}")
     if first:
         out["first_call"] = first

@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from ... import accounting
-from .. import answer_parts
+from .. import answer_parts, checks
 from ..parts.attention_figure import scaling_figure
 from ..parts.attention_frame import memory_column
 from ..parts.attention_frame import frame as attention_frame
@@ -63,7 +63,8 @@ def build(ctx) -> dict:
     pairs = model_pairs(ctx.records("compiled_model"), ctx.records("benchmarking"))
     if not pairs.empty:
         out["model_table"] = model_table(pairs)
-        out["model"] = model_analysis(pairs)
+        bench = ctx.records("benchmarking")
+        out["model"] = model_analysis(pairs, checks.host_bound_sources(checks.timing_flags(bench)))
     # (c)
     out["optimized"] = optimized(ctx.records("optimized_step"), ctx.records("benchmarking"), ctx.records("roofline"),
                                  ctx.config.get("run", {}).get("implementation", "naive"))
