@@ -539,3 +539,14 @@ def test_answer_c_gives_the_bf16_change_at_every_context(tmp_path):
     step = ", ".join(change("train_step", c) for c in (128, 256, 512))
     assert (f"By context, bf16 changes the peak allocated by {forward} for the forward (autograd on) and {step} "
             "for the train step (AdamW) at contexts 128, 256, 512") in answer
+
+
+def test_accounting_ratio_that_does_not_vary_is_one_number(tmp_path):
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx{c}-{m}.json.gz"
+             for c in (128, 256) for m in ("forward", "train_step")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published snapshots")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    evidence = (tmp_path / "report" / "evidence.md").read_text()
+    ratio = re.search(r"the 4 cells are ([^.]*\.\d+)×( to ([^ ]+)×)? the prediction", evidence)
+    assert ratio and not (ratio[3] and ratio[3] == ratio[1])  # never "1.00× to 1.00×"
