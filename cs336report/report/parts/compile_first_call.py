@@ -29,6 +29,10 @@ def first_call_cell(seconds: float, cache_hits, calls: int = 1) -> Cell:
     return Cell(sig(seconds) + (" (cache)" if cache_hits else "") + (f" ({calls} calls)" if calls > 1 else ""))
 
 
+# torch.compile's set-up below this took no import: the process had imported the compiler already
+IMPORTED_BELOW_S = 0.5
+
+
 def setup_seconds(first_calls: list[dict]) -> float:
     """The torch.compile set-up (importing the compiler) recorded with these first calls; NaN if none."""
     times = [c["setup_s"] for c in first_calls if c.get("setup_s") is not None]
@@ -48,5 +52,7 @@ def first_call_summary(rows: pd.DataFrame, name) -> dict | None:
         out.update({"min": fmt_seconds(full.min()), "max": fmt_seconds(full.max()), "n": int(len(full))})
     setup = timed["setup_s"].dropna() if "setup_s" in timed else pd.Series(dtype=float)
     if not setup.empty:
-        out["setup"] = {"min": fmt_seconds(setup.min()), "max": fmt_seconds(setup.max()), "n": int(len(setup))}
+        # importing TorchDynamo and Inductor takes seconds; a process that has imported them wraps in ms
+        out["setup"] = {"min": fmt_seconds(setup.min()), "max": fmt_seconds(setup.max()), "n": int(len(setup)),
+                        "imported": bool(setup.max() < IMPORTED_BELOW_S)}
     return out
