@@ -354,7 +354,8 @@ def test_timings_from_fewer_than_three_calls_are_counted(records):
                  if s["seq"] == 2048 and s["passes"]["forward"]["status"] == "ok")
     shape["passes"]["forward"]["stats_s"]["n"] = 1
     a = section.analysis(section.frame(records), section.memory_frame(records))
-    assert a["few_calls"] == {"n": 1, "from_seq": 2048, "impls": ["naive"]}
+    assert a["few_calls"] == {"n": 1, "from_seq": 2048, "impls": ["naive"],
+                              "by_impl": [{"impl": "naive", "from_seq": 2048, "n": 1}]}
 
 
 def test_an_oom_point_says_which_passes_still_ran_there():
