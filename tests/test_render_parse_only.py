@@ -30,7 +30,7 @@ def test_a_record_parsed_with_only_a_cell_name_renders(tmp_path):
         | {"model": {k: v for k, v in profiled["model"].items() if k not in ("vocab_size", "rope_theta")}}
     render_report([out], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "per forward pass in small (12 layers)" in md  # the size and its shape, from the name
+    assert "In small (12 layers) the leader is" in md  # the size and its shape, from the name
     assert (tmp_path / "out" / "figures" / "nsys_profile_classes.png").exists()
 
 
