@@ -102,6 +102,15 @@ def _failed_record(experiment: str, name: str, cell: dict, message: str) -> dict
             "started_at": now_iso(), "finished_at": now_iso(), "wall_s": 0.0}
 
 
+def _too_few_gpus(cell: dict) -> bool:
+    """An NCCL cell of more processes than this job has GPUs (the runner records it as not run)."""
+    if cell.get("backend") != "nccl" or int(cell.get("world_size") or 1) < 2:
+        return False
+    from .distributed.launch import gpus_present
+
+    return gpus_present() < int(cell["world_size"])
+
+
 def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) -> dict:
     """Run one profiled cell into ``out_dir``; returns the launch record."""
     out_dir = Path(out_dir)
@@ -110,7 +119,12 @@ def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) ->
     run_path = out_dir / RUN_FILE
     launch = {"profiler": cell["profiler"], "started_at": now_iso()}
     t0 = time.perf_counter()
-    if cell["profiler"] == "nsys":
+    if _too_few_gpus(cell):  # the cell records itself as not run at once: no profiler to start
+        from .runner import run_cell
+
+        launch.update(command=["not profiled: too few GPUs"], returncode=0)
+        run_cell(experiment, name, cell, run_path)
+    elif cell["profiler"] == "nsys":
         child = [sys.executable, "-m", "cs336report", "run", experiment, "--name", name,
                  "--cell", json.dumps(cell, sort_keys=True), "--out", str(run_path)]
         command = nsys_profile_command(cell, out_dir, child)

@@ -5,6 +5,7 @@ import os
 import shutil
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -262,3 +263,19 @@ def test_profiled_cells_are_not_measured_again_outside_the_profiler():
     profiled = experiments.cells("nsys_profile", gpu)
     assert profiled and all(c.get("repeats") for c in bench.values())
     assert not any("repeats" in c or "noisy_cv" in c for c in profiled.values())
+
+
+def test_an_nccl_cell_without_its_gpus_is_recorded_not_run_without_a_profiler(tmp_path, monkeypatch):
+    """On a host of too few GPUs (here none) a DDP profile is not run: the cell says so at once, and
+    nsys, which would start a profiled interpreter only for it to stop, is not started."""
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    fake_nsys(tmp_path, report_from=1)
+    raw = yaml.safe_load((Path(__file__).parents[1] / "workflow" / "config" / "default.yaml").read_text())
+    cfg = Config.from_dict({**raw, "device": "cuda", "jobs_elsewhere": True, "grid": "gpu"}, require_cuda=False)
+    name, cell = next(iter(experiments.cells("ddp_overlap_profile", cfg).items()))
+    assert cell["backend"] == "nccl" and cell["world_size"] == 2 and cell["profiler"] == "nsys"
+    launch = profile_cell("ddp_overlap_profile", name, cell, tmp_path / "profile")
+    assert not (tmp_path / "bin" / "flags.json").exists()  # nsys never profiled
+    run = load(tmp_path / "profile" / "run.json")
+    assert run["status"] == "not_run" and run["error"] == "not run: needs 2 GPUs, 0 present"
+    assert launch["report"] is None and launch["command"] == ["not profiled: too few GPUs"]
