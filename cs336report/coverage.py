@@ -64,16 +64,7 @@ def _reason(error: str) -> str:
     return text
 
 
-def not_run_reasons(records: Iterable[dict]) -> dict[str, str]:
-    """Why an experiment has no result, where every record of it says it was not run: its records'
-    own reasons (e.g. "needs 2 GPUs, 1 present", the distributed cells on a host of one GPU)."""
-    by_experiment: dict[str, list[dict]] = {}
-    for r in records:
-        by_experiment.setdefault(r["experiment"], []).append(r)
-    out = {}
-    for experiment, rs in by_experiment.items():
-        if all(r["status"] == "not_run" for r in rs):
-            reasons = sorted({_reason(r.get("error") or "") for r in rs} - {""})
-            if reasons:
-                out[experiment] = "; ".join(reasons)
-    return out
+def not_run_reason(records: Iterable[dict]) -> str:
+    """Why records that say "not run" were not run: their distinct reasons (e.g. "needs 2 GPUs, 1
+    present", the distributed cells on a host of one GPU), empty where none says."""
+    return "; ".join(sorted({_reason(r.get("error") or "") for r in records if r["status"] == "not_run"} - {""}))

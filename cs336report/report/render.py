@@ -25,7 +25,7 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
-from ..coverage import coverage as cell_coverage, expected_cells, not_run_reasons
+from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
 from ..handout import rerun_command
 from ..results import load, record_status
 from .appendix import experiments_table, provenance_summary
@@ -234,7 +234,6 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
     # a section whose every record says "not run" (a distributed cell on a host of too few GPUs) is not answered
     records = [r for e in module.EXPERIMENTS for r in ctx.records(e)]
     present = any(r["status"] != "not_run" for r in records)
-    why_not = "; ".join(dict.fromkeys(not_run_reasons(records).values()))
     not_run = [{"rule": e, **coverage[e]} for e in module.EXPERIMENTS if coverage.get(e, {}).get("missing")]
     data = module.build(ctx) if present else None
     from . import headlines
@@ -244,7 +243,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
             "command": rerun_command(*module.EXPERIMENTS) if problem.rule == problem.id else problem.command,
             "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
-            "skip_reason": None if present else (why_not or _skip_reason(module, ctx)), "data": data,
+            "skip_reason": None if present else (not_run_reason(records) or _skip_reason(module, ctx)), "data": data,
             "headline": headline(data) if present and headline else None}
     # the evidence partial's own view of the section: its heading is the evidence block's anchor
     section["ev"] = {**section, "id": base["evidence_id"], "title": module.TITLE}

@@ -98,31 +98,26 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
                            "peak_lo": _gib(lo["peak"]), "peak_hi": _gib(hi["peak"]),
                            "diff": _gib(hi["peak"] - lo["peak"]), "rank": MODE_ORDER.index(label)})
     out["growth"] = sorted(growth, key=lambda x: x["rank"])
-    # (c) precision
-    prec = []
+    # (c) precision: bf16 against fp32 at every context both ran; the longest context is the headline,
+    # and the others show how autocast's weight copies weigh most where the activations are small
+    prec, by_mode = [], {}
     for (impl, context, label), g in ok.groupby(["implementation", "context", "label"]):
         by = {r["precision"]: r for _, r in g.iterrows()}
-        if "fp32" in by and "bf16" in by and int(context) == top_ctx:
-            diff = by["bf16"]["peak"] - by["fp32"]["peak"]
-            rel = diff / by["fp32"]["peak"]
+        if "fp32" not in by or "bf16" not in by:
+            continue
+        diff = by["bf16"]["peak"] - by["fp32"]["peak"]
+        rel = diff / by["fp32"]["peak"]
+        by_mode.setdefault((impl, label), []).append((int(context), rel))
+        if int(context) == top_ctx:
             prec.append({"impl": impl, "label": MODE_LABELS[label], "fp32": _gib(by["fp32"]["peak"]),
                          "bf16": _gib(by["bf16"]["peak"]), "diff": ("+" if diff > 0 else "−") + _gib(abs(diff)),
                          "pct": f"{rel * 100:+.1f} %", "significant": abs(rel) >= SIGNIFICANT,
                          "rank": MODE_ORDER.index(label)})
     out["precision_cmp"] = sorted(prec, key=lambda x: (x["impl"], x["rank"]))
-    # the same comparison at every context both precisions ran: autocast's weight copies weigh most
-    # where the activations are small, so the sign can change with the context
-    spans = []
-    for (impl, label), g in ok.groupby(["implementation", "label"]):
-        points = []
-        for context, c in g.groupby("context"):
-            by = {r["precision"]: r for _, r in c.iterrows()}
-            if "fp32" in by and "bf16" in by:
-                points.append((int(context), (by["bf16"]["peak"] - by["fp32"]["peak"]) / by["fp32"]["peak"]))
-        if len(points) > 1:
-            spans.append({"impl": impl, "label": MODE_LABELS[label], "rank": MODE_ORDER.index(label),
-                          "points": [{"context": c, "pct": f"{rel * 100:+.1f} %"} for c, rel in points],
-                          "sign_changes": min(r for _, r in points) < 0 < max(r for _, r in points)})
+    spans = [{"impl": impl, "label": MODE_LABELS[label], "rank": MODE_ORDER.index(label),
+              "points": [{"context": c, "pct": f"{rel * 100:+.1f} %"} for c, rel in sorted(points)],
+              "sign_changes": min(r for _, r in points) < 0 < max(r for _, r in points)}
+             for (impl, label), points in by_mode.items() if len(points) > 1]
     out["precision_by_context"] = sorted(spans, key=lambda x: (x["impl"], x["rank"]))
     out["weight_copies"] = [w for w in (weight_copies(r) for _, r in ok.iterrows()
                                         if r["precision"] == "bf16" and int(r["context"]) == top_ctx
