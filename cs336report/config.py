@@ -257,9 +257,7 @@ class Config:
             raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': no grid {data['grid']!r} "
                               f"under 'grids' (there are {', '.join(data['grids'])})")
         cfg._check_sizes(source, files)
-        student = _check_student(data.get("student"), source, device)
-        model = _student_model(data.get("model"), student, source)
-        return dataclasses.replace(cfg, model_source=_check_model(model, source, device), student=student)
+        return cfg._with_student(source)
 
     @classmethod
     def from_resolved(cls, data: dict, device: str) -> "Config":
@@ -267,10 +265,13 @@ class Config:
         published folder's config), taken as it is. Validating it again would merge ``grids.handout``
         over ``grids.gpu`` a second time and bring back the experiments the handout grid sets to null."""
         data = validate(data, source="resolved config", merge_handout=False)
-        student = _check_student(data.get("student"), "resolved config", device)
-        model = _student_model(data.get("model"), student, "resolved config")
-        return cls(data=data, device=device, model_source=_check_model(model, "resolved config", device),
-                   student=student)
+        return cls(data=data, device=device)._with_student("resolved config")
+
+    def _with_student(self, source: str) -> "Config":
+        """This config with its ``student`` and ``model`` keys checked, as the cells carry them."""
+        student = _check_student(self.data.get("student"), source, self.device)
+        model = _student_model(self.data.get("model"), student, source)
+        return dataclasses.replace(self, model_source=_check_model(model, source, self.device), student=student)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":
