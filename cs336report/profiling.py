@@ -104,11 +104,11 @@ def _failed_record(experiment: str, name: str, cell: dict, message: str) -> dict
 
 def _too_few_gpus(cell: dict) -> bool:
     """An NCCL cell of more processes than this job has GPUs (the runner records it as not run)."""
-    if cell.get("backend") != "nccl" or int(cell.get("world_size") or 1) < 2:
+    if cell.get("backend") != "nccl":  # only NCCL needs GPUs; other cells need not import torch here
         return False
-    from .distributed.launch import gpus_present
+    from .distributed.launch import enough_gpus
 
-    return gpus_present() < int(cell["world_size"])
+    return not enough_gpus("nccl", int(cell.get("world_size") or 1))
 
 
 def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) -> dict:

@@ -82,6 +82,16 @@ def gpus_present() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def enough_gpus(backend: str, world_size: int, devices: Sequence[int] | None = None) -> bool:
+    """Whether this process sees the GPUs a launch of ``world_size`` ranks needs: one each for NCCL
+    (``devices``, default 0..world_size-1, all present); Gloo needs none."""
+    if backend != "nccl":
+        return True
+    present = gpus_present()
+    devices = list(devices) if devices is not None else list(range(world_size))
+    return len(devices) >= world_size and present >= world_size and max(devices) < present
+
+
 def _rank_entry(rank: int, fn: Callable, world_size: int, backend: str, port: int,
                 devices: Sequence[int] | None, outdir: str, args: tuple, timeout_s: float,
                 environ: dict[str, str]) -> None:
@@ -146,11 +156,8 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", ar
         raise ValueError(f"world_size must be at least 1, not {world_size}")
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
-    if backend == "nccl":
-        present = gpus_present()
-        devices = list(devices) if devices is not None else list(range(world_size))
-        if len(devices) < world_size or present < world_size or max(devices) >= present:
-            raise NotEnoughDevices(world_size, present)
+    if not enough_gpus(backend, world_size, devices):
+        raise NotEnoughDevices(world_size, gpus_present())
     outdir = Path(tempfile.mkdtemp(prefix="cs336report-launch-"))
     mp.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, at the first launch
     try:
