@@ -595,12 +595,28 @@ def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
     flops = fb.attention_flops(4, 4096, 64, True, "forward_backward")
     assert flops == 3.5 * 2 * 4 * 4096 * 4096 * 64
     out = fb.kernel_only(lambda: None, "cuda", [0.00009, 0.0001, 0.00011], flops)
-    assert seen == [fb.KERNEL_CALLS]
+    assert seen == [fb.KERNEL_CALLS] and out["profiled_calls"] == fb.KERNEL_CALLS
     assert out["kernel_s"] == pytest.approx(3e-5)
     assert out["overhead_s"] == pytest.approx(1e-4 - 3e-5)
     assert out["tflops"]["kernels"] == pytest.approx(flops / 3e-5 / 1e12)
     assert out["tflops"]["do_bench"] < out["tflops"]["kernels"]
     assert fb.kernel_only(lambda: None, "cpu", [1.0], flops) == {}
+
+
+def test_long_passes_are_profiled_for_fewer_calls(monkeypatch):
+    """A pass is profiled for about KERNEL_BUDGET_S of its median time: five calls when short, one
+    when a call alone fills the budget, never none."""
+    from cs336report import kernel_times as kt
+    from cs336report.experiments import flash_benchmarking as fb
+
+    seen = []
+    monkeypatch.setattr(kt, "kernel_times", lambda fn, steps: seen.append(steps) or {"k": {"ms": 1.0, "calls": 1.0}})
+    budget = fb.KERNEL_BUDGET_S
+    for median in (budget / 100, budget / 3, budget / 2, budget, budget * 4):
+        out = fb.kernel_only(lambda: None, "cuda", [median * 0.9, median, median * 1.1], 1.0)
+        assert out["profiled_calls"] == seen[-1]
+    assert seen == [fb.KERNEL_CALLS, 3, 2, 1, 1]
+    assert fb.profiled_calls(0.0) == fb.KERNEL_CALLS
 
 
 def test_the_report_sets_kernel_time_beside_do_bench_time():

@@ -20,7 +20,9 @@ torch.profiler (:func:`kernel_only`), which gives the GPU time of its kernels al
 the FLOP rate of both (``tflops``). torch.profiler is chosen over do_bench's CUDA-graph variant
 because it times the calls as they run here: the backward pass through autograd and the
 autotuned Triton launches cannot all be captured in a graph, and a graph would hide the very
-overhead the comparison is meant to name. After the timings, one instrumented forward and
+overhead the comparison is meant to name. A pass is profiled for at most ``KERNEL_CALLS`` calls and
+about ``KERNEL_BUDGET_S`` of its median time, at least once (:func:`profiled_calls`): one call of a
+50 ms pass says as much as five, and five cost as much as its timing. After the timings, one instrumented forward and
 backward reads the CUDA allocator's peak. A pass that runs out of memory, or a backend that
 cannot run the shape, is recorded as such and the cell goes on with the next shape.
 
@@ -32,6 +34,7 @@ which shares them and these timers, is :mod:`cs336report.experiments.flash_leade
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import timeit
@@ -55,8 +58,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend")
 # A CPU timing keeps at least this many samples, however long one call takes.
 CPU_MIN_SAMPLES = 5
-# Calls of a pass profiled for its kernels' own GPU time (CUDA).
+# Calls of a pass profiled for its kernels' own GPU time (CUDA): at most KERNEL_CALLS, and no more
+# than fill KERNEL_BUDGET_S at the pass's median time, but at least one.
 KERNEL_CALLS = 5
+KERNEL_BUDGET_S = 0.05
 # FLOPs of a pass, in units of the forward's two matrix products (QK^T and PV): FlashAttention-2's
 # backward runs five (it recomputes QK^T), so backward = 2.5 x forward.
 PASS_FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "forward_backward": 3.5}
@@ -68,17 +73,25 @@ def attention_flops(batch: int, seq: int, d: int, causal: bool, pass_name: str) 
     return forward * PASS_FLOP_FACTOR[pass_name]
 
 
+def profiled_calls(median_s: float) -> int:
+    """How many calls of a pass whose median time is ``median_s`` :func:`kernel_only` profiles."""
+    if median_s <= 0:
+        return KERNEL_CALLS
+    return max(1, min(KERNEL_CALLS, math.ceil(KERNEL_BUDGET_S / median_s)))
+
+
 def kernel_only(fn: Callable, device: str, times_s: list[float], flops: float) -> dict:
-    """The kernels' own GPU time per call of ``fn`` (torch.profiler, ``KERNEL_CALLS`` calls), beside
-    the median of do_bench's ``times_s``: their difference is the per-call overhead, and the FLOP
-    rate is given for both. Empty on a CPU (no device kernels to separate)."""
+    """The kernels' own GPU time per call of ``fn`` (torch.profiler, :func:`profiled_calls` calls),
+    beside the median of do_bench's ``times_s``: their difference is the per-call overhead, and the
+    FLOP rate is given for both. Empty on a CPU (no device kernels to separate)."""
     if not device.startswith("cuda"):
         return {}
     from ..kernel_times import kernel_total
 
-    kernel_s, calls = kernel_total(fn, KERNEL_CALLS)
     bench_s = statistics.median(times_s)
-    return {"kernel_s": kernel_s, "kernel_calls": calls,
+    profiled = profiled_calls(bench_s)
+    kernel_s, calls = kernel_total(fn, profiled)
+    return {"kernel_s": kernel_s, "kernel_calls": calls, "profiled_calls": profiled,
             "overhead_s": max(bench_s - kernel_s, 0.0), "flops": flops,
             "tflops": {"kernels": flops / kernel_s / 1e12 if kernel_s > 0 else None,
                        "do_bench": flops / bench_s / 1e12 if bench_s > 0 else None}}
