@@ -10,6 +10,7 @@ import os
 import pickle
 import re
 import statistics
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -550,3 +551,20 @@ def test_accounting_ratio_that_does_not_vary_is_one_number(tmp_path):
     evidence = (tmp_path / "report" / "evidence.md").read_text()
     ratio = re.search(r"the 4 cells are ([^.]*\.\d+)×( to ([^ ]+)×)? the prediction", evidence)
     assert ratio and not (ratio[3] and ratio[3] == ratio[1])  # never "1.00× to 1.00×"
+
+
+def test_a_capture_job_hands_its_cell_to_the_warm_worker(tmp_path):
+    """On a GPU the capture rule runs its cell through `cs336report run ... --log`, which a warm worker
+    serves (no process start-up and torch import per snapshot), never with --no-worker."""
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copy2(repo / "Snakefile", tmp_path / "Snakefile")
+    for folder in ("workflow", "cs336report", "templates"):  # the rules and the code files they depend on
+        shutil.copytree(repo / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    target = "results/memory_profiling/naive-fp32-2.7B-ctx128-forward.json"
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--config", "device=cuda",
+                          "jobs_elsewhere=True", "grid=handout", "--", target],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    commands = [line for line in (run.stdout + run.stderr).splitlines() if "cs336report run memory_profiling" in line]
+    assert len(commands) == 1
+    assert f"--out {target} --log logs/memory_profiling/" in commands[0] and "--no-worker" not in commands[0]

@@ -20,8 +20,7 @@ rule memory_profiling:
     params:
         cell=cell_file("memory_profiling"),
     shell:
-        '"$CS336REPORT_PYTHON" -m cs336report run memory_profiling --name {wildcards.cell} --cell @{params.cell}'
-        " --out {output.result} --gpus {resources.gpu} > {log} 2>&1"
+        run_cell("memory_profiling", out="{output.result}")
 
 
 rule memory_profiling_parse:
