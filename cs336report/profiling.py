@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+from .clock import boot_s
 from .results import SCHEMA, now_iso, save
 
 REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum", "cuda_api_sum")
@@ -133,9 +134,11 @@ def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) ->
               file=sys.stderr, flush=True)
         launch["attempts"] = []
         for _ in range(NSYS_ATTEMPTS):
+            started = boot_s()
             returncode, tail = _run_echoed(command)
             report = next((f for f in REPORT_NAMES if (out_dir / f).exists()), None)
-            launch["attempts"].append({"returncode": returncode, "report": report, "output_tail": tail})
+            launch["attempts"].append({"returncode": returncode, "report": report, "output_tail": tail,
+                                       "boot_s": {"start": started, "end": boot_s()}})
             if report is not None or returncode != 0 or read_step_file(run_path).get("status") != "ok":
                 break
             # nsys has exited 0 after a complete cell without writing its report (seen once in a DDP

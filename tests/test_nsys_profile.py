@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -157,6 +158,13 @@ def test_three_steps_on_a_cpu_cell(tmp_path):
     assert len(data["python_timer"]["measured_s"]) == 2
     assert data["tool"]["profile_wall_s"] > 0 and data["tool"]["export_wall_s"] >= 0
     assert not torch.autograd.profiler._is_profiler_enabled  # the profiler was stopped
+    # where the process's time went, in order, since it started (this test's own process here)
+    line = run["data"]["timeline_s"]
+    marks = [line[k] for k in ("cell_start", "model_built", "warmed_up", "captured", "trace_written")]
+    assert marks == sorted(marks) and marks[0] > 0
+    steps = sum(run["data"]["times_s"]["measured_s"])
+    assert line["captured"] - line["warmed_up"] >= steps - 0.02
+    assert line["trace_written"] - line["cell_start"] <= run["wall_s"] + 0.02
 
 
 def test_nsys_launcher_runs_the_cell_in_a_child_and_passes_failures_on(tmp_path, monkeypatch):
@@ -200,6 +208,9 @@ def test_nsys_that_exits_0_without_a_report_profiles_the_cell_once_more(tmp_path
     assert [a["report"] for a in launch["attempts"]] == [None] * (calls - 1) + [launch["report"]]
     assert launch["report"] == ("profile.nsys-rep" if report_from <= 2 else None)
     assert launch["attempts"][-1]["output_tail"] == [f"fake nsys: call {calls}"]
+    stamps = [(a["boot_s"]["start"], a["boot_s"]["end"]) for a in launch["attempts"]]
+    assert all(start <= end for start, end in stamps)
+    assert all(stamps[i][1] <= stamps[i + 1][0] for i in range(len(stamps) - 1))  # one after the other
     json.loads((tmp_path / "profile" / "launch.json").read_text())["attempts"]  # kept on disk
     if launch["report"] is None:  # the export says what happened, not that nsys was missing
         export = export_stats(tmp_path / "profile", tmp_path / "stats", reports=("cuda_gpu_trace",))
@@ -279,3 +290,18 @@ def test_an_nccl_cell_without_its_gpus_is_recorded_not_run_without_a_profiler(tm
     run = load(tmp_path / "profile" / "run.json")
     assert run["status"] == "not_run" and run["error"] == "not run: needs 2 GPUs, 0 present"
     assert launch["report"] is None and launch["command"] == ["not profiled: too few GPUs"]
+
+
+def test_clock_stamps_a_child_process_on_the_parents_clock(tmp_path):
+    """A process started between two stamps of its parent starts between them on the boot-time clock."""
+    from cs336report import clock
+
+    before = clock.boot_s()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        started = clock.process_start_s(proc.pid)
+    finally:
+        proc.communicate(b"")
+    after = clock.boot_s()
+    assert before - 0.02 <= started <= after  # the kernel counts starts in 10 ms ticks
+    assert clock.process_start_s(10 ** 9) is None

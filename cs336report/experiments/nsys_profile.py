@@ -20,7 +20,10 @@ Two profilers, chosen per cell by ``profiler``:
     ``trace.json.gz`` into ``profile_dir``.
 
 The Python timer keeps timing every step, so each result also says how long the steps took
-under the profiler.
+under the profiler. ``timeline_s`` says where the profiled process's time went: when it started (on
+the host's boot-time clock, :mod:`cs336report.clock`) and, in seconds since then, when the cell
+began (after the interpreter, torch and the runner), when its model was built, and when the warm-up
+and the captured steps ended. The launch record stamps nsys's start and end on the same clock.
 
     python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
 """
@@ -32,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from .. import accounting, annotate
+from .. import accounting, annotate, clock
 from ..measure import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from .benchmarking import cell_name, prepare, transformer_cell
 
@@ -85,8 +88,11 @@ def run(cell: dict) -> dict:
     if profiler not in PROFILERS:
         raise ValueError(f"cell field 'profiler' is {profiler!r}, expected one of {PROFILERS}")
     batch, context = cell["batch_size"], cell["context"]
+    stamps = clock.Stamps()
+    stamps.mark("cell_start")
     # the phase ranges enclose the timer's synchronizations, so each phase's kernels end inside its range
     model, model_info, spec, step = prepare(cell, range_outside=True)
+    stamps.mark("model_built")
 
     annotate.enable(nvtx=profiler == "nsys", profiler=profiler == "torch")
     trace = None
@@ -94,6 +100,7 @@ def run(cell: dict) -> dict:
         reset_peak_memory(device)
         warm = time_steps(step, cell["warmup_steps"], 0, device)
         synchronize(device)
+        stamps.mark("warmed_up")
         if profiler == "nsys":
             torch.cuda.profiler.start()
             try:
@@ -101,15 +108,18 @@ def run(cell: dict) -> dict:
             finally:
                 synchronize(device)
                 torch.cuda.profiler.stop()
+            stamps.mark("captured")
         else:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if device.startswith("cuda"):
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             with torch.profiler.profile(activities=activities) as prof:
                 times = time_steps(step, 0, cell["measured_steps"], device)
+            stamps.mark("captured")
             trace = Path(cell["profile_dir"]) / TRACE_FILE
             trace.parent.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(trace))
+            stamps.mark("trace_written")
     finally:
         annotate.enable()
     times["warmup_s"] = warm["warmup_s"]
@@ -126,6 +136,7 @@ def run(cell: dict) -> dict:
         "stats_s": stats,
         "phase_stats_s": {name: summarize(v) for name, v in times["phases_s"].items()},
         "peak_memory": peak_memory(device),
+        "timeline_s": stamps.record(),
     }
 
 
