@@ -519,7 +519,14 @@ def test_answer_a_tells_an_optimizer_peak_from_a_backward_one(tmp_path):
     assert "a flat optimizer step" not in short and "falls as backward frees" not in short
     long = _published_answer_a(tmp_path / "long", (256, 512))
     assert "in the backward pass and falls as backward frees the activations" in long
-    assert "spike in the optimizer step" not in long
+    assert "a flat optimizer step" not in long  # AdamW's update still spikes, below backward's peak
+    record = load(PUBLISHED / "memory_profiling_parse" / "naive-fp32-2.7B-ctx512-train_step.json.gz")["data"]
+    snap, weights = record["snapshot"], 4 * record["capture"]["params"]  # one fp32 copy of the weights
+    optimizer = max(p["peak_bytes"] for p in snap["phases"] if p["phase"] == "optimizer")
+    assert snap["peak"]["phase"] == "backward" and optimizer < snap["peak"]["bytes"]
+    assert (f"then rises by 12.7 GiB in the optimizer step, from {fmt_bytes(optimizer - weights)} to "
+            f"{fmt_bytes(optimizer)}: about one more fp32 copy of the 12.7 GiB of weights") in long
+    assert long.count("spike in the optimizer step") == 1
 
 
 def test_answer_c_gives_the_bf16_change_at_every_context(tmp_path):
@@ -568,3 +575,20 @@ def test_a_capture_job_hands_its_cell_to_the_warm_worker(tmp_path):
     commands = [line for line in (run.stdout + run.stderr).splitlines() if "cs336report run memory_profiling" in line]
     assert len(commands) == 1
     assert f"--out {target} --log logs/memory_profiling/" in commands[0] and "--no-worker" not in commands[0]
+
+
+@pytest.mark.parametrize("modes", [("forward", "train_step"), ("forward", "forward_no_grad", "train_step")])
+def test_no_grad_is_explained_only_where_such_cells_ran(tmp_path, modes):
+    """The handout grid snapshots no forward under no_grad; its evidence then says nothing of such cells."""
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-{p}-2.7B-ctx{c}-{m}.json.gz"
+             for p in ("fp32", "bf16") for c in (256, 512) for m in modes]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published snapshots")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    evidence = (tmp_path / "report" / "evidence.md").read_text()
+    start, end = '<a id="evidence-memory_profiling"></a>', '<a id="evidence-pytorch_attention"></a>'
+    section = evidence.split(start, 1)[1].split(end, 1)[0]
+    ran = "forward_no_grad" in modes
+    assert ('"Forward (no_grad)" is the same pass' in section) is ran
+    assert ("The forward (no_grad) cells run no backward" in section) is ran
+    assert "(autograd on)" in section

@@ -44,17 +44,38 @@ def phase_summary(row) -> dict:
             "phase_peaks": [{"phase": k, "peak": _gib(v)} for k, v in peaks.items()]}
 
 
+def _is_weights(rise: int, params: int) -> bool:
+    """Whether ``rise`` bytes are about one fp32 copy of ``params`` weights (within 10 %)."""
+    return abs(rise / (4 * params) - 1) <= 0.1
+
+
 def optimizer_peak(snap: dict, params: int) -> dict:
     """Where a full step peaks in its optimizer step: how far above backward's highest point, and
-    whether that rise is about one fp32 copy of the weights (within 10 %). Empty otherwise."""
+    whether that rise is about one fp32 copy of the weights (within 10 %). Where it peaks elsewhere:
+    the optimizer step's own spike (:func:`optimizer_spike`), if it has one."""
+    weights = 4 * params
     if snap["peak"]["phase"] != "optimizer":
-        return {}
+        return optimizer_spike(snap, params)
     backward = max((p["peak_bytes"] for p in snap["phases"] if p["phase"] == "backward"), default=None)
     if backward is None:
         return {}
-    rise, weights = snap["peak"]["bytes"] - backward, 4 * params
+    rise = snap["peak"]["bytes"] - backward
     return {"backward_peak": _gib(backward), "optimizer_rise": _gib(rise), "weights": _gib(weights),
-            "rise_is_weights": abs(rise / weights - 1) <= 0.1}
+            "rise_is_weights": _is_weights(rise, params)}
+
+
+def optimizer_spike(snap: dict, params: int) -> dict:
+    """The largest rise of the timeline inside an optimizer step (a ``ramp`` segment that starts and
+    ends there): ``spike_rise`` from ``spike_from`` to ``spike_top``, and whether it is about one fp32
+    copy of the weights. Empty where the optimizer step allocates nothing that shows."""
+    ramps = [s for s in (snap.get("ramps") or {}).get("segments", [])
+             if s["kind"] == "ramp" and s["phase_start"] == s["phase_end"] == "optimizer"]
+    if not ramps:
+        return {}
+    top = max(ramps, key=lambda s: s["bytes"])
+    return {"spike_rise": _gib(top["bytes"]), "spike_from": _gib(top["start_bytes"]),
+            "spike_top": _gib(top["end_bytes"]), "weights": _gib(4 * params),
+            "rise_is_weights": _is_weights(top["bytes"], params)}
 
 
 def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
@@ -64,6 +85,7 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
         out["failed"].append({"cell": r["cell"], "status": "OOM" if r["status"] == "oom" else r["status"],
                               "error": r["error"] or ""})
     ok = df[df["status"] == "ok"]
+    out["has_no_grad"] = bool((ok["label"] == "forward_no_grad").any())  # the grid may have no such cells
     base = ok[ok["precision"] == "fp32"] if (ok["precision"] == "fp32").any() else ok
     base = base[base["implementation"] == "naive"] if (base["implementation"] == "naive").any() else base
     if base.empty:
