@@ -548,6 +548,20 @@ def test_answer_c_gives_the_bf16_change_at_every_context(tmp_path):
     assert (f"By context, bf16 changes the peak allocated by {forward} for the forward (autograd on) and {step} "
             "for the train step (AdamW) at contexts 128, 256, 512") in answer
 
+    def phase(precision, context):  # where the train step's snapshot peaks
+        return load(PUBLISHED / "memory_profiling_parse" / f"naive-{precision}-2.7B-ctx{context}-train_step.json.gz"
+                    )["data"]["snapshot"]["peak"]["phase"]
+
+    both = [c for c in (128, 256, 512) if phase("fp32", c) == phase("bf16", c) == "optimizer"]
+    moved = [c for c in (128, 256, 512) if phase("fp32", c) != phase("bf16", c)]
+    assert both == [128, 256] and moved == [512]  # the published snapshots: the reason differs by context
+    assert ("The train step (AdamW) peaks in AdamW's update in both precisions at contexts 128, 256, which "
+            "autocast hardly changes; at context 512 its peak moves from the backward phase in fp32 to the "
+            "optimizer phase in bf16.") in answer
+    # the cache-against-activations reason is the forward pass's, not the step's
+    assert "For the forward (autograd on), the cache of bf16 weights outweighs the halved activations" in answer
+    assert "only the activations shrink" not in answer
+
 
 def test_accounting_ratio_that_does_not_vary_is_one_number(tmp_path):
     paths = [PUBLISHED / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx{c}-{m}.json.gz"

@@ -78,6 +78,15 @@ def optimizer_spike(snap: dict, params: int) -> dict:
             "rise_is_weights": _is_weights(top["bytes"], params)}
 
 
+def peak_phases(by_context: dict[int, tuple[str, str]]) -> dict:
+    """Of a full step's (fp32, bf16) peak phases by context: the contexts where both peak in the
+    optimizer step (``optimizer_both``), which autocast does not touch, and those where bf16 moves
+    the peak to another phase (``moved``: context, fp32's phase, bf16's)."""
+    both = [c for c, (a, b) in sorted(by_context.items()) if a == b == "optimizer"]
+    moved = [{"context": c, "fp32": a, "bf16": b} for c, (a, b) in sorted(by_context.items()) if a != b]
+    return {"optimizer_both": both, "moved": moved}
+
+
 def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     out: dict = {"n_cells": len(df), "n_ok": int((df["status"] == "ok").sum()), "failed": [], "growth": [],
                  "precision_cmp": [], "ramps": []}
@@ -122,7 +131,7 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     out["growth"] = sorted(growth, key=lambda x: x["rank"])
     # (c) precision: bf16 against fp32 at every context both ran; the longest context is the headline,
     # and the others show how autocast's weight copies weigh most where the activations are small
-    prec, by_mode = [], {}
+    prec, by_mode, phases = [], {}, {}
     for (impl, context, label), g in ok.groupby(["implementation", "context", "label"]):
         by = {r["precision"]: r for _, r in g.iterrows()}
         if "fp32" not in by or "bf16" not in by:
@@ -130,6 +139,9 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
         diff = by["bf16"]["peak"] - by["fp32"]["peak"]
         rel = diff / by["fp32"]["peak"]
         by_mode.setdefault((impl, label), []).append((int(context), rel))
+        if by["fp32"]["snap"] and by["bf16"]["snap"]:  # the phase each precision's step peaks in
+            phases.setdefault((impl, label), {})[int(context)] = (by["fp32"]["snap"]["peak"]["phase"],
+                                                                 by["bf16"]["snap"]["peak"]["phase"])
         if int(context) == top_ctx:
             prec.append({"impl": impl, "label": MODE_LABELS[label], "fp32": _gib(by["fp32"]["peak"]),
                          "bf16": _gib(by["bf16"]["peak"]), "diff": ("+" if diff > 0 else "−") + _gib(abs(diff)),
@@ -138,7 +150,8 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
     out["precision_cmp"] = sorted(prec, key=lambda x: (x["impl"], x["rank"]))
     spans = [{"impl": impl, "label": MODE_LABELS[label], "rank": MODE_ORDER.index(label),
               "points": [{"context": c, "pct": f"{rel * 100:+.1f} %"} for c, rel in sorted(points)],
-              "sign_changes": min(r for _, r in points) < 0 < max(r for _, r in points)}
+              "sign_changes": min(r for _, r in points) < 0 < max(r for _, r in points),
+              **peak_phases(phases.get((impl, label), {}))}
              for (impl, label), points in by_mode.items() if len(points) > 1]
     out["precision_by_context"] = sorted(spans, key=lambda x: (x["impl"], x["rank"]))
     out["weight_copies"] = [w for w in (weight_copies(r) for _, r in ok.iterrows()
