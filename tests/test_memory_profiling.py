@@ -606,3 +606,21 @@ def test_no_grad_is_explained_only_where_such_cells_ran(tmp_path, modes):
     assert ('"Forward (no_grad)" is the same pass' in section) is ran
     assert ("The forward (no_grad) cells run no backward" in section) is ran
     assert "(autograd on)" in section
+
+
+def test_answer_e_counts_what_the_largest_blocks_are(tmp_path):
+    """The largest blocks of the full step are counted per step and kind from the snapshot: most are
+    made in backward, so the answer does not call them the forward pass's."""
+    record = load(PUBLISHED / "memory_profiling_parse" / "naive-fp32-2.7B-ctx512-train_step.json.gz")["data"]
+    snap = record["snapshot"]
+    largest = max(snap["by_size"], key=lambda r: r["size"])
+    per_step = {c: n // snap["n_steps"] for c, n in largest["categories"].items()}
+    assert per_step["Gradient"] > per_step["AttnScores"] > 0  # the snapshot: backward makes most of them
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx512-{m}.json.gz" for m in ("forward", "train_step")]
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    md = (tmp_path / "report" / "answers.md").read_text()
+    answer = md.split('<a id="memory_profiling-e"></a>', 1)[1].split("<a id=", 1)[0]
+    assert (f"blocks of [{fmt_bytes(largest['size'])}]" in answer
+            and f"per step of the train step (AdamW): {per_step['Gradient']} gradients (backward), "
+                f"{per_step['AttnScores']} attention scores (QKᵀ, mask) and {per_step['Softmax']} softmax." in answer)
+    assert "made in the forward pass" not in answer

@@ -78,6 +78,18 @@ def optimizer_spike(snap: dict, params: int) -> dict:
             "rise_is_weights": _is_weights(top["bytes"], params)}
 
 
+def size_kinds(snap: dict, size: int) -> list[dict]:
+    """What the allocations of ``size`` bytes were, per recorded step: one entry per category, most
+    first (the snapshot's ``by_size`` table); empty where the table lacks that size."""
+    row = next((r for r in snap.get("by_size") or [] if r["size"] == size), None)
+    if row is None or not snap.get("n_steps"):
+        return []
+    kinds = sorted(row["categories"].items(), key=lambda kv: (-kv[1], kv[0]))
+    return [{"category": CATEGORY_LABELS.get(c, c)[0].lower() + CATEGORY_LABELS.get(c, c)[1:],
+             "per_step": n // snap["n_steps"] if n % snap["n_steps"] == 0 else sig(n / snap["n_steps"])}
+            for c, n in kinds]
+
+
 def peak_phases(by_context: dict[int, tuple[str, str]]) -> dict:
     """Of a full step's (fp32, bf16) peak phases by context: the contexts where both peak in the
     optimizer step (``optimizer_both``), which autocast does not touch, and those where bf16 moves
@@ -168,7 +180,8 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
                           "category": CATEGORY_LABELS.get(big["category"], big["category"]),
                           "what": explain_size(big["size"], model_spec(ref), int(ref["batch"]), top_ctx,
                                                big["category"], ref["precision"]),
-                          "phase": big["phase"], "label": MODE_LABELS[ref["label"]]}
+                          "phase": big["phase"], "label": MODE_LABELS[ref["label"]],
+                          "kinds": size_kinds(ref["snap"], big["size"])}
         cats = ref["snap"]["per_category"]
         scores = cats.get("AttnScores", {}).get("max_bytes", 0)
         if scores:
