@@ -99,6 +99,8 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
     linked = {Path(h).name for h in re.findall(r"\]\(([^)\s]+\.json\.gz)\)", md)}
     assert linked and linked <= {Path(p).name for p in keep}
     assert not (tmp_path / "answers.md").read_text().count("leaderboard")
+    # the handout grid snapshots no forward under no_grad: the evidence speaks of what ran
+    assert "Forward (no_grad)" not in (tmp_path / "evidence.md").read_text()
 
 
 def test_a_gpu_run_in_a_fresh_clone_is_not_skipped_for_the_published_report(tmp_path):

@@ -175,7 +175,8 @@ def gemm_shift_table(classes: pd.DataFrame, cells: pd.DataFrame) -> tuple[Table,
         out = {"n": len(f), "n_down": int((change < 0).sum()), "fwd": span(f["fwd"], fmt_pct),
                "train": span(f["train"], fmt_pct), "change": span(100 * change, lambda x: sig(x, 2)),
                "best": f["best"].mode().iloc[0] if f["best"].notna().any() else None,
-               "optimizer": span(f["optimizer"], fmt_pct)}
+               "optimizer": span(f["optimizer"], fmt_pct),
+               "forward_label": "forward-only cells" if fmode == "forward" else "forward range of each step"}
     return table, out
 
 

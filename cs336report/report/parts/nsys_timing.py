@@ -153,7 +153,7 @@ def timing_analysis(cells: pd.DataFrame) -> dict:
         hi, lo = cv.loc[cv["fwd_timer_cv"].idxmax()], cv.loc[cv["plain_fwd_cv"].idxmax()]
         slow["cv"] = {"profiled": fmt_pct(hi["fwd_timer_cv"], 2), "profiled_cell": f"{hi['size']}/{hi['context']}",
                       "plain": fmt_pct(lo["plain_fwd_cv"], 2), "plain_cell": f"{lo['size']}/{lo['context']}",
-                      "steadier_without": bool(hi["fwd_timer_cv"] > lo["plain_fwd_cv"])}
+                      "n": len(cv), "n_less_steady": int((cv["fwd_timer_cv"] > cv["plain_fwd_cv"]).sum())}
     launch = both[both["launches_per_step"].map(is_number) & both["launch_ns_per_step"].map(is_number)]
     if len(launch) and not out["from_step"]:  # a training step's launches are the whole step's, not a forward's
         each_us = launch["launch_ns_per_step"] / launch["launches_per_step"] / 1e3

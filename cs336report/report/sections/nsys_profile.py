@@ -94,6 +94,6 @@ def build(ctx) -> dict:
     if not classes.empty:
         out["figure"] = ctx.figure("nsys_profile_classes", class_figure(classes, ok),
                                    "Share of kernel time by class: "
-                                   + ("the forward range of each training step" if forward_source(ok) == "train_step"
+                                   + ("the forward range of each training step" if forward_source(classes) == "train_step"
                                       else "the forward pass of forward-only cells") + ", and the whole training step.")
     return out
