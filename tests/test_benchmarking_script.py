@@ -35,3 +35,25 @@ def test_the_most_variable_benchmarking_cell_is_called_host_bound_only_when_flag
     # without the flags the same cell is named plainly or as a short step, never as host-bound
     plain = section.analysis(section.frame(records), section.frame([]), [])["variability"]
     assert not plain["max_host_bound"] and plain["max_cell"] == v["max_cell"]
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data" / "benchmarking"
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="no published records")
+def test_the_backward_ratio_says_which_forward_it_divides_by(tmp_path):
+    """The backward/forward ratio of (b) divides the phases of the same forward + backward steps; the
+    table's forward column is the forward-only cells', so the sentence says so."""
+    import statistics
+
+    records = [load(p) for p in sorted(PUBLISHED.glob("naive-fp32-*-ctx512-*.json.gz"))]
+    ratios = [r["data"]["phase_stats_s"]["backward"]["mean"] / r["data"]["phase_stats_s"]["forward"]["mean"]
+              for r in records if r["config"]["mode"] == "forward_backward" and r["status"] == "ok"]
+    data = section.build(_context(tmp_path, records))
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    text = environments()["md"].get_template(f"answers/{section.ID}.j2").render(fmt_lib="_md.j2", d=data,
+                                                                             section=info)
+    from cs336report.report.tables import sig
+
+    assert (f"Within the same forward + backward steps, the backward phase takes {sig(statistics.median(ratios))}× "
+            "the forward phase (median over sizes; the forward column above comes from the forward-only cells)") in text
