@@ -180,6 +180,8 @@ def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_pa
     render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "gpu")
     md = (tmp_path / "gpu" / "report.md").read_text()
     assert f"more than the {COST_TARGET_S // 60} min goal" in md and "`compiled_model`" in md
+    # the split into timed steps, first calls and the rest is of the job time, not of the GPU-held time
+    assert "of job time" in md and "Of the job time, " in md and "Of that, " not in md
     _, few = _compiled_copies(tmp_path / "few", n - 1 if (n - 1) * (steps + first) <= COST_TARGET_S else 1)
     render_report(few, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "below")
     assert "min goal for the whole report" not in (tmp_path / "below" / "report.md").read_text()
@@ -391,3 +393,31 @@ def test_cost_rows_go_to_the_section_of_their_own_name():
     rows = {row[1].text: row[0].text for row in cost_of(records, gpu_run=True)["table"].rows}
     assert rows["ddp_bucketed_benchmarking"] == "ddp_bucketed_benchmarking"
     assert rows["ddp_overlap_individual_parameters_benchmarking"] == "ddp_overlap_individual_parameters_benchmarking"
+
+
+def test_cost_gives_each_handout_suite_to_the_problems_it_grades_and_reads_every_peak():
+    """handout_tests' three jobs serve different problems: each is costed under the first problem its
+    tests grade. The peak column reads an attention cell's peak and a FlashAttention job's largest shape."""
+    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.tables import fmt_bytes
+
+    def suite(name, problems, job_s):
+        return {"experiment": "handout_tests", "cell": name, "wall_s": 1.0, "benchmark": {"wall_s": job_s},
+                "_path": f"handout_tests/{name}.json", "data": {"tests": [{"problem": p} for p in problems]}}
+
+    records = [suite("attention", ["flash_forward", "flash_backward"], 44.0),
+               suite("ddp", ["ddp_overlap_individual_parameters", "naive_ddp", "ddp_overlap_bucketed"], 14.0),
+               suite("sharded_optimizer", ["optimizer_state_sharding"], 8.5),
+               {"experiment": "pytorch_attention", "cell": "a", "wall_s": 1.0, "benchmark": {"wall_s": 2.0},
+                "_path": "pytorch_attention/a.json", "data": {"peak": {"allocated_bytes": 3 * 2**30}}},
+               {"experiment": "flash_benchmarking", "cell": "f", "wall_s": 1.0, "benchmark": {"wall_s": 2.0},
+                "_path": "flash_benchmarking/f.json",
+                "data": {"shapes": [{"memory": {"peak_bytes": 2**20}}, {"memory": None}, {"memory": {"peak_bytes": 5 * 2**30}}]}}]
+    cost = _cost(records)
+    rows = [[c.text for c in row] for row in cost["table"].rows]
+    tests = {r[0]: r[4] for r in rows if r[1] == "handout_tests"}
+    assert tests == {"flash_forward": "44.0 s", "naive_ddp": "14.0 s", "optimizer_state_sharding": "8.50 s"}
+    peaks = {r[1]: r[8] for r in rows}
+    assert peaks["pytorch_attention"] == fmt_bytes(3 * 2**30) and peaks["flash_benchmarking"] == fmt_bytes(5 * 2**30)
+    sections = {r[0].text: r[3].text for r in cost["section_table"].rows}
+    assert sections["naive_ddp"] == "14.0 s" and sections["optimizer_state_sharding"] == "8.50 s"

@@ -12,8 +12,15 @@ from .targets import COST_TARGET_S
 
 
 def peak_bytes(record: dict) -> float | None:
-    peak = (record.get("data") or {}).get("peak_memory")
-    return peak.get("allocated_bytes") if isinstance(peak, dict) else None
+    """The allocator's peak allocated bytes the record holds: its step's (``peak_memory``), an
+    attention cell's (``peak``), or the largest of a FlashAttention job's shapes (``memory``)."""
+    data = record.get("data") or {}
+    for key in ("peak_memory", "peak"):
+        if isinstance(data.get(key), dict) and data[key].get("allocated_bytes") is not None:
+            return data[key]["allocated_bytes"]
+    shapes = [s.get("memory") for s in data.get("shapes") or [] if isinstance(s, dict)]
+    peaks = [m["peak_bytes"] for m in shapes if isinstance(m, dict) and m.get("peak_bytes") is not None]
+    return max(peaks) if peaks else None
 
 
 # Lists of per-step or per-call seconds that results keep: warm-up and measured steps, and the
@@ -75,6 +82,28 @@ def section_cost_table(per_rule: pd.DataFrame, total: float, sources: list[str])
                       "and first compiled calls as defined there")
 
 
+def _section_titles() -> dict[str, str]:
+    """Experiment -> the report section it is costed under: the section of its own name, else the
+    first section that lists it."""
+    section_of: dict[str, str] = {m.ID: m.TITLE for m in SECTIONS}
+    for m in SECTIONS:
+        for e in m.EXPERIMENTS:
+            section_of.setdefault(e, m.TITLE)
+    return section_of
+
+
+def _section_of(record: dict) -> str:
+    """The section a record's job is costed under. A handout-tests suite serves the problems its
+    tests grade: it goes to the first of them in the report's order (the ddp suite to naive_ddp)."""
+    titles = _section_titles()
+    if record.get("experiment") == "handout_tests":
+        graded = {t.get("problem") for t in (record.get("data") or {}).get("tests") or []}
+        first = next((m.TITLE for m in SECTIONS if m.ID in graded), None)
+        if first:
+            return first
+    return titles.get(record.get("experiment"), "–")
+
+
 def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> dict:
     """Wall time per rule and per section (Snakemake's benchmark of each job where present,
     else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
@@ -87,7 +116,8 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
         job = job_of(r)
         bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
         steps, compiled = timed_seconds(r.get("data"))
-        rows.append({"rule": r["experiment"], "job": f"{r['experiment']}/{job}" if job else f"record {i}",
+        rows.append({"rule": r["experiment"], "section": _section_of(r),
+                     "job": f"{r['experiment']}/{job}" if job else f"record {i}",
                      "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "from_benchmark": bool(bench), "peak": peak_bytes(r),
                      "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
@@ -97,23 +127,18 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
     df = pd.DataFrame(rows)
     # the cells of one job share its benchmark, which counts once (without one, each cell's own time counts)
     df.loc[df["from_benchmark"] & df.duplicated("job"), "job_s"] = 0.0
-    per_rule = df.groupby("rule", sort=True).agg(jobs=("job", "nunique"), job_s=("job_s", "sum"),
-                                                  peak=("peak", "max"), measured=("from_benchmark", "all"),
-                                                  warm=("warm", "sum"), steps_s=("steps_s", "sum"),
-                                                  compile_s=("compile_s", "sum"))
-    # an experiment belongs to the section of its own name; one shared by sections otherwise to the first
-    section_of: dict[str, str] = {m.ID: m.TITLE for m in SECTIONS}
-    for m in SECTIONS:
-        for e in m.EXPERIMENTS:
-            section_of.setdefault(e, m.TITLE)
+    # one row per rule and section: a rule whose jobs serve several sections (handout_tests) has a row in each
+    per_rule = df.groupby(["section", "rule"], sort=True).agg(
+        jobs=("job", "nunique"), job_s=("job_s", "sum"), peak=("peak", "max"), measured=("from_benchmark", "all"),
+        warm=("warm", "sum"), steps_s=("steps_s", "sum"), compile_s=("compile_s", "sum")).reset_index()
     order = {m.TITLE: i for i, m in enumerate(SECTIONS)}
-    per_rule["section"] = [section_of.get(rule, "–") for rule in per_rule.index]
     # the report's section order; a stable sort keeps the rules by name within a section
     per_rule = per_rule.sort_values("section", key=lambda s: s.map(order).fillna(len(order)), kind="stable")
     table_rows = []
-    for rule, r in per_rule.iterrows():
+    for _, r in per_rule.iterrows():
+        section, rule = r["section"], r["rule"]
         share = f"{100 * r['steps_s'] / r['job_s']:.0f}%" if r["job_s"] > 0 and r["steps_s"] > 0 else "–"
-        table_rows.append([Cell(section_of.get(rule, "–")), Cell(rule), Cell(str(int(r["jobs"]))),
+        table_rows.append([Cell(section), Cell(rule), Cell(str(int(r["jobs"]))),
                            Cell(str(int(r["warm"]))), Cell(fmt_seconds(r["job_s"])),
                            Cell(fmt_seconds(r["steps_s"]) if r["steps_s"] > 0 else "–"), Cell(share),
                            Cell(fmt_seconds(r["compile_s"]) if r["compile_s"] > 0 else "–"),
@@ -146,11 +171,12 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
                         "rest": fmt_seconds(max(total - steps - compiled, 0.0)),
                         "rest_pct": f"{100 * max(total - steps - compiled, 0.0) / total:.0f}"}
         # what no scheduling can remove: the measurements themselves and the compilations they time
-        floor = per_rule["steps_s"] + per_rule["compile_s"]
+        by_rule = df.groupby("rule")[["steps_s", "compile_s"]].sum()
+        floor = by_rule["steps_s"] + by_rule["compile_s"]
         top = floor.idxmax()
         out["floor"] = {"s": float(floor.sum()), "text": fmt_seconds(floor.sum()), "rule": top,
                         "rule_text": fmt_seconds(floor[top]),
-                        "rule_compile": fmt_seconds(per_rule.loc[top, "compile_s"]) if per_rule.loc[top, "compile_s"] > 0 else None,
+                        "rule_compile": fmt_seconds(by_rule.loc[top, "compile_s"]) if by_rule.loc[top, "compile_s"] > 0 else None,
                         "target_min": COST_TARGET_S // 60}
         slots = out["run"]["slots"] if out["run"]["wall"] else host_gpus
         out["floor"].update(slots=slots, per_slot=fmt_seconds(floor.sum() / slots),
