@@ -72,3 +72,21 @@ def test_section_derives_bandwidth_from_raw_samples(tmp_path):
     assert out["analysis"]["not_run"][0]["n"] == 4 and "needs 4 GPUs" in out["analysis"]["not_run"][0]["why"]
     assert out["figures"] and (tmp_path / "distributed_communication_single_node.png").exists()
     assert [c.text for c in out["table"].rows[-1][:3]] == ["nccl", "4", "not run"]
+
+
+def test_caption_and_note_name_only_the_lines_and_link_that_exist(tmp_path):
+    """On one GPU only the Gloo cells ran: the caption names the dashed Gloo lines alone, and the table
+    does not define "of the link" against an NVLink no cell measured."""
+    gpu = [load(p) for p in sorted(FIXTURES.glob("*.json.gz"))]
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gloo").mkdir()
+    full = section.build(RenderContext(gpu, {"_device": "cuda"}, tmp_path / "gpu"))
+    assert {"solid: NCCL on GPUs", "dotted: the NVLink bandwidth per direction"} <= set(
+        full["figures"][0].caption.rstrip(".").split("; "))
+    assert "over the NVLink bandwidth per direction" in full["table"].note
+    record = run_cell("distributed_communication_single_node", "gloo-w2", CELL, tmp_path / "gloo.json")
+    assert record["status"] == "ok"
+    gloo = section.build(RenderContext([load(tmp_path / "gloo.json")], {"_device": "cuda"}, tmp_path / "gloo"))
+    caption = gloo["figures"][0].caption
+    assert "dashed: Gloo on CPUs" in caption and "NCCL" not in caption and "NVLink" not in caption
+    assert "over the NVLink bandwidth" not in gloo["table"].note and "none measured" in gloo["table"].note

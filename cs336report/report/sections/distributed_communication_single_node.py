@@ -56,11 +56,16 @@ def build(ctx) -> dict:
     if df.empty:
         return out
     out["table"] = allreduce_table(df)
-    if (df["status"] == "ok").any():
+    ok = df[df["status"] == "ok"]
+    if len(ok):
+        # the caption names the lines the plot draws, and no others
+        lines = [text for shown, text in ((ok["backend"].eq("nccl").any(), "solid: NCCL on GPUs"),
+                                          (ok["backend"].eq("gloo").any(), "dashed: Gloo on CPUs"),
+                                          (ok["peak_gb_s"].notna().any(), "dotted: the NVLink bandwidth per direction"))
+                 if shown]
         out["figures"].append(ctx.figure(
             ID, allreduce_plot(df),
-            "All-reduce latency (left) and bus bandwidth (right) against tensor size; solid: NCCL on GPUs, "
-            "dashed: Gloo on CPUs; dotted: the NVLink bandwidth per direction.",
+            "All-reduce latency (left) and bus bandwidth (right) against tensor size; " + "; ".join(lines) + ".",
             alt="Two log-log plots of all-reduce latency and bus bandwidth against tensor size."))
     out["analysis"] = analysis(df)
     return out
