@@ -128,3 +128,11 @@ def test_section_templates_render(tmp_path, mode):
     answer = without_record_links(answer)
     per_device = data["c"]["per-device batch, whole tokens"]["value_text"]
     assert f"{per_device} a device" in answer and "N_FSDP = 46" in answer.replace("N\\_FSDP", "N_FSDP")
+    # (d): the numbers for doubled Y and 1-byte gathers are the FSDP term's alone, below the floor that
+    # counts both terms; the text says which is which
+    e, floor = data["d"], data["c"]["floor over every X·Y split"]
+    assert float(e["… with twice the tensor-parallel ways"]["value"]) < float(floor["value"])
+    plain = answer.replace("\\", "")
+    assert "doubling Y halves the FSDP term's bound" in plain and "halves the bound (" not in plain
+    assert "counting both terms, no split of the same chips into X·Y goes below" in plain
+
