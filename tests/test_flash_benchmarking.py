@@ -676,3 +676,5 @@ def test_answer_gives_the_fitted_exponents_as_memory_not_time(tmp_path):
     assert f"and {fits['naive']} for PyTorch" in answer
     assert "time grows as seq" not in answer
     assert re.search(r"× at seq 65536 with d_head 64\. ", answer)  # the speed-up at the longest seq is one d_head's
+    summary = (tmp_path / "report" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
+    assert re.search(r"× at seq 65536, d_head 64\b", summary)  # and so is the summary's headline

@@ -79,9 +79,11 @@ def torch_compile(d: dict) -> str | None:
 
 
 def flash_benchmarking(d: dict) -> str | None:
+    focus = _get(d, "analysis", "focus_d")
     for c in _get(d, "analysis", "comparisons") or []:
         for r in c["rows"]:
             if r["key"] == "naive":
+                at = f"seq {r['longest_seq']}" + (f", d_head {focus}" if focus else "")
                 return (f"Triton FlashAttention-2 is {r['median']}× as fast as PyTorch attention ({c['dtype']}, median), "
-                        f"{r['longest']}× at seq {r['longest_seq']}")
+                        f"{r['longest']}× at {at}")
     return None
