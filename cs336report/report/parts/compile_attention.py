@@ -71,9 +71,11 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
         return out
     for which in ("fwd", "bwd"):
         ratio = both[f"{which}_mean_s_eager"] / both[f"{which}_mean_s"]
-        best = both.loc[ratio.idxmax()]
+        best, worst = both.loc[ratio.idxmax()], both.loc[ratio.idxmin()]
         out[which] = {"min": sig(ratio.min()), "max": sig(ratio.max()), "median": sig(ratio.median()),
-                      "best_d": int(best["d"]), "best_seq": int(best["seq"]), "faster": bool(ratio.median() >= 1)}
+                      "best_d": int(best["d"]), "best_seq": int(best["seq"]), "faster": bool(ratio.median() >= 1),
+                      "n": int(len(ratio)), "n_slower": int((ratio < 1).sum()),
+                      "worst_d": int(worst["d"]), "worst_seq": int(worst["seq"])}
     mem = (both[memory_key] / both[f"{memory_key}_eager"]).dropna()
     if not mem.empty:
         compiled_m = (both["saved_bytes"] / both["matrix_bytes"]).median()
