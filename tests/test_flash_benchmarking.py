@@ -353,9 +353,14 @@ def test_timings_from_fewer_than_three_calls_are_counted(records):
     shape = next(s for r in records if r["config"]["implementation"] == "naive" for s in r["data"]["shapes"]
                  if s["seq"] == 2048 and s["passes"]["forward"]["status"] == "ok")
     shape["passes"]["forward"]["stats_s"]["n"] = 1
+    shape["passes"]["forward"]["stats_s"]["noisy"] = False
     a = section.analysis(section.frame(records), section.memory_frame(records))
-    assert a["few_calls"] == {"n": 1, "from_seq": 2048, "impls": ["naive"],
+    assert a["few_calls"] == {"n": 1, "from_seq": 2048, "impls": ["naive"], "noisy": 0,
                               "by_impl": [{"impl": "naive", "from_seq": 2048, "n": 1}]}
+    # two calls can still have a wide inter-quartile range: then the few-call count overlaps the noisy one
+    shape["passes"]["forward"]["stats_s"].update(n=2, noisy=True)
+    a = section.analysis(section.frame(records), section.memory_frame(records))
+    assert a["few_calls"]["n"] == 1 and a["few_calls"]["noisy"] == 1 and a["noisy"]["n"] >= 1
 
 
 def test_an_oom_point_says_which_passes_still_ran_there():

@@ -113,6 +113,7 @@ def analysis(df: pd.DataFrame, mem: pd.DataFrame) -> dict:
     out["noisy"] = {"n": int(len(noisy)), "of": int(len(ran))}
     few = ran[ran["n"] < FEW_CALLS]
     out["few_calls"] = {"n": int(len(few)), "from_seq": int(few["seq"].min()) if len(few) else None,
+                        "noisy": int(few["noisy"].astype(bool).sum()),
                         "impls": sorted({IMPLEMENTATIONS[str(i)] for i in few["implementation"]}),
                         "by_impl": [{"impl": IMPLEMENTATIONS[str(i)], "from_seq": int(g["seq"].min()), "n": int(len(g))}
                                     for i, g in few.groupby("implementation", observed=True)]}
