@@ -1,6 +1,8 @@
 """The bucketed-DDP overhead model: its fit recovers the constants that made the data, and its
 closed-form best bucket count is the model's own minimum."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -120,3 +122,24 @@ def test_one_gpu_host_renders_its_two_gpu_cells_as_not_run(tmp_path):
     df = ddp.steps_frame([{**r, "_path": "x"} for r in
                           (load(p) for p in sorted((here / bucketed.ID).glob("*.json.gz")))])
     assert df["step_median"].isna().all() and "sync_share" in df
+
+
+def test_sizes_inside_their_spread_quote_what_each_leaves_after_backward(tmp_path):
+    """Where the sizes cannot be told apart by step, the answer gives the range of time left after
+    backward over the sizes, from the records, and does not call it a few milliseconds for every size."""
+    from cs336report.report.render import RenderContext, environments
+    from cs336report.report.sections import ddp_bucketed_benchmarking as section
+    from cs336report.report.tables import sig
+
+    records, std = _sweep_with_second_size()
+    records[-1]["data"]["stats_s"]["step"]["median"] += 0.5 * std
+    records[-1]["data"]["stats_s"]["sync"]["median"] = 0.0103  # the 10 MiB cell: 10.3 ms after backward
+    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    syncs = {r["config"]["bucket_size_mb"]: r["data"]["stats_s"]["sync"]["median"] for r in records
+             if r["config"]["variant"] == "bucketed"}
+    lo, hi = min(syncs, key=syncs.get), max(syncs, key=syncs.get)
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    text = environments()["md"].get_template(f"answers/{section.ID}.j2").render(fmt_lib="_md.j2", d=out, section=info)
+    text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)  # numbers without their record links
+    assert f"What is left after backward runs from {sig(syncs[lo] * 1e3)} ms ({sig(lo)} MiB)" in text
+    assert f"to {sig(syncs[hi] * 1e3)} ms ({sig(hi)} MiB)" in text and "only a few milliseconds" not in text

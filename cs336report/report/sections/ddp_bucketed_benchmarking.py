@@ -65,6 +65,13 @@ def build(ctx) -> dict:
                        "within_spread": bool(len(ok) > 1 and (worst["step_median"] - best["step_median"]
                                                               <= math.hypot(best["step_std"], worst["step_std"]))),
                        "spread": ms(math.hypot(best["step_std"], worst["step_std"]))}
+        # what is left after backward, over every size: where sizes cannot be told apart by step, the
+        # text quotes this range rather than calling it small
+        lo, hi = ok.loc[ok["sync_median"].idxmin()], ok.loc[ok["sync_median"].idxmax()]
+        out["best"].update(sync_lo=Num(ms(lo["sync_median"]), lo["source"]), sync_lo_size=f"{sig(lo['bucket_mb'])} MiB",
+                           sync_hi=Num(ms(hi["sync_median"]), hi["source"]), sync_hi_size=f"{sig(hi['bucket_mb'])} MiB",
+                           sync_inside_spread=bool(hi["sync_median"] - lo["sync_median"]
+                                                   <= math.hypot(best["step_std"], worst["step_std"])))
         ref = by_step(sweep, "torch_ddp")
         if len(ref):
             r = ref.iloc[0]
