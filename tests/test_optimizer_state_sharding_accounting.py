@@ -2,6 +2,7 @@
 report section on real CPU records (tests/fixtures/sharding, written by the rule on the CPU grid),
 and on two GPUs where a host has them."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,30 @@ def test_two_gpus_measure_the_state_the_allocator_holds():
             last = r["memory_steps"][-1]
             assert last["after_step"]["peak"] >= r["tensors"]["parameters"] + r["tensors"]["optimizer_state"]
         assert d["nccl_version"]
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data" / "optimizer_state_sharding_accounting"
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="no published records")
+def test_published_answer_splits_memory_and_time_from_the_records(tmp_path):
+    """The H200 records: the optimizer step's own allocation halves too, the peaks are named by the phase
+    they were taken in, and the slower sharded step's difference is given per phase."""
+    from cs336report.report.render import RenderContext, environments
+    from cs336report.report.sections import optimizer_state_sharding_accounting as section
+    from cs336report.report.tables import fmt_bytes
+    from cs336report.results import load
+
+    records = [{**load(p), "_path": str(p)} for p in sorted(PUBLISHED.glob("*.json.gz"))]
+    rank0 = {r["config"]["optimizer"]: r["data"]["ranks"][0] for r in records}
+    extra = {k: v["memory_steps"][-1]["after_step"]["peak"] - v["memory_steps"][-1]["before_step"]["current"]
+             for k, v in rank0.items()}
+    fb = {k: v["phase_stats_s"]["forward_backward"]["mean"] for k, v in rank0.items()}
+    data = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    text = environments()["md"].get_template(f"answers/{section.ID}.j2").render(fmt_lib="_md.j2", d=data, section=info)
+    text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)
+    assert (f"what the optimizer step allocates for its own update, {fmt_bytes(extra['sharded'])} above what is "
+            f"live before it instead of {fmt_bytes(extra['adamw'])}") in text
+    assert "directly after the optimizer step" not in text and "So the peak allocated in the optimizer step" in text
+    assert f"{(fb['sharded'] - fb['adamw']) * 1e3:+.3g} ms is in forward and backward" in text

@@ -177,7 +177,11 @@ def analysis(df: pd.DataFrame) -> dict:
                     after_step_full=_b(by["adamw"]["after_step_peak"].max(), src["adamw"]),
                     before_step=_b(by[opt]["before_step_peak"].max(), src[opt]),
                     before_step_full=_b(by["adamw"]["before_step_peak"].max(), src["adamw"]),
-                    after_init=_b(by[opt]["after_init_peak"].max(), src[opt]))
+                    after_init=_b(by[opt]["after_init_peak"].max(), src[opt]),
+                    # what the optimizer step allocates on top of what is live before it
+                    step_extra=_b((by[opt]["after_step_peak"] - by[opt]["before_step_current"]).max(), src[opt]),
+                    step_extra_full=_b((by["adamw"]["after_step_peak"] - by["adamw"]["before_step_current"]).max(),
+                                       src["adamw"]))
     times = {opt: g.loc[g["rank"] == 0].iloc[0] for opt, g in by.items()}
     out["times"] = {opt: {"mean": Num(sig(r["mean_s"] * 1e3), r["source"]),
                           "std": Num(sig(r["std_s"] * 1e3, 2), r["source"]),
@@ -194,6 +198,12 @@ def analysis(df: pd.DataFrame) -> dict:
         spread = math.hypot(times["sharded"]["std_s"], times["adamw"]["std_s"])
         out["vs_adamw"] = {"pct": fmt_pct(abs(change)), "slower": bool(change > 0),
                            "within_spread": bool(abs(times["sharded"]["mean_s"] - times["adamw"]["mean_s"]) <= spread)}
+        # where the difference lies: the optimizer step (update and broadcast) or forward and backward
+        parts = {k: times["sharded"][col] - times["adamw"][col] for k, col in
+                 (("step", "mean_s"), ("optimizer", "optimizer_s"), ("forward_backward", "forward_backward_s"))
+                 if times["sharded"][col] == times["sharded"][col] and times["adamw"][col] == times["adamw"][col]}
+        if len(parts) == 3:
+            out["vs_adamw"]["ms"] = {k: f"{v * 1e3:+.3g} ms" for k, v in parts.items()}
     out["same_weights"] = bool(all(g["checksum"].nunique() == 1 for g in by.values()))
     if "student" in by:
         out["student_same_weights"] = bool(by["student"]["checksum"].nunique() == 1)
