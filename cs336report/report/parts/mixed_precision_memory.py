@@ -111,8 +111,13 @@ def formula_analysis(rows: list[dict]) -> dict:
     return out
 
 
-def memory_time_table(pairs: pd.DataFrame, title: str) -> Table:
-    t = speed_table(pairs.assign(size=pairs["implementation"] + " " + pairs["size"].astype(str)), title)
+def memory_time_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = None) -> Table:
+    """The memory grid's step times, flagged as the timing tables are (host-bound, shared, orderings
+    that cannot be physical) from ``records``, the cells' own."""
+    records = records or []
+    flags = checks.timing_flags(records) if records else None
+    t = speed_table(pairs.assign(size=pairs["implementation"] + " " + pairs["size"].astype(str)), title, flags,
+                    {r.get("_path"): r for r in records} if records else None)
     t.columns[0] = "implementation, size"
     return t
 
@@ -141,7 +146,10 @@ def memory_analysis(pairs: pd.DataFrame) -> dict:
             if len(s) < 2:
                 continue
             lo, hi = s.iloc[0], s.iloc[-1]
-            flip = s[(s["peak_change"] < 0)]
+            # the shortest context from which every longer one saves too, where a shorter one raised the peak
+            saves = list(s["peak_change"] < 0)
+            tail = next((i for i in range(len(saves)) if all(saves[i:])), None)
+            flip = s.iloc[tail:] if tail is not None and not all(saves[:tail] or [True]) else s.iloc[0:0]
             item["series"].append({
                 "size": str(size), "mode": MODE_COLUMNS[mode], "ctx_lo": int(lo["context"]), "ctx_hi": int(hi["context"]),
                 "lo": f"{100 * (lo['peak_ratio'] - 1):+.1f} %", "hi": f"{100 * (hi['peak_ratio'] - 1):+.1f} %",
@@ -182,7 +190,9 @@ def memory_part(ctx) -> dict | None:
     pairs = pairs.assign(size=pd.Categorical(pairs["size"].astype(str), categories=order, ordered=True))
     pairs = pairs.sort_values(["implementation", "size", "context"])
     has_peak = bool(pairs["peak_bytes_fp32"].notna().any() or pairs["peak_bytes_bf16"].notna().any())
-    out = {"has_peak": has_peak, "time_table": memory_time_table(pairs, "Step time of the memory grid, fp32 against bf16"),
+    timed = [r for e in ("benchmarking", "benchmarking_bf16", "autocast_memory") for r in ctx.records(e)]
+    out = {"has_peak": has_peak,
+           "time_table": memory_time_table(pairs, "Step time of the memory grid, fp32 against bf16", timed),
            "grid": {"sizes": list(grid["sizes"]), "contexts": [str(c) for c in grid["contexts"]],
                     "modes": [MODE_COLUMNS[m] for m in grid["modes"]], "implementations": list(grid["implementations"])}}
     if has_peak:
