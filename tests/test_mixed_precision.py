@@ -537,3 +537,23 @@ def test_published_memory_grid_saves_from_a_context_only_where_every_longer_one_
     assert f"2.7B forward + backward {pct[128]} at 128 to {pct[512]} at 512 (a saving from context 512 on)" in evidence
     table = evidence.split("Step time of the memory grid", 1)[1].split("Units:", 1)[0]
     assert "flagged, and left out of the comparisons in the text" in table
+
+
+def test_published_speed_ups_name_no_trend_from_two_cells(tmp_path):
+    """The published bf16 timings leave two comparable forward cells: two cells always rank-correlate at
+    ±1, so no trend with model size is claimed from them; the train step's four cells may name one."""
+    paths = [p for f in ("benchmarking", "benchmarking_bf16") for p in sorted((PUBLISHED / f).glob("*.json.gz"))]
+    if not paths:
+        pytest.skip("no published records")
+    config = json.loads((PUBLISHED / "config.json").read_text())
+    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False)
+    records = [{**load(p), "_path": str(p)} for p in paths]
+    part = bmp.speed_part(RenderContext(records, config, tmp_path))
+    modes = {m["mode"]: m for m in part["analysis"]["modes"]}
+    assert modes["forward"]["n"] == 2 and modes["forward"]["size_trend"] == "few"
+    assert modes["train step"]["n"] >= 3 and modes["train step"]["size_trend"] != "few"
+    answers = (tmp_path / "r" / "answers.md").read_text()
+    assert "With 2 comparable cells this run cannot show a trend with model size" in answers
+    assert "pays off more the larger the model" not in answers
+    evidence = (tmp_path / "r" / "evidence.md").read_text()
+    assert "(Spearman ρ = 1.00 over 2 cells)" in evidence and "2 cells are too few to call a trend" in evidence

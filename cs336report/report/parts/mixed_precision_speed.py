@@ -19,6 +19,7 @@ from .bench_frame import frame as bench_frame  # noqa: E402
 
 KEY = ["implementation", "size", "context", "mode"]
 TREND_RHO = 0.5  # |Spearman rho| above which a trend is called one
+MIN_TREND_CELLS = 3  # fewer cells than this name no trend (two always correlate at +-1)
 
 
 def _join(names: list[str]) -> str:
@@ -177,8 +178,14 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None) -> dict
             "size_lo_x": sig(by_size.iloc[0]), "size_hi_x": sig(by_size.iloc[-1]),
             "ctx_lo": int(by_ctx.index[0]), "ctx_hi": int(by_ctx.index[-1]),
             "ctx_lo_x": sig(by_ctx.iloc[0]), "ctx_hi_x": sig(by_ctx.iloc[-1]),
-            "rho_size": sig(rho_size, 2) if rho_size == rho_size else "–", "size_trend": _trend(rho_size),
-            "rho_ctx": sig(rho_ctx, 2) if rho_ctx == rho_ctx else "–", "ctx_trend": _trend(rho_ctx),
+            # cells behind each end's median
+            "size_lo_n": int((g["params"] == by_size.index[0]).sum()),
+            "size_hi_n": int((g["params"] == by_size.index[-1]).sum()),
+            # two cells always rank-correlate at ±1: a trend needs MIN_TREND_CELLS
+            "rho_size": sig(rho_size, 2) if rho_size == rho_size else "–",
+            "size_trend": _trend(rho_size) if len(g) >= MIN_TREND_CELLS else "few",
+            "rho_ctx": sig(rho_ctx, 2) if rho_ctx == rho_ctx else "–",
+            "ctx_trend": _trend(rho_ctx) if len(g) >= MIN_TREND_CELLS else "few",
             "multi_size": bool(g["params"].nunique() > 1), "multi_ctx": bool(g["context"].nunique() > 1),
             "left_out": _join(left), "smaller_left_out": bool((timed["params"] < g["params"].min()).any()),
         })
