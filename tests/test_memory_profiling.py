@@ -624,3 +624,8 @@ def test_answer_e_counts_what_the_largest_blocks_are(tmp_path):
             and f"per step of the train step (AdamW): {per_step['Gradient']} gradients (backward), "
                 f"{per_step['AttnScores']} attention scores (QKᵀ, mask) and {per_step['Softmax']} softmax." in answer)
     assert "made in the forward pass" not in answer
+    # the summary's headline names which of the three peaks it quotes: the snapshot's, not the counter's
+    forward = load(PUBLISHED / "memory_profiling_parse" / "naive-fp32-2.7B-ctx512-forward.json.gz")["data"]
+    summary = (tmp_path / "report" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
+    assert (f"snapshot peak (requested) {fmt_bytes(forward['snapshot']['peak']['bytes'])} for the forward pass and "
+            f"{fmt_bytes(snap['peak']['bytes'])} for a full step") in summary

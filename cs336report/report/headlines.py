@@ -56,7 +56,8 @@ def memory_profiling(d: dict) -> str | None:
     fwd, full = _get(a, "forward"), _get(a, "full")
     if not fwd or not full:
         return None
-    return f"peak {fwd['peak']} for the forward pass and {full['peak']} for a full step ({a['impl']}, {a['precision']}, context {a['ctx']})"
+    return (f"snapshot peak (requested) {fwd['peak']} for the forward pass and {full['peak']} for a full step "
+            f"({a['impl']}, {a['precision']}, context {a['ctx']})")
 
 
 def pytorch_attention(d: dict) -> str | None:
