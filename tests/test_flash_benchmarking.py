@@ -587,6 +587,11 @@ def test_target_sentence_says_when_the_card_is_not_the_targets(tmp_path):
     assert (f"{lb['entry']['label']}'s own kernels take {lb['entry']['forward']} ms in the forward and "
             f"{lb['entry']['backward']} ms in the backward, against {lb['best']['forward']} ms") in md
     assert f"Ours takes {lb['best']['gap']['total']} ms more GPU time per call" in md
+    # the parts named add up to the total: where the harness's kernels differ too, they are named
+    gap = {k: float(v) * (1 if lb["best"][f"{k}_more"] else -1) for k, v in lb["best"]["gap"].items() if k != "total"}
+    assert sum(gap.values()) == pytest.approx(float(lb["best"]["gap"]["total"]), rel=0.01)
+    if lb["best"]["harness_differs"]:
+        assert f"and {lb['best']['gap']['harness']} ms " in md and "in the harness's kernels" in md
 
 
 def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):

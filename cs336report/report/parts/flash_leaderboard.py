@@ -137,7 +137,9 @@ def kernel_breakdown(rows: list[dict], source: str, entry: str) -> dict | None:
     out["best"] = {"label": IMPLEMENTATIONS[best], "forward": ms(best, "forward"), "backward": ms(best, "backward"),
                    "total": ms(best, "total"), "gap": {k: sig(abs(v)) for k, v in gap.items()},
                    "slower": bool(gap["total"] > 0), "forward_more": bool(gap["forward"] >= 0),
-                   "backward_more": bool(gap["backward"] >= 0)}
+                   "backward_more": bool(gap["backward"] >= 0), "harness_more": bool(gap["harness"] >= 0),
+                   # the harness's kernels differ too (cuDNN's runs more memsets): named where they show
+                   "harness_differs": sig(abs(gap["harness"])) != sig(0.0) and abs(gap["harness"]) >= 1e-4}
     if gap["total"] > 0:
         out["best"]["backward_share"] = sig(100 * gap["backward"] / gap["total"])
     table_rows = []
