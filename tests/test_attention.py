@@ -666,3 +666,24 @@ def test_published_compiled_model_answer_names_speed_ups_over_host_bound_steps(t
             "forward; small, context 512, train step (AdamW); flagged in benchmarking_script)") in answer
     # one run's records show one process per cell: the reason given is what the flag measured
     assert "from process to process" not in answer and "the host's pace of launching kernels" in answer
+
+
+def test_published_optimized_step_counts_every_casting_copy_as_a_conversion(tmp_path):
+    """The eager copy's dynamic-cast path (loads and stores that cast) converts dtype as much as a
+    ``_to_copy`` kernel does: both count in the launches that only convert dtypes."""
+    from cs336report.kernels import classify
+    from cs336report.report.parts.compile_optimized import dtype_conversion
+    from cs336report.results import load
+
+    paths = sorted((PUBLISHED / "optimized_step").glob("*.json.gz"))
+    if not paths:
+        pytest.skip("no published records")
+    kernels = load(paths[0])["data"]["kernels"]
+    casting = [n for n in kernels if classify(n) == "copy/memset" and "LoadWithCast" in n]
+    assert casting and all(dtype_conversion(n) for n in casting)  # the published step has such a copy
+    conversions = [k for n, k in kernels.items() if dtype_conversion(n)]
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
+    evidence = (tmp_path / "r" / "evidence.md").read_text()
+    launches = sum(k["calls"] for k in conversions)
+    assert f"{launches:g} launches a step (" in evidence and "only convert dtypes" in evidence
+    assert launches > sum(k["calls"] for n, k in kernels.items() if dtype_conversion(n) and "LoadWithCast" not in n)

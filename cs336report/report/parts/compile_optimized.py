@@ -213,10 +213,14 @@ def idle_split(idle: dict, step_ms: float) -> dict:
     return {**out, "total": fmt_seconds(total / 1e3), "steps": int(idle["steps"]), "short_us": f"{idle['short_gap_us']:g}"}
 
 
+# Names of kernels that only convert dtype: Inductor's ``_to_copy`` kernels, the eager bf16 copy, and
+# the eager copy's dynamic-cast path (its loads and stores cast: source and destination dtypes differ).
+CONVERSION_MARKS = ("to_copy", "bfloat16_copy_kernel", "LoadWithCast", "StoreWithCast")
+
+
 def dtype_conversion(name: str) -> bool:
-    """A kernel that only converts dtype: a Triton kernel of ``_to_copy`` (and views) alone, or an
-    eager bf16/fp32 copy kernel."""
-    return classify(name) == "copy/memset" and ("to_copy" in name or "bfloat16_copy_kernel" in name)
+    """A kernel that only converts dtype (one of ``CONVERSION_MARKS`` in a copy kernel's name)."""
+    return classify(name) == "copy/memset" and any(mark in name for mark in CONVERSION_MARKS)
 
 
 def kernel_table(r, peak: float) -> tuple[Table, dict]:
