@@ -143,3 +143,32 @@ def test_sizes_inside_their_spread_quote_what_each_leaves_after_backward(tmp_pat
     text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)  # numbers without their record links
     assert f"What is left after backward runs from {sig(syncs[lo] * 1e3)} ms ({sig(lo)} MiB)" in text
     assert f"to {sig(syncs[hi] * 1e3)} ms ({sig(hi)} MiB)" in text and "only a few milliseconds" not in text
+
+
+def test_a_fitted_call_cost_far_above_a_measured_call_is_said_to_hold_more(tmp_path):
+    """o is set against the smallest NCCL all-reduce measured on as many GPUs: where it is several times
+    that call's latency, the fit's o is not a call's own cost, and the answer says so."""
+    from pathlib import Path
+
+    from cs336report.report.ddp import allreduce_frame
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_bucketed_benchmarking as section
+    from cs336report.report.tables import sig
+    from cs336report.results import load
+
+    records, std = _sweep_with_second_size()
+    nccl = Path(__file__).parent / "fixtures" / "ddp_h200" / "distributed_communication_single_node" / "nccl-w2.json.gz"
+    allreduce = {**load(nccl), "_path": str(nccl)}
+    out = section.build(RenderContext(records + [allreduce], {"_device": "cuda"}, tmp_path))
+    fit = out["fit"]
+    calls = allreduce_frame([allreduce])
+    smallest = calls.loc[calls["size_mb"].idxmin(), "median_s"]
+    check = section.o_check([allreduce], fit["o_s"], 2)
+    if fit["o_s"] / smallest >= section.O_CHECK_RATIO:
+        assert fit["o_check"] == check and check["ratio"] == sig(fit["o_s"] / smallest)
+    else:
+        assert fit["o_check"] is None
+    # a call cost near the measured latency is not questioned; no NCCL record, nothing to check against
+    assert section.o_check([allreduce], smallest * 1.5, 2) is None
+    assert section.o_check([], fit["o_s"], 2) is None
+    assert section.o_check([allreduce], smallest * 8, 2)["ratio"] == sig(8.0)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from ...distributed import bucket_model
-from ..ddp import by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame, steps_table
+from ..ddp import (allreduce_frame, by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame,
+                   steps_table)
 from ..student_rows import student_rows
 from ..tables import Num, fmt_seconds, sig
 
@@ -33,7 +34,7 @@ def model_fit(df) -> dict | None:
     pick = bucket_model.best(s, fit["w_bytes_s"], fit["o_s"], t_b)
     measured = by_step(pts, "bucketed")
     best = measured.iloc[0] if len(measured) else None
-    return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": fmt_seconds(fit["o_s"]),
+    return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": fmt_seconds(fit["o_s"]), "o_s": float(fit["o_s"]),
             "w": f"{sig(fit['w_bytes_s'] / 1e9)} GB/s", "rmse": ms(fit["rmse_s"]),
             "points": [{"n_b": int(n), "measured": Num(ms(m), src), "predicted": ms(p)}
                        for n, m, p, src in zip(pts["calls"], pts["sync_median"], fit["predicted_s"], pts["source"])],
@@ -82,7 +83,32 @@ def build(ctx) -> dict:
         if individual:
             out["individual"] = individual
     out["fit"] = model_fit(df)
+    if out["fit"]:
+        out["fit"]["o_check"] = o_check(ctx.records("distributed_communication_single_node"), out["fit"]["o_s"],
+                                        int(sweep["world_size"].iloc[0]))
     return out
+
+
+# The fitted o is set against a measured call where it is at least this many times that call's latency.
+O_CHECK_RATIO = 2.0
+
+
+def o_check(records: list[dict], o_s: float, world: int) -> dict | None:
+    """The fitted per-call cost o against the latency of the smallest NCCL all-reduce measured on as
+    many GPUs (distributed_communication_single_node), where o is much the larger: then o holds more
+    than a call's own cost. None where no such call was measured, or o is near it."""
+    df = allreduce_frame(records) if records else None
+    if df is None or df.empty:
+        return None
+    calls = df[(df["status"] == "ok") & (df["backend"] == "nccl") & (df["world_size"] == world)]
+    if calls.empty:
+        return None
+    small = calls.loc[calls["size_mb"].idxmin()]
+    ratio = o_s / small["median_s"]
+    if ratio < O_CHECK_RATIO:
+        return None
+    return {"ratio": sig(ratio), "latency": Num(ms(small["median_s"]), small["source"]),
+            "size": f"{sig(small['size_mb'])} MB", "world": world}
 
 
 def headline(d: dict) -> str:
