@@ -54,3 +54,23 @@ def test_section_on_h200_records(tmp_path):
     assert overlapped["fraction"] == f"{100 * hidden_fraction(kernels)['hidden_fraction']:.1f} %"
     assert out["individual"]["calls"] == out["naive"]["calls"] == 435  # XL's parameter tensors
     assert (tmp_path / f"{section.ID}.png").exists()
+
+
+def test_published_answer_says_naive_was_timed_again_and_infers_no_profile(tmp_path):
+    """The published run timed naive DDP twice (its own problem, and beside the overlapped cells): this
+    answer's naive figures are the second run's, and it says so; flat's come from its own problem."""
+    from pathlib import Path
+
+    from cs336report.report.render import render_report
+
+    data = Path(__file__).resolve().parent.parent / "report" / "data"
+    folders = ("ddp_overlap_individual_parameters_benchmarking", "naive_ddp_benchmarking",
+               "minimal_ddp_flat_benchmarking")
+    paths = [str(p) for f in folders for p in sorted((data / f).glob("*.json.gz"))]
+    if not paths:
+        pytest.skip("no published records")
+    render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
+    md = (tmp_path / "r" / "answers.md").read_text()
+    answer = md.split('<a id="ddp_overlap_individual_parameters_benchmarking"></a>', 1)[1].split("\n## ", 2)[1]
+    assert "for naive DDP timed again beside these cells" in answer and "for flat in its own problem's run" in answer
+    assert "so only the all-reduces of the last gradients" not in answer
