@@ -99,9 +99,10 @@ def allreduce_table(df: pd.DataFrame) -> Table:
                  note="latency: per call the slowest rank's time, median over the timed calls; algorithm "
                       "bandwidth = bytes / latency; bus bandwidth = algorithm bandwidth × 2(n−1)/n (NCCL's "
                       "definition); of the link: "
-                      + ("bus bandwidth over the NVLink bandwidth per direction between GPU 0 and GPU 1 "
+                      + ("bus bandwidth over the NVLink bandwidth per direction between the host's GPUs 0 and 1 "
                          "(nvidia-smi nvlink -s, summed over links" + (f"; link: {', '.join(links)}" if links else "")
-                         + ")" if df["peak_gb_s"].notna().any() else "none measured, no cell had an NVLink bandwidth")
+                         + "), read once for the host: a cell's own pair, in its record's placement, may be another"
+                         if df["peak_gb_s"].notna().any() else "none measured, no cell had an NVLink bandwidth")
                       + "; Gloo runs over loopback TCP")
 
 
