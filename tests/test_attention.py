@@ -200,10 +200,10 @@ def test_section_reports_the_oom_point_accounting_and_scaling(tmp_path, monkeypa
     acc = accounting.naive_attention_memory(2, 64, 8, 4)
     assert f"| 2·64²·4 | {fmt_bytes(acc['score_matrix'])} |" in section
     assert fmt_bytes(acc["saved_for_backward"]) in section
-    # next to it, the largest naive cell that fit, measured against the formula
-    fit = json.loads((tmp_path / "pytorch_attention" / "naive-fp32-d16-s32.json").read_text())["data"]
-    assert "at d_head 16, seq 32 (the largest naive cell that fit)" in section.replace("\\_", "_")
-    assert fit["saved_activation_bytes"] == accounting.naive_attention_memory(2, 32, 16)["saved_for_backward"]
+    # next to it, the largest naive cell that fit at the same head dimension, measured against the formula
+    fit = json.loads((tmp_path / "pytorch_attention" / "naive-fp32-d8-s32.json").read_text())["data"]
+    assert "at d_head 8, seq 32 (the largest naive cell that fit)" in section.replace("\\_", "_")
+    assert fit["saved_activation_bytes"] == accounting.naive_attention_memory(2, 32, 8)["saved_for_backward"]
     # scaling: the fitted exponent of saved bytes, from the data
     saved = [json.loads((tmp_path / "pytorch_attention" / f"naive-fp32-d8-s{s}.json").read_text())["data"]
              ["saved_activation_bytes"] for s in (16, 32)]
@@ -627,6 +627,17 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
     c = oom["config"]
     qkvo = fmt_bytes(4 * c["batch_size"] * c["seq"] * c["d_head"] * 4)
     assert "(the exponentials and the softmax's output)" in answers and f"with Q, K, V and O ({qkvo}) beside them" in answers
+    # the smallest OOM cell failed in its forward passes: the answer says so, scales the forward's own
+    # peak of the same head dimension, and quotes the allocator's state from the error
+    assert oom["data"]["oom_phase"] == "timed forward passes"
+    twin = load(PUBLISHED / "pytorch_attention" / f"naive-fp32-d{c['d_head']}-s{c['seq'] // 2}.json.gz")
+    forward = twin["data"]["forward_peak"]["allocated_bytes"] - (twin["data"].get("memory_baseline_bytes") or 0)
+    assert (f"It fails before backward, in its timed forward passes: the forward pass alone holds about "
+            f"{sig(forward / twin['data']['matrix_bytes'], 2)} T×T matrices at once (its peak allocated at seq "
+            f"{c['seq'] // 2}, d_head {c['d_head']}: {fmt_bytes(forward)})") in answers
+    allocated = re.search(r"([\d.]+ GiB) is allocated by PyTorch", oom["error"])[1]
+    assert f"the error records {allocated} allocated" in answers and "the backward then builds" not in answers
+    assert "This cell never got that far: it ran out of memory in its timed forward passes" in evidence
     assert "a few MiB" not in answers
     # no cell is causal, so there is no mask to fuse
     assert not any(load(p)["config"].get("causal") for p in compiled)

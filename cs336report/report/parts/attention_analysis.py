@@ -91,6 +91,7 @@ def accounting_tables(df: pd.DataFrame) -> dict:
     rows = [[Cell(item), Cell(formula), Cell(fmt_bytes(value))] for item, formula, value in formulas]
     out: dict = {"is_oom": target["status"] == "oom", "d": d, "seq": T, "batch": B,
                  "phase": target["oom_phase"], "before_backward": fmt_bytes(acc["before_backward"]),
+                 "oom": oom_numbers(target["error"]) if target["status"] == "oom" else {},
                  "saved": fmt_bytes(acc["saved_for_backward"]), "matrix": fmt_bytes(acc["score_matrix"]),
                  "n_saved": int(target["saved_matrices"]),
                  "saved_what": ("the exponentials and the softmax's output"
@@ -109,8 +110,25 @@ def accounting_tables(df: pd.DataFrame) -> dict:
         columns=["item", "formula", "bytes"], rows=rows, sources=[target["source"]],
         note=f"b = {b} bytes per value. {accounting.ATTENTION_MEMORY_FORMULA}")
     if not fits.empty:
-        out["fit"] = measured_against_formula(fits.iloc[-1], T, device)
+        # the largest cell that fit at the accounted cell's own head dimension, where there is one
+        same_d = fits[fits["d"] == d]
+        out["fit"] = measured_against_formula((same_d if len(same_d) else fits).iloc[-1], T, device)
     return out
+
+
+# PyTorch's out-of-memory message: what was asked for, and the allocator's state at that moment.
+OOM_FIELDS = {"requested": r"Tried to allocate ([\d.]+ [KMGT]iB)",
+              "capacity": r"total capacity of ([\d.]+ [KMGT]iB)",
+              "allocated": r"([\d.]+ [KMGT]iB) is allocated by PyTorch",
+              "unallocated": r"([\d.]+ [KMGT]iB) is reserved by PyTorch but unallocated"}
+
+
+def oom_numbers(error: str | None) -> dict:
+    """The sizes an out-of-memory error names (``OOM_FIELDS``), as written; empty where it names none."""
+    import re
+
+    found = {k: re.search(p, error or "") for k, p in OOM_FIELDS.items()}
+    return {k: m.group(1) for k, m in found.items() if m}
 
 
 def measured_against_formula(fit, oom_seq: int, device: float) -> dict:
@@ -137,6 +155,12 @@ def measured_against_formula(fit, oom_seq: int, device: float) -> dict:
             scaled = k * accounting.naive_attention_memory(B, oom_seq, d, b)["score_matrix"]
             out["peak_at_oom"] = fmt_bytes(scaled)
             out["peak_at_oom_exceeds"] = bool(device == device and scaled > device)
+    if fit["fwd_peak_bytes"] == fit["fwd_peak_bytes"] and oom_seq != T:
+        # the forward pass's own peak, in T×T matrices, scaled to the size that ran out
+        k = fit["fwd_peak_bytes"] / acc["score_matrix"]
+        scaled = k * accounting.naive_attention_memory(B, oom_seq, d, b)["score_matrix"]
+        out.update(fwd_peak=fmt_bytes(fit["fwd_peak_bytes"]), fwd_matrices=sig(k, 2),
+                   fwd_peak_at_oom=fmt_bytes(scaled), fwd_exceeds=bool(device == device and scaled > device))
     out["table"] = Table(title=f"Formula against measurement at d_head {d}, seq {T} (the largest naive cell that fit)",
                          columns=["quantity", "formula", "measured"], rows=rows, sources=[fit["source"]])
     return out

@@ -22,6 +22,7 @@ LABELS = {
 FRAME_COLUMNS = [
     "variant", "dtype", "d", "seq", "batch", "causal", "status", "error", "oom_phase", "fwd_mean_s", "fwd_std_s",
     "fwd_median_s", "bwd_mean_s", "bwd_std_s", "bwd_median_s", "before_bwd_bytes", "activation_bytes", "peak_bytes",
+    "fwd_peak_bytes",
     "saved_bytes", "matrix_bytes", "baseline_bytes", "others_bytes", "first_call_s", "setup_s", "cache_hits",
     "graph_breaks", "gpu_memory_bytes", "gpu", "source", "saved_matrices",
 ]
@@ -64,6 +65,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "saved_matrices": accounting.saved_matrices_of(d, r.get("provenance")),
             "activation_bytes": _bytes(d.get("activation_bytes_before_backward")),
             "peak_bytes": _own(peak.get("allocated_bytes"), baseline),
+            "fwd_peak_bytes": _own((d.get("forward_peak") or {}).get("allocated_bytes"), baseline),
             "saved_bytes": _bytes(d.get("saved_activation_bytes")),
             "matrix_bytes": _bytes(d.get("matrix_bytes")),
             "baseline_bytes": baseline, "others_bytes": float(other_processes_bytes(r.get("error"))),
