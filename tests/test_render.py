@@ -373,11 +373,35 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
         md = (out / "answers.md").read_text()
         return md.split('<a id="benchmarking_script-c"></a>', 1)[1].split("<a id=", 1)[0]
 
+    import math
+
+    from cs336report.results import load
+
+    stats = {int(p.name.split("-w")[-1].split(".")[0]): load(p)["data"]["stats_s"] for p in here if "-w" in p.name}
+    apart = {n: abs(stats[n]["mean"] - stats[5]["mean"]) > math.hypot(stats[n]["std"], stats[5]["std"]) for n in (1, 2)}
     both = answer(here, tmp_path / "all")
-    assert "the means after 1 and 2 warm-up steps (" in both and "one run per setting cannot tell the two apart" in both
-    assert ", not a warm-up effect" not in both
-    one = answer([p for p in here if not p.name.endswith("-w2.json.gz")], tmp_path / "no_w2")
-    assert "the mean after 1 warm-up step (" in one and "still differs from the 5-step one" in one
+    assert ", not a warm-up effect" not in both and "in every step alike" not in both
+    # each run is said to differ only where it lies outside the two runs' combined spread
+    for group in ([n for n in (1, 2) if apart[n]], [n for n in (1, 2) if not apart[n]]):
+        if not group:
+            continue
+        said = ("The mean after 1 warm-up step (" if group == [1] else f"The mean after {group[0]} warm-up steps ("
+                if len(group) == 1 else "The means after 1 and 2 warm-up steps (")
+        assert said in both
+        tail = both.split(said, 1)[1].split(". ", 1)[0]
+        assert ("from the 5-step one by more than the two runs' combined spread" in tail) is apart[group[0]]
+        assert ("within the two runs' combined spread" in tail) is (not apart[group[0]])
+    if any(apart.values()):
+        assert "one run per setting cannot tell the two apart" in both
+    # the 2-step run moved onto the 5-step mean: within the spread, and said so
+    from cs336report.results import save
+
+    w2 = next(p for p in here if p.name.endswith("-w2.json.gz"))
+    moved = load(w2)
+    moved["data"]["stats_s"]["mean"] = stats[5]["mean"]
+    save(moved, tmp_path / "moved" / w2.name.removesuffix(".gz"))
+    close = answer([p for p in here if p != w2] + [tmp_path / "moved" / w2.name.removesuffix(".gz")], tmp_path / "close")
+    assert "The mean after 2 warm-up steps (" in close and "within the two runs' combined spread of the 5-step one" in close
 
 
 def test_cost_rows_go_to_the_section_of_their_own_name():

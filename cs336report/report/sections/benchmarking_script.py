@@ -200,7 +200,9 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
                 "n": int(r["warmup"]), "first_over_rest": Num(sig(first / rest), r["source"]),
                 "mean": Num(fmt_seconds(r["mean_s"]), r["source"]),
                 "vs_warm": f"{(r['mean_s'] / warm['mean_s'] - 1) * 100:+.1f} %",
-                "ordinary_first": bool(first / rest < FIRST_STEP_ORDINARY)})
+                "ordinary_first": bool(first / rest < FIRST_STEP_ORDINARY),
+                # apart from the longest warm-up's mean by more than the two runs' combined spread
+                "apart": bool(abs(r["mean_s"] - warm["mean_s"]) > math.hypot(r["std_s"], warm["std_s"]))})
         middle = out["warmup"]["middle"]
         out["warmup"]["middle_ordinary"] = bool(middle) and all(w["ordinary_first"] for w in middle)
         out["warmup"]["ordinary_pct"] = f"{(FIRST_STEP_ORDINARY - 1) * 100:.0f} %"
