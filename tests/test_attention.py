@@ -638,6 +638,16 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
     allocated = re.search(r"([\d.]+ GiB) is allocated by PyTorch", oom["error"])[1]
     assert f"the error records {allocated} allocated" in answers and "the backward then builds" not in answers
     assert "This cell never got that far: it ran out of memory in its timed forward passes" in evidence
+    # SDPA against naive: both cells' bytes saved for backward (the table's column), and the dtypes named
+    sdpa = sorted((PUBLISHED / "pytorch_attention").glob("sdpa_flash-bf16-*.json.gz"))
+    if sdpa:
+        render_report([str(p) for p in eager + sdpa], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "s")
+        with_sdpa = (tmp_path / "s" / "answers.md").read_text()
+        match = re.search(r"keeps \[([^\]]+)\]\([^)]+\) for backward where the naive attention keeps \[([^\]]+)\]"
+                          r"\([^)]+\) \(d_head (\d+), seq (\d+); bf16 against fp32", with_sdpa)
+        assert match, "the SDPA sentence names saved bytes and both dtypes"
+        naive = load(PUBLISHED / "pytorch_attention" / f"naive-fp32-d{match[3]}-s{match[4]}.json.gz")
+        assert match[2] == fmt_bytes(naive["data"]["saved_activation_bytes"])
     assert "a few MiB" not in answers
     # no cell is causal, so there is no mask to fuse
     assert not any(load(p)["config"].get("causal") for p in compiled)

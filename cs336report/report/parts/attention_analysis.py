@@ -180,9 +180,12 @@ def sdpa_savings(df: pd.DataFrame) -> list[dict]:
         if not common.empty:
             r = common.iloc[-1]
             base = naive.loc[(r["d"], r["seq"])]
-            item.update(d=int(r["d"]), seq=int(r["seq"]), naive_mem=Num(fmt_bytes(base[key]), base["source"]),
-                        mem=Num(fmt_bytes(r[key]), r["source"]),
-                        mem_ratio=sig(base[key] / r[key]) if r[key] > 0 else "–",
+            # the bytes saved for backward, the table's column, where both recorded them
+            k = "saved_bytes" if base["saved_bytes"] == base["saved_bytes"] and r["saved_bytes"] == r["saved_bytes"] else key
+            item.update(d=int(r["d"]), seq=int(r["seq"]), naive_mem=Num(fmt_bytes(base[k]), base["source"]),
+                        mem=Num(fmt_bytes(r[k]), r["source"]), saved=k == "saved_bytes",
+                        dtypes=(str(base["dtype"]), str(r["dtype"])),
+                        mem_ratio=sig(base[k] / r[k]) if r[k] > 0 else "–",
                         fwd=sig(base["fwd_mean_s"] / r["fwd_mean_s"]), bwd=sig(base["bwd_mean_s"] / r["bwd_mean_s"]))
         beyond = g[[(d, s) not in naive.index for d, s in zip(g["d"], g["seq"])]]
         if not beyond.empty:
