@@ -3,6 +3,8 @@ steps and first compiled calls, and the largest GPU peak of each rule."""
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 
 from .run_time import forecast, gpus_held, run_span
@@ -82,6 +84,7 @@ def section_cost_table(per_rule: pd.DataFrame, total: float, sources: list[str])
                       "and first compiled calls as defined there")
 
 
+@functools.lru_cache(maxsize=None)
 def _section_titles() -> dict[str, str]:
     """Experiment -> the report section it is costed under: the section of its own name, else the
     first section that lists it."""

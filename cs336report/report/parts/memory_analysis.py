@@ -53,14 +53,13 @@ def optimizer_peak(snap: dict, params: int) -> dict:
     """Where a full step peaks in its optimizer step: how far above backward's highest point, and
     whether that rise is about one fp32 copy of the weights (within 10 %). Where it peaks elsewhere:
     the optimizer step's own spike (:func:`optimizer_spike`), if it has one."""
-    weights = 4 * params
     if snap["peak"]["phase"] != "optimizer":
         return optimizer_spike(snap, params)
     backward = max((p["peak_bytes"] for p in snap["phases"] if p["phase"] == "backward"), default=None)
     if backward is None:
         return {}
     rise = snap["peak"]["bytes"] - backward
-    return {"backward_peak": _gib(backward), "optimizer_rise": _gib(rise), "weights": _gib(weights),
+    return {"backward_peak": _gib(backward), "optimizer_rise": _gib(rise), "weights": _gib(4 * params),
             "rise_is_weights": _is_weights(rise, params)}
 
 

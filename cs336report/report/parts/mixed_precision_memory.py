@@ -149,7 +149,7 @@ def memory_analysis(pairs: pd.DataFrame) -> dict:
             # the shortest context from which every longer one saves too, where a shorter one raised the peak
             saves = list(s["peak_change"] < 0)
             tail = next((i for i in range(len(saves)) if all(saves[i:])), None)
-            flip = s.iloc[tail:] if tail is not None and not all(saves[:tail] or [True]) else s.iloc[0:0]
+            flip = s.iloc[tail:] if tail else s.iloc[0:0]  # tail 0: every context saves, no turning point
             item["series"].append({
                 "size": str(size), "mode": MODE_COLUMNS[mode], "ctx_lo": int(lo["context"]), "ctx_hi": int(hi["context"]),
                 "lo": f"{100 * (lo['peak_ratio'] - 1):+.1f} %", "hi": f"{100 * (hi['peak_ratio'] - 1):+.1f} %",
