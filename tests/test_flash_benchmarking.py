@@ -688,3 +688,13 @@ def test_answer_gives_the_fitted_exponents_as_memory_not_time(tmp_path):
     assert re.search(r"× at seq 65536 with d_head 64\. ", answer)  # the speed-up at the longest seq is one d_head's
     summary = (tmp_path / "report" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
     assert re.search(r"× at seq 65536, d_head 64\b", summary)  # and so is the summary's headline
+    # where Triton's call is mostly host overhead, the median speed-up compares launch paths: the answer
+    # counts those shapes and gives the kernels' own ratio, both from the records
+    shapes = {impl: {(s["d"], s["seq"]): s["passes"]["forward_backward"] for s in load(p)["data"]["shapes"]}
+              for impl, p in zip(("triton", "naive"), paths)}
+    both = [k for k, v in shapes["triton"].items() if v["status"] == "ok" and shapes["naive"][k]["status"] == "ok"]
+    host = [k for k in both if shapes["triton"][k]["kernel_s"] < 0.5 * shapes["triton"][k]["stats_s"]["median"]]
+    kernel = np.median([shapes["naive"][k]["kernel_s"] / shapes["triton"][k]["kernel_s"] for k in both])
+    assert 0 < len(host) < len(both)
+    assert (f"in {len(host)} of them its call is mostly host overhead, its kernels under half of the measured time, "
+            f"and by the kernels' own time the median is {sig(kernel)}×") in answer

@@ -33,11 +33,12 @@ def frame(records: list[dict]) -> pd.DataFrame:
                 rows.append({**base, "d": shape["d"], "seq": shape["seq"], "pass": p, "status": v["status"],
                              "error": v.get("error"), "median_s": stats.get("median", math.nan),
                              "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
-                             "n": stats.get("n", 0), "noisy": stats.get("noisy", False)})
+                             "n": stats.get("n", 0), "noisy": stats.get("noisy", False),
+                             "kernel_s": v.get("kernel_s") if v.get("kernel_s") is not None else math.nan})
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    for col in ("median_s", "mean_s", "std_s"):
+    for col in ("median_s", "mean_s", "std_s", "kernel_s"):
         if col not in df:
             df[col] = math.nan
     df["implementation"] = pd.Categorical(df["implementation"], categories=ORDER, ordered=True)
