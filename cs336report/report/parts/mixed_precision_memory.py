@@ -173,11 +173,15 @@ def memory_analysis(pairs: pd.DataFrame) -> dict:
     return out
 
 
+# The records of the memory grid's cells: fp32 and bf16 cells that benchmarking already timed, and the rest.
+MEMORY_EXPERIMENTS = ("benchmarking", "benchmarking_bf16", "autocast_memory")
+
+
 def memory_part(ctx) -> dict | None:
     grid = memory_grid(ctx)
     if not grid:
         return None
-    df = transformer_frame(ctx, ("benchmarking", "benchmarking_bf16", "autocast_memory"))
+    df = transformer_frame(ctx, MEMORY_EXPERIMENTS)
     if df.empty:
         return None
     pairs = paired(df)
@@ -190,13 +194,12 @@ def memory_part(ctx) -> dict | None:
     pairs = pairs.assign(size=pd.Categorical(pairs["size"].astype(str), categories=order, ordered=True))
     pairs = pairs.sort_values(["implementation", "size", "context"])
     has_peak = bool(pairs["peak_bytes_fp32"].notna().any() or pairs["peak_bytes_bf16"].notna().any())
-    timed = [r for e in ("benchmarking", "benchmarking_bf16", "autocast_memory") for r in ctx.records(e)]
+    records = [r for e in MEMORY_EXPERIMENTS for r in ctx.records(e)]
     out = {"has_peak": has_peak,
-           "time_table": memory_time_table(pairs, "Step time of the memory grid, fp32 against bf16", timed),
+           "time_table": memory_time_table(pairs, "Step time of the memory grid, fp32 against bf16", records),
            "grid": {"sizes": list(grid["sizes"]), "contexts": [str(c) for c in grid["contexts"]],
                     "modes": [MODE_COLUMNS[m] for m in grid["modes"]], "implementations": list(grid["implementations"])}}
     if has_peak:
-        records = [r for e in ("benchmarking", "benchmarking_bf16", "autocast_memory") for r in ctx.records(e)]
         out["table"] = memory_table(pairs, f"{PEAK_ALLOCATED.capitalize()}, fp32 against bf16 autocast", records)
         out["analysis"] = memory_analysis(pairs)
         rows = formula_rows(pairs, {r["_path"]: r for r in records})
