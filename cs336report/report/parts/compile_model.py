@@ -120,8 +120,8 @@ def compile_scope(pairs: pd.DataFrame) -> dict:
 
 
 def model_analysis(pairs: pd.DataFrame, host_bound: set[str] = frozenset()) -> dict:
-    """``host_bound``: the eager records flagged host-bound, whose times move from process to process,
-    so that a speed-up over them is named as such."""
+    """``host_bound``: the eager records flagged host-bound, whose step time the host's kernel launches
+    set, so that a speed-up over them is named as such."""
     both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
     out: dict = {"n": len(pairs), "n_both": len(both), "by_mode": []}
     for mode, g in both.groupby("mode", sort=False):
