@@ -26,7 +26,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
-from ..handout import rerun_command
+from ..handout import BENCHMARKING_SETTINGS, rerun_command
 from ..results import load, record_status
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
@@ -36,7 +36,6 @@ from .tables import MD_SOURCES_INLINE, source_of
 from .targets import COST_TARGET_GPUS, targets_table
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
-HANDOUT = {"warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "tf32": False}
 EXPERIMENT_RULES = "workflow/rules"
 
 
@@ -183,7 +182,7 @@ class RenderContext:
 
     def settings(self, experiment: str, handout: dict | None = None) -> list[dict]:
         """The run settings of ``experiment``'s cells, flagged where they differ from ``handout``
-        (default: the handout's benchmarking settings, :data:`HANDOUT`)."""
+        (default: the handout's benchmarking settings, :data:`cs336report.handout.BENCHMARKING_SETTINGS`)."""
         cells = [r["config"] for r in self.records(experiment)]
         if not cells:
             return []
@@ -194,7 +193,7 @@ class RenderContext:
             values = sorted({str(c[key]) for c in cells if key in c})
             if not values:
                 continue
-            expected = (HANDOUT if handout is None else handout).get(key)
+            expected = (BENCHMARKING_SETTINGS if handout is None else handout).get(key)
             differs = expected is not None and values != [str(expected)]
             out.append({"label": label, "value": ", ".join(values),
                         "handout": str(expected) if expected is not None else "", "differs": differs})

@@ -19,6 +19,7 @@ template quotes is computed from those records, by the parts build() calls
 from __future__ import annotations
 
 from ... import accounting
+from ...handout import BENCHMARKING_SETTINGS
 from ..parts.nsys_checks import checks_table
 from ..parts.nsys_frames import MODE_LABELS, cell_frame, class_frame, forward_source, kernel_frame, span
 from ..parts.nsys_kernels import (NON_TRIVIAL, attention_table, class_figure, class_table, gain_table, gemm_shift_table,
@@ -34,8 +35,8 @@ TITLE = "nsys_profile"
 EXPERIMENTS = ("nsys_profile",)
 POINTS = 5
 # The handout profiles the benchmarking script's model and batch, but sets no warm-up or step counts
-# for the profiles: only these settings are compared with it.
-PROFILE_HANDOUT = {"batch_size": 4, "tf32": False}
+# for the profiles: only these of the benchmarking settings are compared with it.
+PROFILE_HANDOUT = {k: BENCHMARKING_SETTINGS[k] for k in ("batch_size", "tf32")}
 SUBQUESTIONS = ("a", "b", "c", "d", "e")
 
 
