@@ -58,21 +58,20 @@ def build(ctx) -> dict:
     if len(ok):
         best, worst = ok.iloc[0], ok.iloc[-1]
         b, w = best["source"], worst["source"]  # each time below comes from one of these two records
+        spread = math.hypot(best["step_std"], worst["step_std"])  # the two cells' steps, spread combined
         out["best"] = {"size": f"{sig(best['bucket_mb'])} MiB", "step": Num(ms(best["step_median"]), b),
                        "sync": Num(ms(best["sync_median"]), b), "worst_size": f"{sig(worst['bucket_mb'])} MiB",
                        "worst_step": Num(ms(worst["step_median"]), w), "worst_sync": Num(ms(worst["sync_median"]), w),
                        "step_s": float(best["step_median"]), "several": len(ok) > 1,
                        # the sizes are not told apart where best and worst lie within their combined spread
-                       "within_spread": bool(len(ok) > 1 and (worst["step_median"] - best["step_median"]
-                                                              <= math.hypot(best["step_std"], worst["step_std"]))),
-                       "spread": ms(math.hypot(best["step_std"], worst["step_std"]))}
+                       "within_spread": bool(len(ok) > 1 and worst["step_median"] - best["step_median"] <= spread),
+                       "spread": ms(spread)}
         # what is left after backward, over every size: where sizes cannot be told apart by step, the
         # text quotes this range rather than calling it small
         lo, hi = ok.loc[ok["sync_median"].idxmin()], ok.loc[ok["sync_median"].idxmax()]
         out["best"].update(sync_lo=Num(ms(lo["sync_median"]), lo["source"]), sync_lo_size=f"{sig(lo['bucket_mb'])} MiB",
                            sync_hi=Num(ms(hi["sync_median"]), hi["source"]), sync_hi_size=f"{sig(hi['bucket_mb'])} MiB",
-                           sync_inside_spread=bool(hi["sync_median"] - lo["sync_median"]
-                                                   <= math.hypot(best["step_std"], worst["step_std"])))
+                           sync_inside_spread=bool(hi["sync_median"] - lo["sync_median"] <= spread))
         ref = by_step(sweep, "torch_ddp")
         if len(ref):
             r = ref.iloc[0]
