@@ -56,6 +56,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -180,18 +181,21 @@ def _output_to(log: str):
 
 
 class _ClientWatch(threading.Thread):
-    """Interrupts the running cell when its client goes away (Snakemake killed the job)."""
+    """Interrupts the running cell when its client goes away (Snakemake killed the job). :meth:`stop`
+    wakes it through a pipe of its own, so that it has ended when ``stop`` returns: the client,
+    which closes the connection once it has the reply, must not be taken for one gone mid-cell."""
 
     def __init__(self, conn: socket.socket):
         super().__init__(daemon=True)
         self.conn, self.done, self.gone = conn, threading.Event(), False
+        self._wake_read, self._wake_write = os.pipe()
 
     def run(self) -> None:
         import _thread
 
         while not self.done.is_set():
-            readable, _, _ = select.select([self.conn], [], [], 0.2)
-            if self.done.is_set() or not readable:
+            readable, _, _ = select.select([self.conn, self._wake_read], [], [])
+            if self.done.is_set() or self.conn not in readable:
                 continue
             try:
                 data = self.conn.recv(4096)
@@ -207,7 +211,10 @@ class _ClientWatch(threading.Thread):
 
     def stop(self) -> None:
         self.done.set()
+        os.write(self._wake_write, b"x")
         self.join(1.0)
+        os.close(self._wake_read)
+        os.close(self._wake_write)
 
 
 def _run_request(conn: socket.socket, reader, request: dict, initial: dict) -> bool:
@@ -217,7 +224,8 @@ def _run_request(conn: socket.socket, reader, request: dict, initial: dict) -> b
 
     from . import runner
 
-    reset_process_state(initial)
+    # No reset here: the process is as it started, or as the reset after its last cell left it
+    # (a worker that skips that reset exits instead of taking another cell).
     try:
         _send(conn, {"accepted": True, "pid": os.getpid(), "cells_before": runner.cells_run()})
     except OSError:  # the client went away before the cell started: nothing ran
@@ -256,7 +264,9 @@ def _run_request(conn: socket.socket, reader, request: dict, initial: dict) -> b
     device = str(cell.get("device", "cpu"))
     why = exit_reason(reply["status"], device, watch.gone)
     if why is None:
-        reset_process_state(initial)  # an idle worker holds no cached blocks
+        started = time.perf_counter()
+        reset_process_state(initial)  # an idle worker holds no cached blocks; the next cell starts from here
+        reply["reset_s"] = round(time.perf_counter() - started, 3)
         why = exit_reason(reply["status"], device, watch.gone, left_bytes=_cuda_allocated())
     reply["exiting"] = why is not None
     try:

@@ -259,7 +259,8 @@ def run_client(experiment: str, name: str, cell: dict, out: str, log: str) -> in
     if not os.path.exists(out):
         _say(f"worker pid {reply.get('pid')} replied {reply.get('status')} but wrote no {out}; running the cell here")
         return _run_here(experiment, name, cell, out)
-    _say(f"{experiment}/{name}: {reply['status']} in worker pid {reply['pid']} ({reply['wall_s']:.1f} s)")
+    reset = f"; state reset after it {reply['reset_s']:.2f} s" if "reset_s" in reply else ""
+    _say(f"{experiment}/{name}: {reply['status']} in worker pid {reply['pid']} ({reply['wall_s']:.1f} s{reset})")
     return 0
 
 

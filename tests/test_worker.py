@@ -371,6 +371,50 @@ def test_reset_puts_the_process_state_back():
         reset_process_state(initial)
 
 
+def test_the_state_a_cell_changed_is_put_back_before_its_reply(tmp_path, monkeypatch):
+    """The next cell starts from the state the last one's reset left (no reset before a cell): that
+    reset runs before the reply, the client's close after the reply is not taken for a client gone
+    mid-cell, and the thread that watched the client has ended when the request returns."""
+    import socket
+    import threading
+
+    import torch
+
+    from cs336report import runner, worker, worker_client
+
+    initial = worker.global_state()
+
+    def cell_that_changes_state(experiment, name, cell, out):
+        torch.set_default_dtype(torch.float64)
+        torch.set_grad_enabled(False)
+        return {"status": "ok", "wall_s": 0.0}
+
+    monkeypatch.setattr(runner, "run_cell", cell_that_changes_state)
+    ours, theirs = socket.socketpair()
+    request = {"experiment": "roofline", "name": "probe", "cell": {"device": "cpu"},
+               "out": str(tmp_path / "probe.json"), "log": str(tmp_path / "probe.log")}
+    replies = []
+
+    def the_client():
+        with theirs, theirs.makefile("rb") as reader:
+            assert worker_client._read_line(reader)["accepted"]
+            worker_client._send(theirs, {"go": True})
+            replies.append(worker_client._read_line(reader))
+
+    threads = threading.active_count()
+    talk = threading.Thread(target=the_client)
+    talk.start()
+    try:
+        with ours, ours.makefile("rb") as reader:
+            assert worker._run_request(ours, reader, request, initial) is True  # no reason to exit
+        talk.join()
+        assert worker.global_state() == initial
+        assert replies[0]["status"] == "ok" and replies[0]["exiting"] is False and replies[0]["reset_s"] >= 0
+        assert threading.active_count() == threads
+    finally:
+        worker.reset_process_state(initial)
+
+
 @pytest.mark.slow
 def test_workflow_cells_ran_in_one_worker_that_stopped_at_the_end(workdir):
     records = [json.loads(p.read_text()) for p in sorted((workdir / "results").glob("*/*.json"))
