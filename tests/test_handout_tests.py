@@ -217,3 +217,26 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
     assert "1 of 3 handout tests of the backward pass passed, 2 skipped: Triton is not installed" in text
     from cs336report.report.handout_tests import headline
     assert headline(part).startswith("1 of 3 handout tests passed, 2 skipped (Triton is not installed (pip install triton))")
+
+
+def test_the_answer_says_whose_test_files_ran():
+    """Without a student's checkout the cases are cs336report's own, written from the handout's
+    description, and the answer says so; a checkout's own tests are named as the handout's."""
+    from cs336report.report.handout_tests import problem_part
+    from cs336report.report.render import environments
+
+    tests = [{"name": "test_flash_backward_pytorch", "problem": "flash_backward", "subquestion": "",
+              "outcome": "passed", "seconds": 0.2, "message": "", "max_abs_error": 1e-6}]
+    section = {"id": "flash_backward", "title": "flash_backward", "command": "c"}
+    texts = {}
+    for checkout in (None, "/home/student/assignment2"):
+        record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
+                  "data": {"tests": tests, "checkout": checkout, "implementation": "built-in"},
+                  "_path": "results/handout_tests/attention.json"}
+        part = problem_part([record], "flash_backward", ())
+        assert part["own_suite"] is (checkout is None)
+        texts[checkout] = environments()["md"].get_template("answers/flash_backward.j2").render(
+            fmt_lib="_md.j2", d=part, section=section)
+    assert "cs336report's own versions of the handout's tests" in texts[None]
+    assert "own versions" not in texts["/home/student/assignment2"]
+    assert "Implementation tested: built-in." in texts["/home/student/assignment2"]

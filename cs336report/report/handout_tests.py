@@ -37,13 +37,15 @@ def frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         implementation = _field(r, "implementation") or (r.get("config") or {}).get("implementation") or "built-in"
+        origin = "checkout" if _field(r, "checkout") else "cs336report"  # whose test files ran
         for t in _field(r, "tests") or []:
-            rows.append({"suite": r["cell"], "implementation": implementation, "source": r.get("_path", ""),
+            rows.append({"suite": r["cell"], "implementation": implementation, "origin": origin,
+                         "source": r.get("_path", ""),
                          "id": t.get("id", ""), "name": t.get("name") or t.get("id", ""),
                          "problem": t.get("problem", ""), "subquestion": t.get("subquestion") or "",
                          "outcome": t.get("outcome", "error"), "seconds": t.get("seconds"),
                          "message": t.get("message") or "", "max_abs_error": t.get("max_abs_error")})
-    return pd.DataFrame(rows, columns=["suite", "implementation", "source", "id", "name", "problem", "subquestion",
+    return pd.DataFrame(rows, columns=["suite", "implementation", "origin", "source", "id", "name", "problem", "subquestion",
                                        "outcome", "seconds", "message", "max_abs_error"])
 
 
@@ -67,7 +69,9 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
     df = frame(records)
     df = df[df["problem"] == problem]
     out = {"ran": not df.empty, "command": COMMAND, "subs": {}, "table": None,
-           "implementations": sorted(set(df["implementation"])), "sources": sorted(set(df["source"]))}
+           "implementations": sorted(set(df["implementation"])), "sources": sorted(set(df["source"])),
+           # without a student's checkout the cases are cs336report's own, written from the handout
+           "own_suite": bool(len(df)) and bool((df["origin"] == "cs336report").all())}
     if df.empty:
         return out
     for letter in subquestions or ("",):
