@@ -209,6 +209,12 @@ def test_section_reports_the_oom_point_accounting_and_scaling(tmp_path, monkeypa
              ["saved_activation_bytes"] for s in (16, 32)]
     exponent = attention_section.fit_exponent([16, 32], saved)
     assert re.search(rf"grow as seq to the power {exponent:.2f}", section)
+    # the answer names the matrices kept as the accounting counts them, not "every" matrix
+    answer = (tmp_path / "report" / "answers.md").read_text().split('<a id="pytorch_attention"></a>', 1)[1]
+    answer = answer.split('<a id="torch_compile"></a>', 1)[0]
+    kept = re.search(r"autograd keeps (\d+) of them for backward", answer).group(1)
+    assert f"as the T×T matrices it keeps ({kept} in the accounting above) do" in answer
+    assert "every T×T matrix" not in answer
     # the SDPA rows ran where the naive attention did not
     assert "it also ran at seq 64, where the naive attention did not" in section
     assert (tmp_path / "report" / "figures" / "pytorch_attention_scaling.png").stat().st_size > 1000
