@@ -109,6 +109,10 @@ def build(ctx) -> dict:
     out["has_triton"] = "triton" in set(df["implementation"].astype(str))
     triton_fp32 = df[df["implementation"].astype(str).isin(["triton", "triton_fixed"]) & (df["dtype"] == "fp32")]
     out["tf32_caveat"] = bool((triton_fp32["status"] == "ok").any())
+    # the TF32 setting the PyTorch rows ran with (Triton's fp32 dots use TF32 whatever it is)
+    out["pytorch_tf32"] = sorted({bool(r["config"].get("tf32")) for r in records
+                                  if r["config"].get("implementation") not in ("triton", "triton_fixed")
+                                  and r["config"].get("dtype") == "fp32" and "tf32" in r["config"]})
     timers = sorted(set(df["timer"].dropna()))
     out["timer"] = ", ".join(timers)
     out["cpu_timer"] = any("CPU" in t for t in timers)
