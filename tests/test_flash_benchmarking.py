@@ -648,6 +648,14 @@ def test_the_report_sets_kernel_time_beside_do_bench_time():
     assert t.rows[0][2].text == "0.0900" and t.rows[0][3].text == "0.0100"  # do_bench, kernels only (ms)
     assert t.rows[0][-2].text == "89" and t.rows[1][-2].text == "5"  # overhead share
     assert kernel_overhead.table([record], 128) is None
+    assert "longer than do_bench" not in t.note
+    # where the profiled kernels took longer than do_bench's median, the note counts it (overhead clamped to 0)
+    slower = shape(32768, 1.0e-3, 1.08e-3)
+    for v in slower["passes"].values():
+        v["overhead_s"] = 0.0
+    record["data"]["shapes"].append(slower)
+    t = kernel_overhead.table([record], 64)
+    assert "in 2 of 6 timings here the kernels alone took longer than do_bench's median (by up to 8 %" in t.note
 
 
 def test_the_triton_row_names_the_backward_its_records_ran():

@@ -55,6 +55,15 @@ def table(records: list[dict], d: int, implementation: str = "triton", label: st
         else:
             row += [status_cell("missing")] * 3
         rows.append(row)
+    # profiler and CUDA events are two measurements: where the kernels alone took longer than do_bench's
+    # median, the records' overhead is 0 (never negative), and the table says how often and by how much
+    shown = df[df["pass"].isin([p for p, _ in PASS_COLUMNS])]
+    over = shown[shown["kernel_s"] > shown["bench_s"]]
+    longer = ""
+    if len(over):
+        worst = 100 * float((over["kernel_s"] / over["bench_s"]).max() - 1)
+        longer = (f"; in {len(over)} of {len(shown)} timings here the kernels alone took longer than do_bench's median "
+                  f"(by up to {worst:.0f} %; profiler and events are two measurements), and the overhead is then 0")
     columns = ["dtype", "seq"]
     units = ["", "tokens"]
     for _, name in PASS_COLUMNS:
@@ -68,4 +77,5 @@ def table(records: list[dict], d: int, implementation: str = "triton", label: st
         note="do_bench: median per call between CUDA events the host records, so it includes the host's work per "
              "call (Python, autograd, the autotuner's lookup, kernel launches) wherever the kernels finish first; "
              "kernels only: the GPU time of the call's kernels (torch.profiler); overhead = do_bench − kernels; "
-             "rate: matmul FLOPs of the causal pass (forward 2·B·T²·d, backward 2.5× that) over the kernels' time")
+             "rate: matmul FLOPs of the causal pass (forward 2·B·T²·d, backward 2.5× that) over the kernels' time"
+             + longer)
