@@ -655,6 +655,10 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
         naive = load(PUBLISHED / "pytorch_attention" / f"naive-fp32-d{match[3]}-s{match[4]}.json.gz")
         assert match[2] == fmt_bytes(naive["data"]["saved_activation_bytes"])
     assert "a few MiB" not in answers
+    # the compiled table's memory columns count what the forward left allocated, not pytorch_attention's
+    # "allocated before backward" (which holds the inputs too): another name
+    table = evidence.split('<a id="evidence-torch_compile"></a>', 1)[1]
+    assert "left allocated by the forward, eager" in table and "allocated before backward, eager" not in table
     # no cell is causal, so there is no mask to fuse
     assert not any(load(p)["config"].get("causal") for p in compiled)
     assert "fuses the scaling and softmax" in answers and "masking" not in answers.split("## 7.", 1)[1].split("## 8.", 1)[0]

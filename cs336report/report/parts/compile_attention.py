@@ -33,7 +33,8 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
         row.append(bytes_cell(r[memory_key], r["status"], r["source"]))
         row.append(first_call_cell(r["first_call_s"], r["cache_hits"]))
         rows.append(row)
-    memory = "allocated before backward" if memory_key == "activation_bytes" else "saved for backward"
+    # not pytorch_attention's "allocated before backward", which counts the inputs too
+    memory = "left allocated by the forward" if memory_key == "activation_bytes" else "saved for backward"
     return Table(
         title="Naive attention, eager against torch.compile",
         columns=["d_head", "seq", "forward eager", "forward compiled", "forward speed-up", "backward eager",
@@ -43,7 +44,9 @@ def attention_table(pairs: pd.DataFrame, memory_key: str) -> Table:
         sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
         note="mean time per pass; speed-up = eager / compiled; the first compiled call (a forward and a backward "
              "pass, which compiles both) is not part of the timed passes"
-             + ("; allocated before backward excludes the inputs" if memory_key == "activation_bytes" else "")
+             + ("; left allocated by the forward: torch.cuda.memory_allocated with a forward pass's graph alive, less "
+                "what was allocated before that pass (inputs, upstream gradient, workspace)"
+                if memory_key == "activation_bytes" else "")
              + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else "") + memory_notes(pairs))
 
 
