@@ -559,3 +559,40 @@ def test_published_speed_ups_name_no_trend_from_two_cells(tmp_path):
     assert "pays off more the larger the model" not in answers
     evidence = (tmp_path / "r" / "evidence.md").read_text()
     assert "(Spearman ρ = 1.00 over 2 cells)" in evidence and "2 cells are too few to call a trend" in evidence
+
+
+def test_host_bound_bf16_steps_that_still_win_give_lower_bounds_only():
+    """A bf16 step flagged host-bound alone, beside a clean fp32 one it still beats: a faster host
+    could only shorten it, so its speed-up is a lower bound (its kernels alone give the upper one).
+    One it loses, a noisy one, or one beside a flagged fp32 cell gives nothing."""
+    import pandas as pd
+
+    from cs336report.report import headlines
+    from cs336report.report.parts.mixed_precision_speed import lower_bounds, speed_analysis
+
+    rows, records, flags = [], {}, []
+    for size, params, fp32, bf16, bf16_flag, fp32_flag in (
+            ("small", 1e8, 0.020, 0.030, "host_bound", None),   # bf16 loses: no bound
+            ("medium", 3e8, 0.060, 0.050, "host_bound", None),
+            ("large", 7e8, 0.120, 0.070, "host_bound_beside_jobs", None),
+            ("xl", 1.5e9, 0.240, 0.080, "noisy", None),         # noisy: no bound
+            ("2.7B", 2.7e9, 0.330, 0.100, "host_bound", "host_bound")):  # fp32 flagged too: no bound
+        a, b = f"fp32-{size}", f"bf16-{size}"
+        rows.append({"implementation": "naive", "size": size, "context": 512, "mode": "forward", "params": params,
+                     "mean_s_fp32": fp32, "mean_s_bf16": bf16, "source_fp32": a, "source_bf16": b,
+                     "status_fp32": "ok", "status_bf16": "ok", "speedup": fp32 / bf16})
+        records[b] = {"data": {"host": {"kernels_alone": {"kernels_s": bf16 / 4}}}}
+        flags.append({"kind": bf16_flag, "sources": [b], "cells": [b], "text": ""})
+        if fp32_flag:
+            flags.append({"kind": fp32_flag, "sources": [a], "cells": [a], "text": ""})
+    pairs = pd.DataFrame(rows)
+    (forward,) = lower_bounds(pairs, flags, records)
+    assert [c["cell"] for c in forward["cells"]] == ["medium", "large"]
+    assert [c["at_least"] for c in forward["cells"]] == ["1.20", "1.71"]
+    assert [c["at_most"] for c in forward["cells"]] == ["4.80", "6.86"]  # fp32 over the bf16 kernels alone
+    assert forward["size_trend"] == "few"  # two cells name no trend
+    analysis = speed_analysis(pairs, flags, records)
+    assert analysis["modes"] == [] and analysis["bounds"] == [forward]
+    line = headlines.benchmarking_mixed_precision({"speed": {"analysis": analysis}})
+    assert line == ("bf16 autocast makes the forward at least 1.20× as fast for medium and at least 1.71× for large "
+                    "(its steps host-bound)")

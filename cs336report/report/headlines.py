@@ -43,6 +43,12 @@ def mixed_precision_accumulation(d: dict) -> str | None:
 
 def benchmarking_mixed_precision(d: dict) -> str | None:
     modes = _get(d, "speed", "analysis", "modes")
+    bounds = _get(d, "speed", "analysis", "bounds")
+    if not modes and bounds:  # only one-sided comparisons: host-bound bf16 steps that still won
+        lo, hi = bounds[0]["cells"][0], bounds[0]["cells"][-1]
+        return (f"bf16 autocast makes the {bounds[0]['mode']} at least {lo['at_least']}× as fast for {lo['cell']}"
+                + (f" and at least {hi['at_least']}× for {hi['cell']}" if hi is not lo else "")
+                + " (its steps host-bound)")
     if not modes:
         return None
     f = modes[0]
