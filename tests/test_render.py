@@ -374,7 +374,10 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
         return md.split('<a id="benchmarking_script-c"></a>', 1)[1].split("<a id=", 1)[0]
 
     import math
+    import re
 
+    from cs336report.measure import summarize
+    from cs336report.report.tables import fmt_seconds
     from cs336report.results import load
 
     stats = {int(p.name.split("-w")[-1].split(".")[0]): load(p)["data"]["stats_s"] for p in here if "-w" in p.name}
@@ -389,7 +392,7 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
                 if len(group) == 1 else "The means after 1 and 2 warm-up steps (")
         assert said in both
         tail = both.split(said, 1)[1].split(". ", 1)[0]
-        assert ("from the 5-step one by more than the two runs' combined spread" in tail) is apart[group[0]]
+        assert ("from the 5-step one by more than their combined spread" in tail) is apart[group[0]]
         assert ("within the two runs' combined spread" in tail) is (not apart[group[0]])
     if any(apart.values()):
         assert "one run per setting cannot tell the two apart" in both
@@ -402,6 +405,22 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
     save(moved, tmp_path / "moved" / w2.name.removesuffix(".gz"))
     close = answer([p for p in here if p != w2] + [tmp_path / "moved" / w2.name.removesuffix(".gz")], tmp_path / "close")
     assert "The mean after 2 warm-up steps (" in close and "within the two runs' combined spread of the 5-step one" in close
+    # the 1-step cell measured in three processes, each 3 % slower than the 5-step mean: the answer
+    # takes their mean and the spread between them, and says the 5-step setting had one process only
+    w1 = next(p for p in here if p.name.endswith("-w1.json.gz"))
+    again = load(w1)
+    means = [stats[5]["mean"] * f for f in (1.029, 1.03, 1.031)]
+    again["data"]["stats_s"]["mean"] = means[0]
+    again["data"]["repeats"] = {"means_s": means, "stats_s": summarize(means), "runs": []}
+    save(again, tmp_path / "again" / w1.name.removesuffix(".gz"))
+    repeated = answer([p for p in here if p != w1] + [tmp_path / "again" / w1.name.removesuffix(".gz")],
+                      tmp_path / "repeated")
+    repeated = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", repeated)  # linked numbers as their text
+    pooled = summarize(means)
+    assert f"({fmt_seconds(pooled['mean'])} over 3 processes, whose means span {fmt_seconds(min(means))}" in repeated
+    assert abs(pooled["mean"] - stats[5]["mean"]) > math.hypot(pooled["std"], stats[5]["std"])
+    assert "the 5-step setting ran in one process, so this run cannot tell the two apart" in repeated
+    assert "one run per setting" not in repeated
 
 
 def test_cost_rows_go_to_the_section_of_their_own_name():

@@ -31,6 +31,8 @@ def frame(records: list[dict]) -> pd.DataFrame:
         c, d = r["config"], r["data"]
         stats = d.get("stats_s", {})
         phases = d.get("phase_stats_s", {})
+        repeats = d.get("repeats") or {}  # the cell measured again in fresh processes: each run's mean
+        runs_s = [m for m in repeats.get("means_s") or [] if m == m]
         rows.append({
             "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
             "context": c["context"], "mode": c["mode"], "warmup": c["warmup_steps"],
@@ -47,6 +49,9 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "all_s": (d.get("times_s", {}).get("warmup_s", []) + d.get("times_s", {}).get("measured_s", [])),
             "measured_s": d.get("times_s", {}).get("measured_s", []),
             "source": r["_path"], "wall_s": r.get("wall_s"),
+            "runs": max(len(runs_s), 1), "runs_s": runs_s,
+            "runs_mean_s": (repeats.get("stats_s") or {}).get("mean", math.nan) if runs_s else math.nan,
+            "runs_std_s": (repeats.get("stats_s") or {}).get("std", math.nan) if runs_s else math.nan,
         })
     df = pd.DataFrame(rows)
     if df.empty:

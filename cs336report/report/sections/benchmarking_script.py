@@ -194,15 +194,30 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
             "warm_mean": Num(fmt_seconds(warm["mean_s"]), w), "warm_std": Num(fmt_seconds(warm["std_s"]), w),
             "mean_ratio": sig(cold["mean_s"] / warm["mean_s"]), "middle": [],
         }
+        out["warmup"]["warm_runs"] = int(warm["runs"])
+
+        def level(row) -> tuple[float, float]:
+            """A setting's mean and spread: over its processes where it was measured again (the spread
+            between them), else its one run's mean and the spread of its steps."""
+            if row["runs"] > 1:
+                return row["runs_mean_s"], row["runs_std_s"]
+            return row["mean_s"], row["std_s"]
+
+        warm_mean, warm_spread = level(warm)
         for _, r in wok.sort_values("warmup").iloc[1:-1].iterrows():  # e.g. 1 and 2 warm-up steps
             first, rest = first_and_rest(r["measured_s"])
-            out["warmup"]["middle"].append({
+            mean, spread = level(r)
+            item = {
                 "n": int(r["warmup"]), "first_over_rest": Num(sig(first / rest), r["source"]),
-                "mean": Num(fmt_seconds(r["mean_s"]), r["source"]),
-                "vs_warm": f"{(r['mean_s'] / warm['mean_s'] - 1) * 100:+.1f} %",
+                "mean": Num(fmt_seconds(mean), r["source"]), "runs": int(r["runs"]),
+                "vs_warm": f"{(mean / warm_mean - 1) * 100:+.1f} %",
                 "ordinary_first": bool(first / rest < FIRST_STEP_ORDINARY),
-                # apart from the longest warm-up's mean by more than the two runs' combined spread
-                "apart": bool(abs(r["mean_s"] - warm["mean_s"]) > math.hypot(r["std_s"], warm["std_s"]))})
+                # apart from the longest warm-up's mean by more than the two settings' combined spread
+                "apart": bool(abs(mean - warm_mean) > math.hypot(spread, warm_spread))}
+            if r["runs"] > 1:
+                item.update(runs_lo=Num(fmt_seconds(min(r["runs_s"])), r["source"]),
+                            runs_hi=Num(fmt_seconds(max(r["runs_s"])), r["source"]))
+            out["warmup"]["middle"].append(item)
         middle = out["warmup"]["middle"]
         out["warmup"]["middle_ordinary"] = bool(middle) and all(w["ordinary_first"] for w in middle)
         out["warmup"]["ordinary_pct"] = f"{(FIRST_STEP_ORDINARY - 1) * 100:.0f} %"
