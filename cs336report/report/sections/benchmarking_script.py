@@ -132,6 +132,10 @@ def warmup_table(wf: pd.DataFrame) -> Table:
     )
 
 
+# a cell whose steps' standard deviation exceeds this many times the median cell's "varies more"
+VARY_MORE = 2
+
+
 def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None) -> dict:
     """Numbers the section's sentences quote, all computed from the results; a comparison of two
     cells that :func:`checks.defensible` refuses is not drawn."""
@@ -153,6 +157,18 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
         # why the most variable cell varies, as far as the records tell: the host set its step, or it is short
         "max_host_bound": worst["source"] in host_bound, "max_short": bool(worst["mean_s"] < ok["mean_s"].median()),
     }
+    # the cells that vary more than twice the median: how many, and how many of them the host sets or are short
+    more = ok[ok["cv"] > VARY_MORE * ok["cv"].median()]
+    out["variability"].update(
+        vary_more=VARY_MORE, n_more=int(len(more)), n_more_host_bound=int(more["source"].isin(host_bound).sum()),
+        n_more_short=int((more["mean_s"] < ok["mean_s"].median()).sum()))
+    # the table's backward column is a phase timed within the step: it can vary more than any whole step
+    phase = ok[ok["mode"] == "forward_backward"].assign(phase_cv=lambda g: g["backward_std_s"] / g["backward_mean_s"])
+    phase = phase[phase["phase_cv"].notna()]
+    if not phase.empty and phase["phase_cv"].max() > worst["cv"]:
+        top = phase.loc[phase["phase_cv"].idxmax()]
+        out["variability"]["phase_max"] = {"cv": Num(fmt_pct(top["phase_cv"]), top["source"]),
+                                           "cell": f"{top['size']}, context {top['context']}"}
     scaling = []
     for (size, mode), g in ok.groupby(["size", "mode"], observed=True):
         g = g.sort_values("context")
