@@ -355,6 +355,9 @@ def test_answer_a_builds_no_profiler_cost_on_a_host_bound_pair(parsed, tmp_path)
     ratio = sig(0.0202 / 0.0375)
     assert "does not measure the profiler's cost here" in answer
     assert "in the cell both timed (small/128)" in answer and f"is {ratio}× as long" in answer
+    # the split is by the kernels' share of the step, and the answer names it so (not "host-bound",
+    # which the benchmarking record's own flag decides)
+    assert "the kernels fill less than 90 % of the forward time without the profiler" in answer
     assert "more only where" not in answer and "keep the GPU busy" not in answer
     evidence = (tmp_path / "report" / "evidence.md").read_text()
     assert ("these ratios mix the profiler's cost with the spread between two processes: 1 of the 1 profiled "
