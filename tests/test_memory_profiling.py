@@ -515,7 +515,8 @@ def test_answer_a_tells_an_optimizer_peak_from_a_backward_one(tmp_path):
     backward = max(p["peak_bytes"] for p in snap["phases"] if p["phase"] == "backward")
     assert snap["peak"]["phase"] == "optimizer"
     assert f"in the optimizer step, {fmt_bytes(snap['peak']['bytes'] - backward)} above backward's" in short
-    assert f"at most {fmt_bytes(backward)}" in short and "one more fp32 copy of the 12.7 GiB of weights" in short
+    assert f"at most {fmt_bytes(backward)}" in short
+    assert "a temporary of one fp32 value per parameter, the size of the 12.7 GiB of weights" in short
     assert "a flat optimizer step" not in short and "falls as backward frees" not in short
     long = _published_answer_a(tmp_path / "long", (256, 512))
     assert "in the backward pass and falls as backward frees the activations" in long
@@ -525,8 +526,14 @@ def test_answer_a_tells_an_optimizer_peak_from_a_backward_one(tmp_path):
     optimizer = max(p["peak_bytes"] for p in snap["phases"] if p["phase"] == "optimizer")
     assert snap["peak"]["phase"] == "backward" and optimizer < snap["peak"]["bytes"]
     assert (f"then rises by 12.7 GiB in the optimizer step, from {fmt_bytes(optimizer - weights)} to "
-            f"{fmt_bytes(optimizer)}: about one more fp32 copy of the 12.7 GiB of weights") in long
+            f"{fmt_bytes(optimizer)}: a temporary of one fp32 value per parameter, the size of the 12.7 GiB of "
+            "weights") in long
     assert long.count("spike in the optimizer step") == 1
+    # the step opens by freeing the last step's gradients (zero_grad(set_to_none=True)): the answer says so
+    first = min((s for s in snap["ramps"]["segments"] if s["step"] == 0), key=lambda s: s["start"])
+    assert first["kind"] == "drop" and first["start"] == 0 and abs(-first["bytes"] / weights - 1) < 0.1
+    assert (f"first falls by {fmt_bytes(-first['bytes'])} to {fmt_bytes(first['end_bytes'])} as "
+            "`zero_grad(set_to_none=True)` frees the last step's gradients (one fp32 value per parameter)") in long
 
 
 def test_answer_c_gives_the_bf16_change_at_every_context(tmp_path):

@@ -77,6 +77,18 @@ def optimizer_spike(snap: dict, params: int) -> dict:
             "rise_is_weights": _is_weights(top["bytes"], params)}
 
 
+def opening_drop(snap: dict, params: int) -> dict:
+    """A full step that opens with a fall (``zero_grad(set_to_none=True)`` freeing the gradients the
+    step before left): by how much and to where, and whether it is about one fp32 value per parameter.
+    Empty where the first recorded step opens otherwise."""
+    segments = [s for s in (snap.get("ramps") or {}).get("segments", []) if s.get("step") == 0]
+    first = min(segments, key=lambda s: s["start"], default=None)
+    if first is None or first["kind"] != "drop" or first["start"] != 0:
+        return {}
+    return {"drop": _gib(-first["bytes"]), "drop_to": _gib(first["end_bytes"]),
+            "drop_is_grads": _is_weights(-first["bytes"], params)}
+
+
 def size_kinds(snap: dict, size: int) -> list[dict]:
     """What the allocations of ``size`` bytes were, per recorded step: one entry per category, most
     first (the snapshot's ``by_size`` table); empty where the table lacks that size."""
@@ -121,6 +133,7 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
         params = accounting.param_count(model_spec(full))
         out["full"]["start_per_param"] = Num(sig(start_bytes(full["snap"]) / params, 3), full["source"])
         out["full"].update(optimizer_peak(full["snap"], params))
+        out["full"].update(opening_drop(full["snap"], params))
     fwd = at.get("forward")
     if fwd is not None and fwd["snap"]:
         out["forward"] = phase_summary(fwd)
