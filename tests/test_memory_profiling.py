@@ -637,3 +637,17 @@ def test_answer_e_counts_what_the_largest_blocks_are(tmp_path):
     summary = (tmp_path / "report" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
     assert (f"snapshot peak (requested) {fmt_bytes(forward['snapshot']['peak']['bytes'])} for the forward pass and "
             f"{fmt_bytes(snap['peak']['bytes'])} for a full step") in summary
+
+
+def test_answer_b_names_what_stays_fixed_as_the_forward_pass_holds_it(tmp_path):
+    """The forward-only cells hold the weights (4 bytes per parameter), not a training step's 16."""
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx{c}-forward.json.gz" for c in (128, 512)]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published snapshots")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    md = (tmp_path / "report" / "answers.md").read_text()
+    answer = md.split('<a id="memory_profiling-b"></a>', 1)[1].split("<a id=", 1)[0]
+    record = load(paths[0])["data"]
+    assert abs(record["snapshot"]["baseline"]["bytes"] / record["capture"]["params"] - 4) < 0.1  # weights only
+    assert "here the weights, 4 bytes per parameter; 16 in a training step" in answer
+    assert "the step's 16 bytes per parameter of state" not in answer
