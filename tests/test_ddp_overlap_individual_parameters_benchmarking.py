@@ -1,6 +1,8 @@
 """Overlap evidence: the hidden fraction of communication from one step's kernels, and the
 kernels of the last profiled step taken from a Chrome trace."""
 
+import re
+
 import pytest
 
 from cs336report.distributed.overlap import hidden_fraction, union
@@ -74,3 +76,31 @@ def test_published_answer_says_naive_was_timed_again_and_infers_no_profile(tmp_p
     answer = md.split('<a id="ddp_overlap_individual_parameters_benchmarking"></a>', 1)[1].split("\n## ", 2)[1]
     assert "for naive DDP timed again beside these cells" in answer and "for flat in its own problem's run" in answer
     assert "so only the all-reduces of the last gradients" not in answer
+
+
+def test_the_time_left_after_backward_is_set_beside_what_the_step_gained(tmp_path):
+    """Overlap shortens the wait after backward but lengthens backward itself (the all-reduces share
+    the GPU with it): the answer gives both, and the step's gain as a share of naive's all-reduce."""
+    from pathlib import Path
+
+    from cs336report.report.ddp import ms
+    from cs336report.report.render import render_report
+    from cs336report.results import load
+
+    data = Path(__file__).resolve().parent.parent / "report" / "data"
+    mine = data / "ddp_overlap_individual_parameters_benchmarking"
+    if not (mine / "individual-xl-ctx128-w2.json.gz").exists():
+        pytest.skip("no published records")
+    render_report([str(p) for p in sorted(mine.glob("*.json.gz"))], {"_device": "cuda", "_grid": "gpu"},
+                  tmp_path / "r", draw=False)
+    md = (tmp_path / "r" / "answers.md").read_text()
+    answer = md.split('<a id="ddp_overlap_individual_parameters_benchmarking-a"></a>', 1)[1].split("<a id=", 1)[0]
+    answer = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", answer)
+    naive = load(mine / "naive-xl-ctx128-w2.json.gz")["data"]["stats_s"]
+    ours = load(mine / "individual-xl-ctx128-w2.json.gz")["data"]["stats_s"]
+    saved, longer = naive["step"]["median"] - ours["step"]["median"], ours["backward"]["median"] - naive["backward"]["median"]
+    assert saved > 0 and longer > 0
+    assert f"but its backward runs {ms(longer)} longer with the all-reduces beside it" in answer
+    assert (f"so its step is {ms(saved)} shorter ({100 * saved / naive['sync']['median']:.1f} % of naive's "
+            "all-reduce time off the step)") in answer
+    assert "this project's goal for the time left after backward" in answer
