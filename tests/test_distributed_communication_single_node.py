@@ -13,7 +13,7 @@ import torch
 from cs336report.config import Config
 from cs336report.distributed.link import link_between, nvlink_peak
 from cs336report.experiments import distributed_communication_single_node as ar
-from cs336report.report.render import RenderContext
+from cs336report.report.render import RenderContext, render_report
 from cs336report.report.sections import distributed_communication_single_node as section
 from cs336report.results import load
 from cs336report.runner import run_cell
@@ -72,6 +72,12 @@ def test_section_derives_bandwidth_from_raw_samples(tmp_path):
     assert out["analysis"]["not_run"][0]["n"] == 4 and "needs 4 GPUs" in out["analysis"]["not_run"][0]["why"]
     assert out["figures"] and (tmp_path / "distributed_communication_single_node.png").exists()
     assert [c.text for c in out["table"].rows[-1][:3]] == ["nccl", "4", "not run"]
+    # the record checks one untimed all-reduce per size; the evidence says that, not that every call was checked
+    render_report([str(p) for p in sorted(FIXTURES.glob("*.json.gz"))], {"_device": "cuda", "_grid": "gpu"},
+                  tmp_path / "r", draw=False)
+    evidence = (tmp_path / "r" / "evidence.md").read_text()
+    assert "one untimed all-reduce before the timed ones was checked" in evidence
+    assert "every all-reduce's result was checked" not in evidence
 
 
 def test_caption_and_note_name_only_the_lines_and_link_that_exist(tmp_path):

@@ -98,3 +98,5 @@ def test_flat_against_naive_claims_a_saving_only_outside_the_spread(tmp_path, ap
     text = environments()["md"].get_template(f"answers/{section.ID}.j2").render(fmt_lib="_md.j2", d=out, section=info)
     assert ("cannot be told apart here" in text) is (not apart)
     assert ("Batching saves " in text) is apart and "at full bandwidth" not in text
+    # the sync phase holds the copies and the divide as well as the all-reduce: not called communication
+    assert "is the gradient sync (the copy into the flat buffer, the all-reduce" in text and "is communication" not in text
