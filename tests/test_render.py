@@ -151,6 +151,27 @@ def _compiled_copies(tmp_path, n):
     return record, paths
 
 
+def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
+    """A record measured again in fresh processes lists its own steps only; the other runs keep their
+    statistics, and their measured steps (mean × count) are timed work too, not time around it."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from cs336report.report.cost import timed_seconds as _timed_seconds
+
+    path = Path(__file__).resolve().parent.parent / "report/data/ddp_bucketed_benchmarking/bucketed-1mb-xl-ctx128-w2.json.gz"
+    if not path.exists():
+        pytest.skip("no published records")
+    data = json.loads(gzip.open(path).read())["data"]
+    runs = data["repeats"]["runs"]
+    assert len(runs) == 3 and all(run["stats_s"]["step"]["n"] == 10 for run in runs)
+    others = sum(run["stats_s"]["step"]["mean"] * run["stats_s"]["step"]["n"] for run in runs[1:])
+    without = {k: v for k, v in data.items() if k != "repeats"}
+    assert _timed_seconds(data)[0] == pytest.approx(_timed_seconds(without)[0] + others)
+    assert others > 5  # ten steps of about half a second, twice
+
+
 def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_rule_first():
     from cs336report.report.cost import cost_of as _cost, timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds

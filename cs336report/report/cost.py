@@ -37,11 +37,25 @@ def _is_seconds(value) -> bool:
     return isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
 
 
+def _repeated_steps(repeats: dict) -> float:
+    """Seconds of measured steps in a cell's repeats (``data.repeats``): each run after the first (the
+    record's own process, whose steps the record lists) keeps only its statistics, so its steps count
+    as their mean times their number; its warm-up steps are not known and are not counted."""
+    total = 0.0
+    for run in (repeats.get("runs") or [])[1:]:
+        stats = run.get("stats_s") if isinstance(run, dict) else None
+        stats = (stats.get("step") if isinstance(stats, dict) and "mean" not in stats else stats) or {}
+        if isinstance(stats.get("mean"), (int, float)) and isinstance(stats.get("n"), (int, float)):
+            total += float(stats["mean"]) * float(stats["n"])
+    return total
+
+
 def timed_seconds(data) -> tuple[float, float]:
     """(seconds of timed warm-up and measured steps, seconds of first compiled calls) in a record's data.
 
     The ranks of a distributed cell (``ranks``) time the same steps at the same time: they count
-    once, as the rank whose steps took longest, not once each."""
+    once, as the rank whose steps took longest, not once each. A cell measured again in fresh
+    processes counts those runs' measured steps too (:func:`_repeated_steps`)."""
     steps = compiled = 0.0
     stack = [data]
     while stack:
@@ -59,6 +73,9 @@ def timed_seconds(data) -> tuple[float, float]:
                     compiled += max(c for _, c in per_rank)
                 elif key == "first_call_s" and isinstance(value, (int, float)):
                     compiled += float(value)
+                elif key == "repeats" and isinstance(value, dict):
+                    steps += _repeated_steps(value)
+                    stack.append(value)  # the runs' first compiled calls, where they compiled
                 elif key not in ("phases_s", "earlier_first_calls"):  # parts of a step; other cells' calls
                     stack.append(value)
         elif isinstance(node, list):
