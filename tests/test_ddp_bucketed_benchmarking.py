@@ -32,10 +32,23 @@ def test_best_bucket_count_is_the_minimum_of_the_model():
     assert pick["bucket_bytes"] == pytest.approx(S / pick["n_buckets"])
 
 
-def test_communication_slower_than_backward_wants_one_bucket():
-    pick = bm.best(S, w=1e10, o=1e-3, t_b=0.1)  # s / w = 0.8 s > t_b
-    assert pick["n_buckets"] == 1.0
-    assert pick["overhead_s"] == pytest.approx(1e-3 + 0.8)
+@pytest.mark.parametrize("s, w, o, t_b, at_crossing", [
+    (8e9, 1e10, 1e-3, 0.1, False),   # s / w = 0.8 s > t_b: the queue outlasts backward, buckets still hide some
+    (1e9, 1e10, 1e-3, 0.1, False),   # s / w = 0.1 s = t_b: no crossing point at all
+    (1e9, 1e11, 2e-3, 0.1, True),    # (t_b - s/w)^2 = 0.0081 >= o * t_b = 0.0002: the crossing point
+    (1e9, 1e11, 8.5e-2, 0.1, False),  # the crossing point (1.06) lies before the queue term's minimum (1.08)
+    (1e9, 1e11, 1e-5, 0.1, True),    # it rises there: the crossing point is best
+])
+def test_the_best_bucket_count_is_the_models_minimum_in_every_regime(s, w, o, t_b, at_crossing):
+    pick = bm.best(s, w, o, t_b)
+    grid = np.geomspace(1, 20000, 400001)
+    values = bm.overhead(grid, s, w, o, t_b)
+    assert pick["overhead_s"] == pytest.approx(values.min(), rel=1e-4)
+    assert pick["overhead_s"] <= values.min() * (1 + 1e-4)
+    crossing = (t_b - s / w) / o
+    assert pick["at_crossing"] is at_crossing is (crossing >= 1 and (t_b - s / w) ** 2 >= o * t_b)
+    if s / w >= t_b:  # no bucket count lets communication keep pace, yet more than one bucket is better
+        assert pick["n_buckets"] > 1 and pick["overhead_s"] < bm.overhead(1.0, s, w, o, t_b)
 
 
 def test_overhead_branches():

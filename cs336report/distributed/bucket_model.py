@@ -11,15 +11,22 @@ when it is ready and the previous one is done. The last all-reduce then ends, af
     overhead(n_b) = max(c, n_b * c - t_b * (1 - 1 / n_b))             (2)
 
 the first term when communication keeps up with backward (only the last bucket is exposed), the
-second when it does not (the queue of all-reduces outlasts backward). The two are equal where one
-bucket's communication takes as long as its computation, c = t_b / n_b (the handout's
-assumption), which is the best bucket count:
+second when it does not (the queue of all-reduces outlasts backward). Under the handout's
+assumption, that one bucket's communication takes as long as its computation (c = t_b / n_b), the
+two are equal and the overhead is one bucket's all-reduce, o + s / (n_b * w). The first term falls
+with n_b and the second is convex in n_b, lowest at sqrt(t_b / o); the first is the larger below the
+crossing point
 
-    n_b* = (t_b - s / w) / o,   bucket size b* = s / n_b* = s * o / (t_b - s / w)     (3)
+    n_c = (t_b - s / w) / o                                          (3)
 
-with overhead(n_b*) = t_b / n_b*. Without t_b > s / w no bucketing hides the communication: one
-bucket (n_b* = 1) is then best. ``o`` and ``w`` are fitted to the measured overheads of the bucket
-sweep by least squares (:func:`fit`).
+and the second above it. So the best bucket count is
+
+    n_b* = max(1, n_c, sqrt(t_b / o)),   bucket size b* = s / n_b*          (4)
+
+the crossing point where the queue term already rises there ((t_b - s / w)^2 >= o * t_b), with an
+overhead of t_b / n_c; else sqrt(t_b / o), where the queue's own minimum lies. Where t_b <= s / w
+the queue outlasts backward at every n_b, and more buckets still hide up to t_b of it. ``o`` and
+``w`` are fitted to the measured overheads of the bucket sweep by least squares (:func:`fit`).
 """
 
 from __future__ import annotations
@@ -35,9 +42,13 @@ def overhead(n_b, s: float, w: float, o: float, t_b: float):
 
 
 def best(s: float, w: float, o: float, t_b: float) -> dict:
-    """Equation (3): the best bucket count and size (bytes) and the overhead there (s)."""
-    n = max(1.0, (t_b - s / w) / o) if t_b > s / w else 1.0
-    return {"n_buckets": n, "bucket_bytes": s / n, "overhead_s": float(overhead(n, s, w, o, t_b))}
+    """Equation (4): the best bucket count and size (bytes), the overhead there (s), and whether it is
+    the crossing point of equation (3) (``at_crossing``) or the queue term's own minimum."""
+    crossing = (t_b - s / w) / o
+    queue_low = (t_b / o) ** 0.5
+    n = max(1.0, crossing, queue_low)
+    return {"n_buckets": n, "bucket_bytes": s / n, "overhead_s": float(overhead(n, s, w, o, t_b)),
+            "at_crossing": bool(n == crossing)}
 
 
 def fit(n_b, measured_s, s: float, t_b: float, points: int = 161) -> dict:

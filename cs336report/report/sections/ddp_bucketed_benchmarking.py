@@ -39,7 +39,7 @@ def model_fit(df) -> dict | None:
             "points": [{"n_b": int(n), "measured": Num(ms(m), src), "predicted": ms(p)}
                        for n, m, p, src in zip(pts["calls"], pts["sync_median"], fit["predicted_s"], pts["source"])],
             "best_n": sig(pick["n_buckets"]), "best_size": f"{sig(pick['bucket_bytes'] / MIB)} MiB",
-            "best_overhead": ms(pick["overhead_s"]),
+            "best_overhead": ms(pick["overhead_s"]), "best_at_crossing": pick["at_crossing"],
             "measured_best": {"size": f"{sig(best['bucket_mb'])} MiB",
                               "step": Num(ms(best["step_median"]), best["source"]),
                               "sync": Num(ms(best["sync_median"]), best["source"])} if best is not None else None}
