@@ -185,3 +185,28 @@ def test_a_fitted_call_cost_far_above_a_measured_call_is_said_to_hold_more(tmp_p
     assert section.o_check([allreduce], smallest * 1.5, 2) is None
     assert section.o_check([], fit["o_s"], 2) is None
     assert section.o_check([allreduce], smallest * 8, 2)["ratio"] == sig(8.0)
+
+
+def test_the_sync_range_is_set_against_the_syncs_own_spread(tmp_path):
+    """Whether the bucket sizes' times after backward differ is judged by those times' spread, not by
+    the spread of the whole steps."""
+    import math
+    from pathlib import Path
+
+    from cs336report.report.ddp import ms
+    from cs336report.report.render import RenderContext
+    from cs336report.report.sections import ddp_bucketed_benchmarking as section
+    from cs336report.results import load
+
+    folder = Path(__file__).resolve().parent.parent / "report" / "data" / section.ID
+    paths = sorted(folder.glob("bucketed-*.json.gz"))
+    if len(paths) < 2:
+        pytest.skip("no published records")
+    records = [{**load(p), "_path": str(p)} for p in paths]
+    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    df = section.steps_frame(records)
+    ok = df[(df["status"] == "ok") & (df["variant"] == "bucketed")]
+    lo, hi = ok.loc[ok["sync_median"].idxmin()], ok.loc[ok["sync_median"].idxmax()]
+    spread = math.hypot(lo["sync_std"], hi["sync_std"])
+    assert out["best"]["sync_spread"] == ms(spread)
+    assert out["best"]["sync_inside_spread"] is bool(hi["sync_median"] - lo["sync_median"] <= spread)

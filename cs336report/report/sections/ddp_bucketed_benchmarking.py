@@ -71,7 +71,10 @@ def build(ctx) -> dict:
         lo, hi = ok.loc[ok["sync_median"].idxmin()], ok.loc[ok["sync_median"].idxmax()]
         out["best"].update(sync_lo=Num(ms(lo["sync_median"]), lo["source"]), sync_lo_size=f"{sig(lo['bucket_mb'])} MiB",
                            sync_hi=Num(ms(hi["sync_median"]), hi["source"]), sync_hi_size=f"{sig(hi['bucket_mb'])} MiB",
-                           sync_inside_spread=bool(hi["sync_median"] - lo["sync_median"] <= spread))
+                           sync_spread=ms(math.hypot(lo["sync_std"], hi["sync_std"])),
+                           # the two syncs' own spreads, combined (not the steps')
+                           sync_inside_spread=bool(hi["sync_median"] - lo["sync_median"]
+                                                   <= math.hypot(lo["sync_std"], hi["sync_std"])))
         ref = by_step(sweep, "torch_ddp")
         if len(ref):
             r = ref.iloc[0]
