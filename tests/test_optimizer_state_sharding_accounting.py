@@ -132,3 +132,9 @@ def test_published_answer_splits_memory_and_time_from_the_records(tmp_path):
             f"live before it instead of {fmt_bytes(extra['adamw'])}") in text
     assert "directly after the optimizer step" not in text and "So the peak allocated in the optimizer step" in text
     assert f"{(fb['sharded'] - fb['adamw']) * 1e3:+.3g} ms is in forward and backward" in text
+    # after initialization a rank holds more than its parameters: the answer gives both, not "only the parameters"
+    init = max(r["memory_after_init"]["peak"] for rec in records if rec["config"]["optimizer"] == "sharded"
+               for r in rec["data"]["ranks"])
+    params = rank0["sharded"]["tensors"]["parameters"]
+    assert init > params and "only the parameters are there" not in text
+    assert f"a rank holds {fmt_bytes(init)}: the parameters ({fmt_bytes(params)}) and" in text

@@ -178,6 +178,8 @@ def analysis(df: pd.DataFrame) -> dict:
                     before_step=_b(by[opt]["before_step_peak"].max(), src[opt]),
                     before_step_full=_b(by["adamw"]["before_step_peak"].max(), src["adamw"]),
                     after_init=_b(by[opt]["after_init_peak"].max(), src[opt]),
+                    # what is allocated after initialization besides the parameters themselves
+                    after_init_other=_b((by[opt]["after_init_peak"] - by[opt]["t_parameters"]).max()),
                     # what the optimizer step allocates on top of what is live before it
                     step_extra=_b((by[opt]["after_step_peak"] - by[opt]["before_step_current"]).max(), src[opt]),
                     step_extra_full=_b((by["adamw"]["after_step_peak"] - by["adamw"]["before_step_current"]).max(),
