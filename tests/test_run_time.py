@@ -11,7 +11,7 @@ import pytest
 
 from cs336report.report.cost import cost_of
 from cs336report.report.render import render_report
-from cs336report.report.run_time import GAP_S, forecast, gpus_held, run_span
+from cs336report.report.run_time import GAP_S, forecast, gpus_held, run_span, too_large
 from cs336report.report.tables import Table, fmt_seconds
 from cs336report.report.targets import COST_TARGET_S, targets_table
 from cs336report.results import load
@@ -79,10 +79,11 @@ def test_gpus_held_by_kind_of_cell():
 
 def test_forecast_places_the_longest_jobs_first_and_multi_gpu_jobs_hold_their_gpus():
     jobs = [(10.0, 1), (10.0, 1), (10.0, 1), (10.0, 1), (5.0, 2), (3.0, 0)]
-    assert forecast(jobs, 1) == pytest.approx(45.0)  # one after another; the CPU job runs beside
+    assert forecast(jobs, 1) == pytest.approx(40.0)  # one after another; the CPU job beside, the pair not run
     assert forecast(jobs, 2) == pytest.approx(25.0)  # the pair first, then two by two
     assert forecast(jobs, 4) == pytest.approx(15.0)  # the pair and two singles, then the last two
-    assert forecast([(7.0, 4)], 2) == pytest.approx(7.0)  # more GPUs than slots: it holds all of them
+    # more GPUs than slots: such a host records the job as not run, and the forecast leaves it out
+    assert forecast([(7.0, 4), (3.0, 1)], 2) == pytest.approx(3.0) and too_large([(7.0, 4), (3.0, 1)], 2) == 1
 
 
 def test_the_appendix_gives_the_runs_wall_time_speed_up_and_forecast(tmp_path):

@@ -7,7 +7,7 @@ import functools
 
 import pandas as pd
 
-from .run_time import forecast, gpus_held, run_span
+from .run_time import forecast, gpus_held, run_span, too_large
 from .sections import SECTIONS
 from .tables import Cell, Table, fmt_bytes, fmt_seconds
 from .targets import COST_TARGET_S
@@ -215,7 +215,8 @@ def _run_time(records: list[dict], df: pd.DataFrame, total: float) -> dict:
     jobs = df.groupby("job").agg(job_s=("job_s", "sum"), gpus=("gpus", "max"))
     times = [(float(s), int(g)) for s, g in zip(jobs["job_s"], jobs["gpus"])]
     seconds = {k: forecast(times, k) for k in FORECAST_SLOTS} if any(g > 0 for _, g in times) else {}
-    out = {"forecast": [{"slots": k, "text": fmt_seconds(s), "s": s} for k, s in seconds.items()],
+    out = {"forecast": [{"slots": k, "text": fmt_seconds(s), "s": s, "left_out": too_large(times, k)}
+                        for k, s in seconds.items()],
            "wall": None, "several_runs": None}
     if span and span["one_run"]:
         held = span["gpu_s"] > 0  # a CPU run holds none: its sentence names no GPU

@@ -69,12 +69,17 @@ def run_span(records: list[dict]) -> dict | None:
     return out
 
 
+def too_large(jobs: list[tuple[float, int]], slots: int) -> int:
+    """How many of ``jobs`` need more GPUs than ``slots``: a host that small records them as not run."""
+    return sum(1 for _, g in jobs if g > slots)
+
+
 def forecast(jobs: list[tuple[float, int]], slots: int) -> float:
     """Wall time of ``jobs`` (seconds, GPUs held) on ``slots`` GPU slots: the longest job first
     (jobs of several GPUs before those of one), each started as soon as enough slots are free.
-    Jobs holding no GPU run beside them and are left out; a job needing more GPUs than there are
-    slots holds all of them."""
-    queue = sorted(((s, min(g, slots)) for s, g in jobs if g > 0), key=lambda j: (-j[1], -j[0]))
+    Jobs holding no GPU run beside them and are left out, and so are those needing more GPUs than
+    there are slots (:func:`too_large`): such a host records them as not run, in about a second."""
+    queue = sorted(((s, g) for s, g in jobs if 0 < g <= slots), key=lambda j: (-j[1], -j[0]))
     now, free, running = 0.0, slots, []  # running: heap of (end, gpus)
     while queue or running:
         i = next((k for k, (_, g) in enumerate(queue) if g <= free), None)
