@@ -104,3 +104,26 @@ def test_the_time_left_after_backward_is_set_beside_what_the_step_gained(tmp_pat
     assert (f"so its step is {ms(saved)} shorter ({100 * saved / naive['sync']['median']:.1f} % of naive's "
             "all-reduce time off the step)") in answer
     assert "this project's goal for the time left after backward" in answer
+
+
+def test_the_summary_names_a_problem_answered_with_a_failed_record(tmp_path):
+    """The published run's per-parameter overlap profile failed (nsys wrote no report): problem 16 is
+    answered from its other records, and the summary says it has a gap rather than counting it whole."""
+    from pathlib import Path
+
+    from cs336report.report.render import render_report
+    from cs336report.results import load
+
+    data = Path(__file__).resolve().parent.parent / "report" / "data"
+    folders = ("ddp_overlap_individual_parameters_benchmarking", "ddp_overlap_profile", "ddp_overlap_parse")
+    paths = [p for f in folders for p in sorted((data / f).glob("*.json.gz"))]
+    failed = [p for p in paths if load(p)["status"] == "error"]
+    if not failed:
+        pytest.skip("no failed record in the published folder")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
+    summary = (tmp_path / "r" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
+    assert f"with a gap (a configured cell missing, or its record failed): problem 16 ({len(failed)} failed)" in summary
+    # without the failed record, no gap is named
+    render_report([str(p) for p in paths if p not in failed], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "s",
+                  draw=False)
+    assert "with a gap" not in (tmp_path / "s" / "report.md").read_text()

@@ -243,7 +243,10 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
             "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
             "skip_reason": None if present else (not_run_reason(records) or _skip_reason(module, ctx)), "data": data,
-            "headline": headline(data) if present and headline else None}
+            "headline": headline(data) if present and headline else None,
+            # answered, but a configured cell of it is missing or its record failed
+            "gaps": {"missing": sum(len(n["missing"]) for n in not_run),
+                     "failed": sum(r["status"] == "error" for r in records)} if present else None}
     # the evidence partial's own view of the section: its heading is the evidence block's anchor
     section["ev"] = {**section, "id": base["evidence_id"], "title": module.TITLE}
     return section
@@ -291,7 +294,9 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
         # a user's model (kind "user"), named by the sentences that would otherwise describe the built-ins
         "user_model": next((m for m in provenance["model"]["models"] if m["kind"] == "user"), None),
         "points": {"total": sum(s["points"] for s in sections),
-                   "answered": sum(s["points"] for s in sections if s["ran"])},
+                   "answered": sum(s["points"] for s in sections if s["ran"]),
+                   "with_gaps": [{"number": s["number"], "points": s["points"], **s["gaps"]} for s in sections
+                                 if s["ran"] and s.get("gaps") and (s["gaps"]["missing"] or s["gaps"]["failed"])]},
         "appendix_table": experiments_table(records, expected, coverage),
         "n_not_run": n_not_run,
         "cost": cost, "config_yaml": yaml.safe_dump(
