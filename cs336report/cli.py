@@ -243,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("missing", help="list the result files of the configured cells a published folder lacks")
     p.add_argument("folder", help="published folder, e.g. report/data")
-    p.add_argument("--host-bound", action="store_true", help="also the cells timed host-bound beside other jobs "
-                   "(a run on several GPU slots), to time again with one slot")
+    p.add_argument("--host-bound", action="store_true", help="also the cells whose time the host sets (host-bound "
+                   "steps, Gloo all-reduces) timed beside other jobs (a run on several GPU slots), to time again "
+                   "with one slot")
     p.set_defaults(func=_missing)
 
     p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")

@@ -70,12 +70,18 @@ def record_status(record: dict) -> str:
     return status
 
 
-def host_bound_beside_jobs(record: dict) -> bool:
-    """True for a cell whose steps the host's launches set (``data.host.host_bound``) and that was
-    timed while other jobs of the workflow ran on other GPUs and cores: such steps read slower than
-    alone (docs/gpu-slots.md), and are best timed again with the host to themselves."""
+def host_timed(record: dict) -> bool:
+    """True for a cell whose time the host sets: steps the host's launches set (``data.host.host_bound``),
+    or a Gloo collective, which runs on the CPU cores."""
     return bool(((record.get("data") or {}).get("host") or {}).get("host_bound")
-                and (record.get("contention") or {}).get("neighbour_job_pids"))
+                or (record.get("config") or {}).get("backend") == "gloo")
+
+
+def host_bound_beside_jobs(record: dict) -> bool:
+    """True for a cell whose time the host sets (:func:`host_timed`) and that was timed while other
+    jobs of the workflow ran on other GPUs and cores: such steps read slower than alone
+    (docs/gpu-slots.md), and are best timed again with the host to themselves."""
+    return bool(host_timed(record) and (record.get("contention") or {}).get("neighbour_job_pids"))
 
 
 def now_iso() -> str:

@@ -333,3 +333,25 @@ def test_missing_can_list_the_cells_timed_host_bound_beside_other_jobs(tmp_path,
     assert main(["missing", str(tmp_path / "pub"), "--host-bound"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == listed and "host-bound and timed beside other jobs" in err
+
+
+def test_a_gloo_all_reduce_timed_beside_other_jobs_is_listed_and_named():
+    """A Gloo all-reduce runs on the CPU: timed beside other jobs of a run on several GPU slots, it is
+    listed to time again like a host-bound step, and the all-reduce table's note names it; an NCCL
+    cell beside the same jobs is not, nor a Gloo cell that ran alone."""
+    from cs336report.report.ddp import allreduce_frame, allreduce_table
+    from cs336report.results import host_bound_beside_jobs, load
+
+    folder = Path(__file__).resolve().parents[1] / "report/data/distributed_communication_single_node"
+    if not (folder / "gloo-w2.json.gz").exists():
+        pytest.skip("no published records")
+    records = {p.name.split(".")[0]: {**load(p), "_path": str(p)} for p in sorted(folder.glob("*.json.gz"))}
+    gloo, nccl = records["gloo-w4"], records["nccl-w2"]
+    assert gloo["contention"]["neighbour_job_pids"] and nccl["contention"]["neighbour_job_pids"]
+    assert host_bound_beside_jobs(gloo) and not host_bound_beside_jobs(nccl)
+    alone = {**gloo, "contention": {**gloo["contention"], "neighbour_job_pids": []}}
+    assert not host_bound_beside_jobs(alone)
+    note = allreduce_table(allreduce_frame(list(records.values()))).note
+    assert "the Gloo cells of 2, 4, 6 processes were timed while other jobs of the workflow ran" in note
+    only_alone = [r if r["config"]["backend"] != "gloo" else {**r, "contention": {}} for r in records.values()]
+    assert "were timed while other jobs" not in allreduce_table(allreduce_frame(only_alone)).note

@@ -22,6 +22,7 @@ import pandas as pd  # noqa: E402
 
 from ..distributed.link import link_between, nvlink_peak  # noqa: E402
 from ..distributed.overlap import hidden_fraction  # noqa: E402
+from ..results import host_bound_beside_jobs  # noqa: E402
 from .tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
 
 DDP_EXPERIMENTS = ("naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
@@ -61,7 +62,9 @@ def allreduce_frame(records: list[dict]) -> pd.DataFrame:
     for r in records:
         c, status = r["config"], r["status"]
         base = {"backend": c["backend"], "world_size": c["world_size"], "status": status,
-                "error": r.get("error") or "", "source": r["_path"], **link_of(r)}
+                "error": r.get("error") or "", "source": r["_path"], **link_of(r),
+                # timed on the CPU while other jobs of the workflow ran on the host's other cores
+                "beside_jobs": host_bound_beside_jobs(r)}
         if status != "ok":
             rows.append({**base, "size_mb": None})
             continue
@@ -73,6 +76,18 @@ def allreduce_frame(records: list[dict]) -> pd.DataFrame:
                          "median_s": st["median"], "mean_s": st["mean"], "std_s": st["std"], "noisy": st["noisy"],
                          "algbw_gb_s": algbw, "busbw_gb_s": algbw * 2 * (n - 1) / n})
     return with_columns(pd.DataFrame(rows), ALLREDUCE_COLUMNS)
+
+
+def _gloo_beside(df: pd.DataFrame) -> str:
+    """The table note's words on Gloo cells timed beside other jobs of the workflow (several GPU slots):
+    their all-reduces run on the CPU, which those jobs share; empty where none was."""
+    beside = df[df["beside_jobs"].fillna(False).astype(bool) & (df["status"] == "ok")]
+    worlds = sorted({int(n) for n in beside["world_size"]})
+    if not worlds:
+        return ""
+    return (f"; the Gloo cells of {', '.join(map(str, worlds))} processes were timed while other jobs of the "
+            "workflow ran on the host's other cores, which share the memory and caches their CPU all-reduces use "
+            "(python -m cs336report missing --host-bound lists them, to time again with one GPU slot)")
 
 
 def allreduce_table(df: pd.DataFrame) -> Table:
@@ -103,7 +118,8 @@ def allreduce_table(df: pd.DataFrame) -> Table:
                          "(nvidia-smi nvlink -s, summed over links" + (f"; link: {', '.join(links)}" if links else "")
                          + "), read once for the host: a cell's own pair, in its record's placement, may be another"
                          if df["peak_gb_s"].notna().any() else "none measured, no cell had an NVLink bandwidth")
-                      + "; Gloo runs over loopback TCP")
+                      + "; Gloo runs over loopback TCP"
+                      + _gloo_beside(df))
 
 
 def allreduce_plot(df: pd.DataFrame):
