@@ -80,7 +80,17 @@ def leaderboard(records: list[dict]) -> dict | None:
                                 "ratio": sig(ours / baselines[best])}
         if "triton_fixed" in numbers and entry == "triton":
             out["autotune_gain"] = sig(numbers["triton_fixed"] / ours)
+            # where the autotuner chose the default tiles, the two rows run the same kernels: no gain to show
+            tiles = {row.get("implementation"): row.get("tiles") for row in data["rows"]}
+            out["same_tiles"] = bool(tiles.get("triton") and _launch_tiles(tiles.get("triton")) ==
+                                     _launch_tiles(tiles.get("triton_fixed")))
     return out
+
+
+def _launch_tiles(tiles: dict | None) -> dict:
+    """The tiles, warps and stages of each kernel of a row, without how they were chosen."""
+    keys = ("Q_TILE_SIZE", "K_TILE_SIZE", "num_warps", "num_stages")
+    return {k: {x: v.get(x) for x in keys} for k, v in (tiles or {}).items() if isinstance(v, dict)}
 
 
 # The Triton row's kernels as last_triton_config names them: the fused backward, or the two passes.
@@ -137,6 +147,7 @@ def kernel_breakdown(rows: list[dict], source: str, entry: str) -> dict | None:
     best = min(sdpa, key=lambda i: parts.at[i, "total"])
     gap = {k: parts.at[entry, k] - parts.at[best, k] for k in ("forward", "backward", "harness", "total")}
     out["best"] = {"label": IMPLEMENTATIONS[best], "forward": ms(best, "forward"), "backward": ms(best, "backward"),
+                   "harness": ms(best, "harness"),
                    "total": ms(best, "total"), "gap": {k: sig(abs(v)) for k, v in gap.items()},
                    "slower": bool(gap["total"] > 0), "forward_more": bool(gap["forward"] >= 0),
                    "backward_more": bool(gap["backward"] >= 0), "harness_more": bool(gap["harness"] >= 0),
