@@ -654,6 +654,10 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
         assert match, "the SDPA sentence names saved bytes and both dtypes"
         naive = load(PUBLISHED / "pytorch_attention" / f"naive-fp32-d{match[3]}-s{match[4]}.json.gz")
         assert match[2] == fmt_bytes(naive["data"]["saved_activation_bytes"])
+        # the evidence names the measure its ratio divides and that the two dtypes differ
+        with_sdpa_evidence = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", (tmp_path / "s" / "evidence.md").read_text())
+        assert "saved for backward (" in with_sdpa_evidence
+        assert "(bf16 against fp32: part of both ratios is the data type" in with_sdpa_evidence
     assert "a few MiB" not in answers
     # the compiled table's memory columns count what the forward left allocated, not pytorch_attention's
     # "allocated before backward" (which holds the inputs too): another name
