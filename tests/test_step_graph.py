@@ -126,7 +126,34 @@ def test_the_h100_records_of_the_step_with_and_without_its_graph_render_apart():
     # no gap waiting for the host inside a replayed step; the plain step has them
     assert graph["data"]["idle"]["long_gaps"] == 0 < plain["data"]["idle"]["long_gaps"]
     assert items["graph"]["kernels"]["idle_split"]["long_gaps_ms"]["count"] == "0"
+    # the split's parts add up to its own total, which the text gives (a measurement apart from the timed step's)
+    idle = graph["data"]["idle"]
+    from cs336report.report.tables import fmt_seconds
+    parts = idle["short_gaps_ms"] + idle["long_gaps_ms"] + idle["outside_ms"]
+    assert items["graph"]["kernels"]["idle_split"]["total"] == fmt_seconds(parts / 1e3)
     table = targets_table({"torch_compile": {"optimized": out}}, {}, "NVIDIA H100 80GB HBM3", None)
     labels = [row[0].text for row in table.rows]
     assert len(labels) == 2 and any("one CUDA graph" in label for label in labels)
     assert all(label.startswith("Optimized train step, 2.7B at context 512, batch 4 (") for label in labels)
+
+
+def test_the_idle_split_is_given_with_its_own_total(tmp_path):
+    """The split of idle time comes from steps profiled apart from the timed ones: the evidence gives its
+    own total with its parts, not the parts as a breakdown of the timed step's idle time."""
+    import re
+    from pathlib import Path
+
+    from cs336report.report.render import render_report
+    from cs336report.report.tables import fmt_seconds
+    from cs336report.results import load
+
+    data = Path(__file__).resolve().parent.parent / "report" / "data"
+    paths = sorted((data / "optimized_step").glob("*.json.gz")) + sorted((data / "roofline").glob("*.json.gz"))
+    if not paths:
+        pytest.skip("no published records")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
+    evidence = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", (tmp_path / "r" / "evidence.md").read_text())
+    idle = load(paths[0])["data"]["idle"]
+    total = fmt_seconds((idle["short_gaps_ms"] + idle["long_gaps_ms"] + idle["outside_ms"]) / 1e3)
+    assert f"the GPU was idle {total} a step (a separate measurement of the same gaps): " in evidence
+    assert "that time is" not in evidence
