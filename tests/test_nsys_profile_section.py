@@ -214,6 +214,9 @@ def test_cost_of_profiling_compares_the_forward_timers_of_both_processes(parsed,
     assert slow["ratio"] == sig(0.0402 / 0.0165) and slow["floor"] == sig(0.0391 / 0.015)
     assert slow["host"]["cells"] == ["small/128"] and slow["gpu"] is None  # kernels fill a third of 16.5 ms
     assert slow["cv"]["n"] == 1 and slow["cv"]["n_less_steady"] == int(cv[0] > cv[1]) and slow["launches"]["estimated"]
+    # the two sides are timed two ways, and the note says which (not "Python timer" for both)
+    note = d["profiling_table"].note
+    assert "between CUDA events recorded inside its timed steps" in note and "Python timer" not in note
 
 
 def test_export_with_warmup_falls_back_to_the_step_range_and_step_timer(parsed, tmp_path):

@@ -103,8 +103,9 @@ def profiling_table(cells: pd.DataFrame) -> Table:
                  "launch API time per forward (per launch)"],
         units=["", "tokens", "ms", "×", "×", "%", "ms", "%", "", "ms (µs)"], rows=rows,
         sources=sorted(set(sources)),
-        note="Python timer around the forward pass over the measured steps of two processes: the profiled run and "
-             "benchmarking_script's cell, which ran without a profiler. Kernel time: the profiled run's kernels "
+        note="the forward phase's time over the measured steps of two processes: the profiled run's, between "
+             "synchronizations around the phase, and benchmarking_script's cell's, which ran without a profiler, "
+             "between CUDA events recorded inside its timed steps (two methods: part of a ratio can be theirs). Kernel time: the profiled run's kernels "
              "per forward pass. Launches and launch API time: the kernel launch calls (cudaLaunchKernel and its "
              "variants) of the CUDA API summary per measured step, under the profiler; ≈: estimated from an "
              "export that holds more than the measured steps.")
