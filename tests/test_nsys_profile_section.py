@@ -416,3 +416,12 @@ def test_training_step_profiles_alone_name_their_forward_range(tmp_path):
     answers = (tmp_path / "report" / "answers.md").read_text()
     assert "each read and write the whole" not in answers  # two of softmax's kernels are row reductions
     assert "each read the whole (batch, heads, T, T) score tensor, and all but the row reductions" in answers
+
+
+def test_the_softmax_paragraph_says_the_row_reductions_write_little(parsed, tmp_path):
+    """Of the softmax's kernels the row max and sum read the T×T scores but write one value per row:
+    the evidence does not say every kernel writes the whole score tensor."""
+    render_report([str(p) for p in parsed["paths"].values()], CONFIG, tmp_path / "report")
+    evidence = (tmp_path / "report" / "evidence.md").read_text()
+    assert "and all but the row reductions (max, sum) writing one as large" in evidence
+    assert "each reading and writing the whole" not in evidence
