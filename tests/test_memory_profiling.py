@@ -534,6 +534,10 @@ def test_answer_a_tells_an_optimizer_peak_from_a_backward_one(tmp_path):
     assert first["kind"] == "drop" and first["start"] == 0 and abs(-first["bytes"] / weights - 1) < 0.1
     assert (f"first falls by {fmt_bytes(-first['bytes'])} to {fmt_bytes(first['end_bytes'])} as "
             "`zero_grad(set_to_none=True)` frees the last step's gradients (one fp32 value per parameter)") in long
+    evidence = (tmp_path / "long" / "report" / "evidence.md").read_text()
+    assert (f"falls by {fmt_bytes(-first['bytes'])} to {fmt_bytes(first['end_bytes'])} as "
+            "`zero_grad(set_to_none=True)` frees the last step's gradients, climbs through the forward pass") in \
+        re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", evidence)
 
 
 def test_answer_c_gives_the_bf16_change_at_every_context(tmp_path):
