@@ -75,3 +75,19 @@ def test_the_backward_ratio_says_which_forward_it_divides_by(tmp_path):
     assert (f"Within the same forward + backward steps, the backward phase takes {sig(statistics.median(ratios))}× "
             f"the forward phase (median over {len(ratios)} unflagged cells at ") in text
     assert "the forward column above comes from the forward-only cells" in text
+
+
+def test_the_step_table_note_names_how_its_phases_were_timed():
+    """The published cells time their phases between CUDA events inside the steps: the table's note says
+    so (it said "synchronized at the boundary", the method of older records)."""
+    from cs336report.report.parts.bench_frame import phase_method
+
+    paths = sorted(PUBLISHED.glob("naive-fp32-small-*.json.gz"))
+    if not paths:
+        pytest.skip("no published records")
+    records = [{**load(p), "_path": str(p)} for p in paths]
+    assert {phase_method(r) for r in records} == {"events"}
+    note = section.timing_table(section.frame(records), "t", [], records).note
+    assert "(between CUDA events, with no synchronization between the phases)" in note
+    older = [{**r, "data": {**r["data"], "timing": "synchronized around each phase"}} for r in records]
+    assert "(synchronized at each phase's boundary)" in section.timing_table(section.frame(older), "t", [], older).note

@@ -159,3 +159,13 @@ def test_the_cublas_workspace_follows_the_card():
     assert accounting_peak.cublas_workspace_bytes("9.0") == 32 * MiB
     assert accounting_peak.cublas_workspace_bytes("8.0") == 4096 * 1024 * 2 + 16 * 1024 * 8
     assert accounting_peak.cublas_workspace_bytes(None) == 0
+
+
+def test_the_train_step_table_says_which_steps_its_peaks_cover(steps):
+    """memory_profiling resets the allocator's peak after its warm-up: the note says its rows' peaks
+    cover the recorded steps alone, the other experiments' the warm-up and measured steps."""
+    from cs336report.report.parts.memory_accounting import train_step_table
+
+    assert {x["experiment"] for x in steps} >= {"memory_profiling", "benchmarking"}
+    note = train_step_table(steps).note
+    assert "for memory_profiling's rows over the recorded steps alone, its peak reset after the warm-up" in note

@@ -175,7 +175,8 @@ def train_step_table(rows: list[dict]) -> Table | None:
         units=["", "", "", "tokens", "", "", unit, unit, "×"], rows=cells, sources=sorted(x["source"] for x in rows),
         note=(f"{PREDICTED}: the formula's tensors at the moment of the step that holds the most (peak at), each "
               f"counted at the block the CUDA caching allocator gives it, which is what {PEAK_ALLOCATED} "
-              "(torch.cuda.max_memory_allocated over the warm-up and measured steps) counts; a torch.compile row "
+              "(torch.cuda.max_memory_allocated over the warm-up and measured steps; for memory_profiling's rows over the "
+              "recorded steps alone, its peak reset after the warm-up) counts; a torch.compile row "
               "counts the activations its compiled graph saves, not the eager graph's"),
     )
 

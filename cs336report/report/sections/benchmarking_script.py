@@ -63,8 +63,9 @@ def timing_table(df: pd.DataFrame, title: str, flags: list[dict] | None = None,
         rows.append(row)
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]),
                  note="mean ± sample standard deviation over the measured steps"
-                      + ("; the phases of forward + backward are timed inside its steps (synchronized at the "
-                         "boundary), while the forward column is a forward-only step timed apart" if has_bwd else "")
+                      + ("; the phases of forward + backward are timed inside its steps ("
+                         + PHASE_METHOD_WORDS.get(phase_timing(df), "by methods that differ between its cells")
+                         + "), while the forward column is a forward-only step timed apart" if has_bwd else "")
                       + (f"; {flagged}" if (flagged := checks.note(flags or [], df["source"])) else "")
                       + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
                                                                       if r.get("_path") in set(df["source"])])) else ""))
@@ -132,6 +133,10 @@ def warmup_table(wf: pd.DataFrame) -> Table:
     )
 
 
+# How the phase columns were timed, by bench_frame.phase_method
+PHASE_METHOD_WORDS = {"events": "between CUDA events, with no synchronization between the phases",
+                      "wall clock": "by the wall clock, on a CPU that runs what it issues",
+                      "synchronized": "synchronized at each phase's boundary"}
 # a cell whose steps' standard deviation exceeds this many times the median cell's "varies more"
 VARY_MORE = 2
 
