@@ -162,6 +162,11 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
         # why the most variable cell varies, as far as the records tell: the host set its step, or it is short
         "max_host_bound": worst["source"] in host_bound, "max_short": bool(worst["mean_s"] < ok["mean_s"].median()),
     }
+    # the table's "noisy" flag is the coefficient of variation above checks.NOISY_CV, the records' own mark the
+    # inter-quartile range: the text gives both counts
+    out["variability"]["n_cv_noisy"] = len({s for f in flags if f["kind"] == "noisy" for s in f["sources"]}
+                                           & set(ok["source"]))
+    out["variability"]["cv_limit"] = fmt_pct(checks.NOISY_CV, 2)
     # the cells that vary more than twice the median: how many, and how many of them the host sets or are short
     more = ok[ok["cv"] > VARY_MORE * ok["cv"].median()]
     out["variability"].update(
