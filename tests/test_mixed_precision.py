@@ -335,6 +335,12 @@ def test_norm_part_answers_from_the_data(cpu_results, tmp_path):
                       and not r["overflow"])
     assert a["worst"]["bf16_sequential"]["text"] == bmp.relerr(worst_seq)
     assert a["bf16_needs_fp32_sum"] is (worst_seq > 10 * worst_torch)
+    # the running sum's worst case against the torch reduction at the same hidden size, which the text names
+    hidden = a["worst"]["bf16_sequential"]["hidden"]
+    torch_there = max(r["rel_error"] for r in bf16 if r["statistic"] == "output" and r["accumulate"] == "backend"
+                      and not r["overflow"] and r["hidden"] == hidden)
+    from cs336report.report.tables import sig
+    assert a["bf16_seq_vs_torch"] == sig(worst_seq / torch_there)
     assert a["bits"] == {"fp16": 11, "bf16": 8}
     assert len(part["overflow"].rows) == len(bmp.STATISTICS)
 
