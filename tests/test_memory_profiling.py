@@ -655,3 +655,18 @@ def test_answer_b_names_what_stays_fixed_as_the_forward_pass_holds_it(tmp_path):
     assert abs(record["snapshot"]["baseline"]["bytes"] / record["capture"]["params"] - 4) < 0.1  # weights only
     assert "here the weights, 4 bytes per parameter; 16 in a training step" in answer
     assert "the step's 16 bytes per parameter of state" not in answer
+
+
+def test_evidence_e_counts_every_kind_of_the_largest_block(tmp_path):
+    """The train step's largest blocks are mostly gradients; the evidence counts each kind per step, not
+    only the first block's (a forward attention-score block)."""
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx512-{m}.json.gz" for m in ("forward", "train_step")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published snapshots")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    evidence = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", (tmp_path / "report" / "evidence.md").read_text())
+    snap = load(paths[1])["data"]["snapshot"]
+    size = snap["top_allocations"][0]["size"]
+    row = next(r for r in snap["by_size"] if r["size"] == size)
+    grads = row["categories"]["Gradient"] // snap["n_steps"]
+    assert grads > 0 and f"blocks of that size are, per recorded step, {grads} gradients" in evidence
