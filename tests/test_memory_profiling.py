@@ -670,3 +670,14 @@ def test_evidence_e_counts_every_kind_of_the_largest_block(tmp_path):
     row = next(r for r in snap["by_size"] if r["size"] == size)
     grads = row["categories"]["Gradient"] // snap["n_steps"]
     assert grads > 0 and f"blocks of that size are, per recorded step, {grads} gradients" in evidence
+
+
+def test_the_rise_and_fall_text_does_not_give_a_no_grad_pass_a_graph(tmp_path):
+    paths = [PUBLISHED / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx512-{m}.json.gz"
+             for m in ("forward", "forward_no_grad", "train_step")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("no published snapshots")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "report")
+    evidence = (tmp_path / "report" / "evidence.md").read_text()
+    assert "under no_grad there is no graph" in evidence
+    assert "sum every rise and fall of a step" in evidence  # why the no_grad row's bytes exceed its peak

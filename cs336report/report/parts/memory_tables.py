@@ -246,7 +246,9 @@ def ramp_table(ramps: pd.DataFrame) -> Table | None:
         sources=sorted(x["cell"]["source"] for _, x in ramps.iterrows()),
         note=("medians over the recorded steps. A rise is a run of the timeline that climbs by more than 5 % of its "
               "range without falling back by as much; a fall the reverse. Times are the allocator's event clock, "
-              "so they include the host time of launching the work and recording stacks"),
+              "so they include the host time of launching the work and recording stacks. The rise and fall columns "
+              "in bytes sum every rise and fall of a step, so a step of many small ones (a forward pass under "
+              "no_grad frees each layer's temporaries as it goes) sums far more than its peak above where it began"),
     )
 
 
