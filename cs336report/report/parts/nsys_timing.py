@@ -187,9 +187,11 @@ def cost_table(cells: pd.DataFrame) -> Table:
         ])
     return Table(
         title="Cost of profiling: whole jobs",
-        columns=["size", "context", "mode", "profiled run", "stats export", "same cell, no profiler",
+        columns=["size", "context", "mode", "profiled run", "stats export", "same cell, no profiler (the cell alone)",
                  "step time, profiled run / benchmarking's run, means"],
         units=["", "tokens", "", "s", "s", "s", "×"], rows=rows, sources=sorted(cells["path"]),
-        note="Wall times of whole jobs: the profiled run includes starting the profiler and the process, building "
-             "the model and writing the profile; the cell without a profiler is benchmarking_script's, which may "
-             "run more steps. The step times are each process's Python timer.")
+        note="The profiled run is a whole job: starting the profiler and the process, building the model, the "
+             "steps and writing the profile. The cell without a profiler is benchmarking_script's, its record's "
+             "own wall time: the cell alone, without the start of the process that ran it (a warm worker ran "
+             "most), and it may run more steps; the two columns are not a profiler's cost. The step times are "
+             "each process's Python timer.")
