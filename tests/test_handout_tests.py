@@ -240,3 +240,14 @@ def test_the_answer_says_whose_test_files_ran():
     assert "cs336report's own versions of the handout's tests" in texts[None]
     assert "own versions" not in texts["/home/student/assignment2"]
     assert "Implementation tested: built-in." in texts["/home/student/assignment2"]
+    # the evidence and its table say the same
+    for checkout in (None, "/home/student/assignment2"):
+        record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
+                  "data": {"tests": tests, "checkout": checkout, "implementation": "built-in"},
+                  "_path": "results/handout_tests/attention.json"}
+        part = problem_part([record], "flash_backward", ())
+        evidence = environments()["md"].get_template("sections/flash_backward.j2").render(
+            fmt_lib="_md.j2", d=part, section=section)
+        assert ("in cs336report's own suite" in evidence) is (checkout is None)
+        assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
+                                       else "Handout tests of flash_backward")

@@ -87,7 +87,8 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
         "_status": ["ok" if o == "passed" else ("not_run" if o in ("skipped", "not_implemented") else "error")
                     for o in df["outcome"]],
     })
-    out["table"] = table_from_frame(shown, f"Handout tests of {problem}", sources=out["sources"],
+    title = f"Tests of {problem}, cs336report's own suite" if out["own_suite"] else f"Handout tests of {problem}"
+    out["table"] = table_from_frame(shown, title, sources=out["sources"],
                                     units={"time": "s"}, status="_status",
                                     note="max abs error: the largest absolute difference from the reference "
                                          "the test compares against, where it records one")
