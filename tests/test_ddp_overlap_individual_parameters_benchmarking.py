@@ -127,3 +127,26 @@ def test_the_summary_names_a_problem_answered_with_a_failed_record(tmp_path):
     render_report([str(p) for p in paths if p not in failed], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "s",
                   draw=False)
     assert "with a gap" not in (tmp_path / "s" / "report.md").read_text()
+
+
+def test_the_profile_line_gives_each_ranks_nccl_time(tmp_path):
+    """Rank 0's NCCL kernels include waiting for rank 1: the evidence gives every rank's NCCL time, not
+    rank 0's alone as "communication"."""
+    from pathlib import Path
+
+    from cs336report.report.ddp import ms
+    from cs336report.report.render import render_report
+    from cs336report.results import load
+
+    data = Path(__file__).resolve().parent.parent / "report" / "data"
+    path = data / "ddp_overlap_profile" / "bucketed-100mb-xl-ctx128-w2.json.gz"
+    if not path.exists():
+        pytest.skip("no published records")
+    folders = ("ddp_overlap_individual_parameters_benchmarking", "ddp_overlap_profile")
+    render_report([str(p) for f in folders for p in sorted((data / f).glob("*.json.gz"))],
+                  {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
+    evidence = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", (tmp_path / "r" / "evidence.md").read_text())
+    ranks = load(path)["data"]["ranks"]
+    each = [ms(ranks[k]["overlap"]["comm_us"] / 1e6) for k in sorted(ranks)]
+    assert each[0] != each[1] and f"(by rank: {', '.join(each)}; an NCCL kernel runs while it waits" in evidence
+    assert ": communication " not in evidence

@@ -95,6 +95,9 @@ def build(ctx) -> dict:
                                "fraction": Num(fmt_pct(h["hidden_fraction"]), source)
                                if h["hidden_fraction"] is not None else "–",
                                "ranks": len(overlaps),
+                               # each rank's NCCL kernel time: a kernel also runs while it waits for the other
+                               # ranks, so where they differ the larger is mostly waiting, not transfer
+                               "comm_ranks": [ms(o["comm_us"] / 1e6) for o in overlaps] if len(overlaps) > 1 else [],
                                "range": (f"{fmt_pct(min(fractions))}–{fmt_pct(max(fractions))}"
                                          if len(fractions) > 1 and min(fractions) != max(fractions) else None),
                                "source": source})
