@@ -148,9 +148,10 @@ def part_b(c: XXL) -> list[Step]:
         Step("smallest N_FSDP", "⌊bound⌋ + 1", f"⌊{bound:.4g}⌋ + 1", n),
         Step("M(N_FSDP) per device", "(state + A/2) / N_FSDP + A/2",
              f"({_n(state)} + {_n(acts / 2)}) / {n} + {_n(acts / 2)}", fsdp_bytes_per_device(c, n), "B"),
-        Step("largest A for any N_FSDP", "A/2 < 95 GB → tokens < 95 GB / (activations per token / 2)",
-             f"{_n(c.tpu_bytes)} / {_n(a['activations saved per token'] / 2)}",
-             c.tpu_bytes / (a["activations saved per token"] / 2), "tokens"),
+        # a strict bound: the largest whole batch below it
+        Step("largest batch for any N_FSDP", "A/2 < 95 GB → tokens < 95 GB / (activations per token / 2)",
+             f"⌈{_n(c.tpu_bytes)} / {_n(a['activations saved per token'] / 2)}⌉ − 1",
+             math.ceil(c.tpu_bytes / (a["activations saved per token"] / 2)) - 1, "tokens"),
     ]
     return steps
 
@@ -182,19 +183,19 @@ def part_c(c: XXL) -> list[Step]:
     denominator = F * c.m_y - c.y * alpha
     if denominator <= 0:  # the tensor-parallel traffic alone outlasts the math at any batch
         steps.append(Step("compute-bound batch", "F·M_Y <= Y·α: never compute bound",
-                          f"{F} · {c.m_y} <= {c.y} · {alpha:.4g}", None, "tokens"))
+                          f"{F} · {c.m_y} <= {c.y} · {alpha:.7g}", None, "tokens"))
         return steps
     # T_math = T_FSDP + T_TP, solved for B: B = X·α·F·M_Y / (M_X · (F·M_Y − Y·α))
     b = c.x * alpha * F * c.m_y / (c.m_x * denominator)
     steps += [
         Step("B* (T_math = T_FSDP + T_TP)", "X·α·F·M_Y / (M_X·(F·M_Y − Y·α))",
-             f"{c.x} · {alpha:.4g} · {F} · {c.m_y} / ({c.m_x} · ({F} · {c.m_y} − {c.y} · {alpha:.4g}))", b, "tokens"),
+             f"{c.x} · {alpha:.7g} · {F} · {c.m_y} / ({c.m_x} · ({F} · {c.m_y} − {c.y} · {alpha:.7g}))", b, "tokens"),
         Step("per-device batch B*/N", "B* / N", f"{b:.6g} / {N}", b / N, "tokens"),
         Step("per-device batch, whole tokens", "⌈B*/N⌉", f"⌈{b / N:.6g}⌉", math.ceil(b / N), "tokens"),
         Step("overall batch", "N · ⌈B*/N⌉", f"{N} · {math.ceil(b / N)}", N * math.ceil(b / N), "tokens"),
         # the Scaling Book's floor for the best split of the same N chips into X and Y
         Step("floor over every X·Y split", "B/N > 4·α² / (F·M_X·M_Y)",
-             f"4 · {alpha:.4g}² / ({F} · {c.m_x} · {c.m_y})", 4 * alpha**2 / (F * c.m_x * c.m_y), "tokens"),
+             f"4 · {alpha:.7g}² / ({F} · {c.m_x} · {c.m_y})", 4 * alpha**2 / (F * c.m_x * c.m_y), "tokens"),
     ]
     return steps
 
@@ -207,10 +208,10 @@ def part_d(c: XXL) -> list[Step]:
         Step("FSDP term alone: B/N >", "C / (Y·W_ici·M_X)", f"{c.flops:.4g} / ({c.y} · {c.w_ici:.4g} · {c.m_x})",
              fsdp_only, "tokens"),
         Step("… with 1-byte (fp8) weight gathers", "(1 / comm bytes) · C / (Y·W_ici·M_X)",
-             f"(1 / {c.comm_bytes}) · {fsdp_only:.4g}", fsdp_only / c.comm_bytes, "tokens"),
+             f"(1 / {c.comm_bytes}) · {fsdp_only:.7g}", fsdp_only / c.comm_bytes, "tokens"),
         Step("… with twice the tensor-parallel ways", "C / (2·Y·W_ici·M_X)",
              f"{c.flops:.4g} / (2 · {c.y} · {c.w_ici:.4g} · {c.m_x})", fsdp_only / 2, "tokens"),
-        Step("tensor parallelism stays compute bound while Y <", "F·M_Y / α", f"{c.d_ff} · {c.m_y} / {alpha:.4g}",
+        Step("tensor parallelism stays compute bound while Y <", "F·M_Y / α", f"{c.d_ff} · {c.m_y} / {alpha:.7g}",
              c.d_ff * c.m_y / alpha),
     ]
 

@@ -9,7 +9,7 @@ import pytest
 
 from cs336report.accounting_distributed import (XXL, communication_accounting, data_parallel_bytes,
                                                 fsdp_bytes_per_device, forward_times, part_a, part_b,
-                                                part_c)
+                                                part_c, part_d)
 from cs336report.experiments import communication_accounting as experiment
 from helpers import without_record_links
 
@@ -57,15 +57,26 @@ def test_compute_bound_batch_balances_math_and_communication():
 
 
 def test_substituted_arithmetic_gives_the_value():
-    # each derivation line whose substitution is plain arithmetic evaluates to its own value
+    # each derivation line whose substitution is plain arithmetic evaluates to its own value, in every part
+    # (α printed to enough digits that the expressions with it give the value shown)
     checked = 0
-    for step in part_a(XXL()):
-        text = step.substituted.replace(",", "").replace("·", "*")
-        if "⌈" in text:
-            continue
-        assert eval(text) == pytest.approx(step.value)  # noqa: S307 - our own arithmetic strings
-        checked += 1
-    assert checked >= 5
+    for part in (part_a, part_b, part_c, part_d):
+        for step in part(XXL()):
+            text = step.substituted.replace(",", "").replace("·", "*").replace("²", "**2").replace("−", "-")
+            if step.value is None or any(c in text for c in "⌈⌊BN<>=") or "/ N_FSDP" in text:
+                continue
+            assert eval(text) == pytest.approx(step.value, rel=1e-5), (step.name, text)  # noqa: S307
+            checked += 1
+    assert checked >= 12
+
+
+def test_the_largest_batch_below_a_strict_bound_fits():
+    from cs336report.accounting_distributed import part_b
+
+    step = next(s for s in part_b(XXL()) if s.name == "largest batch for any N_FSDP")
+    a = {s.name: s.value for s in part_a(XXL())}
+    per_token = a["activations saved per token"]
+    assert step.value * per_token / 2 < XXL().tpu_bytes <= (step.value + 1) * per_token / 2
 
 
 def test_setting_is_validated_by_name():
