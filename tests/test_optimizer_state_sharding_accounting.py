@@ -138,3 +138,10 @@ def test_published_answer_splits_memory_and_time_from_the_records(tmp_path):
     params = rank0["sharded"]["tensors"]["parameters"]
     assert init > params and "only the parameters are there" not in text
     assert f"a rank holds {fmt_bytes(init)}: the parameters ({fmt_bytes(params)}) and" in text
+    # the evidence: the phase columns are means, and the comparison with ZeRO names its direction and ranks
+    evidence = environments()["md"].get_template(f"sections/{section.ID}.j2").render(
+        fmt_lib="_md.j2", d=data, section={**info, "command": "c"})
+    ours, zero = rank0["sharded"]["stats_s"]["mean"], rank0["zero"]["stats_s"]["mean"]
+    way = "slower" if ours > zero else "faster"
+    assert f"(rank 0's means): {abs(ours / zero - 1) * 100:.3g} % {way}" in re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", evidence)
+    assert "forward + backward, mean" in data["time_table"].columns
