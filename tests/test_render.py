@@ -485,3 +485,20 @@ def test_cost_gives_each_handout_suite_to_the_problems_it_grades_and_reads_every
     assert peaks["pytorch_attention"] == fmt_bytes(3 * 2**30) and peaks["flash_benchmarking"] == fmt_bytes(5 * 2**30)
     sections = {r[0].text: r[3].text for r in cost["section_table"].rows}
     assert sections["naive_ddp"] == "14.0 s" and sections["optimizer_state_sharding"] == "8.50 s"
+
+
+def test_the_experiments_appendix_says_who_writes_a_profiled_cells_record(tmp_path):
+    """A profiled cell's record is written by the rule that parses its export, and its wall time is the
+    run inside the profiler: the appendix says both, not "the rule of the same name" alone."""
+    from pathlib import Path
+
+    from cs336report.coverage import result_target
+
+    assert result_target("nsys_profile", "c").startswith("results/nsys_parse/")
+    data = Path(__file__).resolve().parent.parent / "report" / "data" / "roofline"
+    paths = sorted(data.glob("*.json.gz"))
+    if not paths:
+        pytest.skip("no published records")
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
+    evidence = (tmp_path / "r" / "evidence.md").read_text()
+    assert "by the rule that parses its export" in evidence and "the run inside the profiler" in evidence
