@@ -210,3 +210,17 @@ def test_the_sync_range_is_set_against_the_syncs_own_spread(tmp_path):
     spread = math.hypot(lo["sync_std"], hi["sync_std"])
     assert out["best"]["sync_spread"] == ms(spread)
     assert out["best"]["sync_inside_spread"] is bool(hi["sync_median"] - lo["sync_median"] <= spread)
+
+
+def test_the_evidence_points_to_the_answer_for_its_table_and_fit(tmp_path):
+    from pathlib import Path
+
+    from cs336report.report.render import render_report
+
+    folder = Path(__file__).resolve().parent.parent / "report" / "data" / "ddp_bucketed_benchmarking"
+    if not any(folder.glob("*.json.gz")):
+        pytest.skip("no published records")
+    render_report([str(p) for p in sorted(folder.glob("*.json.gz"))], {"_device": "cuda", "_grid": "gpu"},
+                  tmp_path / "r", draw=False)
+    evidence = (tmp_path / "r" / "evidence.md").read_text().split('<a id="evidence-ddp_bucketed_benchmarking"></a>', 1)[1]
+    assert "The table and the fit are in the answer above." in evidence.split("<a id=", 1)[0]
