@@ -141,3 +141,16 @@ def test_a_cpu_run_names_no_gpu_and_records_without_a_commit_say_so(tmp_path):
     for r in nameless:
         r["provenance"]["git_commit"] = None
     assert run_span(nameless)["why"] == "records that name no commit"
+
+
+def test_a_cell_not_run_held_no_gpu():
+    """A distributed cell recorded as not run on a host of too few GPUs held none of them: the run's
+    GPU-held time leaves it out."""
+    records = _records()
+    base = run_span(records)
+    extra = {**records[0], "experiment": "naive_ddp_benchmarking", "status": "not_run",
+             "config": {"backend": "nccl", "world_size": 2}, "wall_s": 50.0}
+    with_it = run_span(records + [extra])
+    assert with_it["gpu_s"] == pytest.approx(base["gpu_s"])
+    ran = run_span(records + [{**extra, "status": "ok"}])
+    assert ran["gpu_s"] > base["gpu_s"]

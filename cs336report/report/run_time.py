@@ -46,7 +46,9 @@ def run_span(records: list[dict]) -> dict | None:
         if r.get("experiment") in CPU_ONLY or not r.get("started_at"):
             continue
         start = _timestamp(r["started_at"])
-        spans.append((start, start + float(r.get("wall_s") or 0.0), gpus_held(r)))
+        # a cell recorded as not run (too few GPUs) held none of the GPUs it asks for
+        held = 0 if r.get("status") == "not_run" else gpus_held(r)
+        spans.append((start, start + float(r.get("wall_s") or 0.0), held))
     if not spans:
         return None
     spans.sort()
