@@ -122,7 +122,7 @@ def test_the_summary_names_a_problem_answered_with_a_failed_record(tmp_path):
         pytest.skip("no failed record in the published folder")
     render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
     summary = (tmp_path / "r" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
-    assert f"with a gap (a configured cell missing, or its record failed): problem 16 ({len(failed)} failed)" in summary
+    assert f"with a gap (a configured cell missing, not run or failed): problem 16 ({len(failed)} failed)" in summary
     # without the failed record, no gap is named
     render_report([str(p) for p in paths if p not in failed], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "s",
                   draw=False)
@@ -150,3 +150,21 @@ def test_the_profile_line_gives_each_ranks_nccl_time(tmp_path):
     each = [ms(ranks[k]["overlap"]["comm_us"] / 1e6) for k in sorted(ranks)]
     assert each[0] != each[1] and f"(by rank: {', '.join(each)}; an NCCL kernel runs while it waits" in evidence
     assert ": communication " not in evidence
+
+
+def test_the_summary_names_a_problem_with_cells_not_run(tmp_path):
+    """On a host of too few GPUs, problem 11's NCCL cells are recorded as not run beside its Gloo cells
+    that ran: the summary names the gap."""
+    from pathlib import Path
+
+    from cs336report.report.render import render_report
+    from cs336report.results import load
+
+    folder = Path(__file__).resolve().parent.parent / "report" / "data" / "distributed_communication_single_node"
+    paths = sorted(folder.glob("*.json.gz"))
+    if not paths:
+        pytest.skip("no published records")
+    not_run = [p for p in paths if load(p)["status"] == "not_run"]
+    render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
+    summary = (tmp_path / "r" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
+    assert not_run and f"problem 11 ({len(not_run)} not run)" in summary

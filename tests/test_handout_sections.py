@@ -37,8 +37,8 @@ def test_every_handout_test_section_builds_its_problems_part(tmp_path):
     forward = sections["flash_forward"].build(ctx)
     assert forward["subs"]["a"]["passed"] == 1 and forward["subs"]["b"]["failed"] == 1
     assert forward["subs"]["c"] is None
-    assert sections["flash_forward"].headline(forward) == "1 of 2 handout tests passed; largest error 2.5e-07"
-    assert sections["naive_ddp"].headline(sections["naive_ddp"].build(ctx)) == "1 of 1 handout tests passed"
+    assert sections["flash_forward"].headline(forward) == "1 of 2 tests of cs336report's suite passed; largest error 2.5e-07"
+    assert sections["naive_ddp"].headline(sections["naive_ddp"].build(ctx)) == "1 of 1 tests of cs336report's suite passed"
     assert sections["flash_backward"].headline(sections["flash_backward"].build(ctx)) == (
         f"not run ({handout_tests.COMMAND})")
     sharded = sections["optimizer_state_sharding"].build(ctx)

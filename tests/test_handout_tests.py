@@ -216,7 +216,7 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
         fmt_lib="_md.j2", d=backward, section={**section, "id": "flash_backward"})
     assert "1 of 3 handout tests of the backward pass passed, 2 skipped: Triton is not installed" in text
     from cs336report.report.handout_tests import headline
-    assert headline(part).startswith("1 of 3 handout tests passed, 2 skipped (Triton is not installed (pip install triton))")
+    assert headline(part).startswith("1 of 3 tests of cs336report's suite passed, 2 skipped (Triton is not installed (pip install triton))")
 
 
 def test_the_answer_says_whose_test_files_ran():
@@ -249,5 +249,8 @@ def test_the_answer_says_whose_test_files_ran():
         evidence = environments()["md"].get_template("sections/flash_backward.j2").render(
             fmt_lib="_md.j2", d=part, section=section)
         assert ("in cs336report's own suite" in evidence) is (checkout is None)
+        from cs336report.report.handout_tests import headline
+        assert headline(part).startswith("1 of 1 tests of cs336report's suite passed" if checkout is None
+                                         else "1 of 1 handout tests passed")
         assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
                                        else "Handout tests of flash_backward")

@@ -113,5 +113,6 @@ def headline(part: dict) -> str:
     skipped = ""
     if a["skipped"]:
         skipped = f", {a['skipped']} skipped" + (f" ({a['skip_reason']})" if a["skip_reason"] else "")
-    return (f"{a['passed']} of {a['n']} handout tests passed{skipped}"
+    tests = "tests of cs336report's suite" if part.get("own_suite") else "handout tests"
+    return (f"{a['passed']} of {a['n']} {tests} passed{skipped}"
             + (f"; largest error {a['max_error']}" if a["max_error"] else ""))

@@ -246,7 +246,8 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
             "headline": headline(data) if present and headline else None,
             # answered, but a configured cell of it is missing or its record failed
             "gaps": {"missing": sum(len(n["missing"]) for n in not_run),
-                     "failed": sum(r["status"] == "error" for r in records)} if present else None}
+                     "failed": sum(r["status"] == "error" for r in records),
+                     "not_run": sum(r["status"] == "not_run" for r in records)} if present else None}
     # the evidence partial's own view of the section: its heading is the evidence block's anchor
     section["ev"] = {**section, "id": base["evidence_id"], "title": module.TITLE}
     return section
@@ -296,7 +297,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
         "points": {"total": sum(s["points"] for s in sections),
                    "answered": sum(s["points"] for s in sections if s["ran"]),
                    "with_gaps": [{"number": s["number"], "points": s["points"], **s["gaps"]} for s in sections
-                                 if s["ran"] and s.get("gaps") and (s["gaps"]["missing"] or s["gaps"]["failed"])]},
+                                 if s["ran"] and s.get("gaps") and any(s["gaps"].values())]},
         "appendix_table": experiments_table(records, expected, coverage),
         "n_not_run": n_not_run,
         "cost": cost, "config_yaml": yaml.safe_dump(
