@@ -70,6 +70,14 @@ def record_status(record: dict) -> str:
     return status
 
 
+def whole_step(stats_s: dict | None) -> dict | None:
+    """The whole-step statistics of a record's ``stats_s``: itself, or its ``step`` entry where the
+    record times the phases of a step too (the DDP cells)."""
+    if not isinstance(stats_s, dict) or not stats_s:
+        return None
+    return stats_s if "mean" in stats_s else stats_s.get("step")
+
+
 def host_timed(record: dict) -> bool:
     """True for a cell whose time the host sets: steps the host's launches set (``data.host.host_bound``),
     or a Gloo collective, which runs on the CPU cores."""

@@ -41,7 +41,7 @@ from . import contention, experiments
 from .compiling import pin_ptxas
 from .measure import is_out_of_memory, release_memory, summarize, thaw
 from .models import instrumented
-from .results import SCHEMA, load, now_iso, provenance, save
+from .results import SCHEMA, load, now_iso, provenance, save, whole_step
 from .scratch import scratch
 
 _cells_run = 0  # cells this process has run (started) so far
@@ -111,14 +111,6 @@ def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]
     shared: dict = {}
     info = {"name": job, "cells": [name for name, _, _ in cells]}
     return [run_cell(experiment, name, cell, out, shared=shared, job=info) for name, cell, out in cells]
-
-
-def whole_step(stats_s: dict | None) -> dict | None:
-    """The whole-step statistics of a record's ``stats_s``: itself, or its ``step`` entry where the
-    record times the phases of a step too (the DDP cells)."""
-    if not stats_s:
-        return None
-    return stats_s if "mean" in stats_s else stats_s.get("step")
 
 
 def needs_repeats(cell: dict, data: dict) -> bool:

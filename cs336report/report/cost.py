@@ -7,6 +7,7 @@ import functools
 
 import pandas as pd
 
+from ..results import whole_step
 from .run_time import forecast, gpus_held, run_span, too_large
 from .sections import SECTIONS
 from .tables import Cell, Table, fmt_bytes, fmt_seconds
@@ -43,8 +44,7 @@ def _repeated_steps(repeats: dict) -> float:
     as their mean times their number; its warm-up steps are not known and are not counted."""
     total = 0.0
     for run in (repeats.get("runs") or [])[1:]:
-        stats = run.get("stats_s") if isinstance(run, dict) else None
-        stats = (stats.get("step") if isinstance(stats, dict) and "mean" not in stats else stats) or {}
+        stats = whole_step(run.get("stats_s") if isinstance(run, dict) else None) or {}
         if isinstance(stats.get("mean"), (int, float)) and isinstance(stats.get("n"), (int, float)):
             total += float(stats["mean"]) * float(stats["n"])
     return total

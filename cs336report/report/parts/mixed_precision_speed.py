@@ -27,6 +27,12 @@ def _join(names: list[str]) -> str:
     return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
 
 
+def _spearman(x: pd.Series, y: pd.Series) -> float:
+    """Spearman's rho of ``y`` against ``x``: the Pearson correlation of their average ranks (Series.corr's
+    "spearman" needs scipy); nan where ``x`` does not vary."""
+    return y.rank().corr(x.rank()) if x.nunique() > 1 else math.nan
+
+
 def _trend(rho: float) -> str:
     if rho != rho:
         return "none"
@@ -165,10 +171,9 @@ def lower_bounds(pairs: pd.DataFrame, flags: list[dict], records: dict[str, dict
             "at_most": sig(r["mean_s_fp32"] / kernels) if kernels else None})
         params.setdefault(MODE_COLUMNS[r["mode"]], []).append((r["params"], r["speedup"]))
     trends = {}
-    for mode, values in params.items():  # Spearman's rho of the bound against model size, as speed_analysis
-        ranks = pd.DataFrame(values, columns=["params", "speedup"]).rank()
-        rho = ranks["speedup"].corr(ranks["params"]) if len(values) >= MIN_TREND_CELLS else math.nan
-        trends[mode] = _trend(rho) if len(values) >= MIN_TREND_CELLS else "few"
+    for mode, values in params.items():  # the bound against model size, as speed_analysis reads a trend
+        g = pd.DataFrame(values, columns=["params", "speedup"])
+        trends[mode] = _trend(_spearman(g["params"], g["speedup"])) if len(g) >= MIN_TREND_CELLS else "few"
     return [{"mode": mode, "cells": cells, "size_trend": trends[mode]} for mode, cells in out.items()]
 
 
@@ -202,10 +207,7 @@ def speed_analysis(pairs: pd.DataFrame, flags: list[dict] | None = None, records
         by_size = g.groupby("params")["speedup"].median().sort_index()
         size_names = g.drop_duplicates("params").set_index("params")["size"]
         by_ctx = g.groupby("context")["speedup"].median().sort_index()
-        # Spearman's rho as the Pearson correlation of average ranks (Series.corr's "spearman" needs scipy)
-        rank = g["speedup"].rank()
-        rho_size = rank.corr(g["params"].rank()) if g["params"].nunique() > 1 else math.nan
-        rho_ctx = rank.corr(g["context"].rank()) if g["context"].nunique() > 1 else math.nan
+        rho_size, rho_ctx = _spearman(g["params"], g["speedup"]), _spearman(g["context"], g["speedup"])
         out["modes"].append({
             "mode": MODE_COLUMNS[mode], "n": int(len(g)),
             "min": sig(worst["speedup"]), "min_cell": f"{worst['size']}, context {worst['context']}",
