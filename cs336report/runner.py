@@ -78,6 +78,8 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         if status == "not_run":
             error = str(exc)  # "not run: needs N GPUs, M present"
         traceback.print_exc(file=sys.stderr)
+        if getattr(exc, "traceback_text", None):  # a rank's failure: where in the rank it happened
+            print(f"[cs336report] the failing rank's traceback:\n{exc.traceback_text}", file=sys.stderr, flush=True)
         if shared is not None:
             shared.clear()  # what the job built may be half-made; the next cell builds its own
         release_memory(device)

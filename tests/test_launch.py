@@ -98,3 +98,25 @@ def test_a_ranks_result_status_reaches_the_caller():
     with pytest.raises(RankFailed):  # any other failure passes through as it was
         with adapter_errors():
             raise RankFailed(0, "ZeroDivisionError", "division by zero", "", False)
+
+
+def test_nccl_ranks_are_handed_their_gpu_indices(monkeypatch):
+    """Without ``devices`` each NCCL rank gets GPU index = its rank (a rank indexes the list it is
+    handed: given none, every NCCL launch failed in its ranks with a TypeError)."""
+    from cs336report.distributed import launch as launch_module
+
+    handed = []
+
+    def fake_start(fn, nprocs, join, start_method, args):
+        handed.append(args[4])
+        raise RuntimeError("stop before any process starts")
+
+    monkeypatch.setattr(launch_module, "enough_gpus", lambda *a, **k: True)
+    monkeypatch.setattr(launch_module.mp, "start_processes", fake_start)
+    for devices, expected in ((None, [0, 1]), ((2, 3), [2, 3])):
+        with pytest.raises(RuntimeError, match="stop before"):
+            launch(_all_reduce_rank, 2, backend="nccl", args=(0,), devices=devices)
+        assert handed.pop() == expected
+    with pytest.raises(RuntimeError, match="stop before"):
+        launch(_all_reduce_rank, 2, backend="gloo", args=(0,))
+    assert handed.pop() is None  # Gloo ranks run on the CPU

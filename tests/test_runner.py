@@ -97,3 +97,17 @@ def test_a_noisy_host_bound_cell_is_not_measured_again():
     assert host["data"]["stats_s"]["cv"] > 0.05 and gpu["data"]["stats_s"]["cv"] > 0.05
     assert not needs_repeats(cell, host["data"])
     assert needs_repeats(cell, gpu["data"])
+
+
+def test_a_failing_ranks_own_traceback_reaches_the_log(tmp_path, monkeypatch, capsys):
+    from cs336report import experiments
+    from cs336report.distributed.launch import RankFailed
+
+    def failing(cell):
+        raise RankFailed(1, "TypeError", "'NoneType' object is not subscriptable",
+                         'File "launch.py", line 107, in _rank_entry\n    device = torch.device("cuda", devices[rank])', False)
+
+    monkeypatch.setattr(experiments, "runner", lambda name: failing)
+    record = run_cell("naive_ddp_benchmarking", "x", {"device": "cpu"}, tmp_path / "x.json")
+    assert record["status"] == "error" and record["error"].startswith("RankFailed: rank 1: TypeError")
+    assert 'devices[rank]' in capsys.readouterr().err

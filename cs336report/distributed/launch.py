@@ -82,13 +82,18 @@ def gpus_present() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def rank_devices(world_size: int, devices: Sequence[int] | None = None) -> list[int]:
+    """The GPU index of each NCCL rank: ``devices`` as given, default 0..world_size-1."""
+    return list(devices) if devices is not None else list(range(world_size))
+
+
 def enough_gpus(backend: str, world_size: int, devices: Sequence[int] | None = None) -> bool:
     """Whether this process sees the GPUs a launch of ``world_size`` ranks needs: one each for NCCL
-    (``devices``, default 0..world_size-1, all present); Gloo needs none."""
+    (:func:`rank_devices`, all present); Gloo needs none."""
     if backend != "nccl":
         return True
     present = gpus_present()
-    devices = list(devices) if devices is not None else list(range(world_size))
+    devices = rank_devices(world_size, devices)
     return len(devices) >= world_size and present >= world_size and max(devices) < present
 
 
@@ -158,6 +163,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", ar
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
     if not enough_gpus(backend, world_size, devices):
         raise NotEnoughDevices(world_size, gpus_present())
+    devices = rank_devices(world_size, devices) if backend == "nccl" else None  # each rank reads its own
     outdir = Path(tempfile.mkdtemp(prefix="cs336report-launch-"))
     mp.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, at the first launch
     try:
