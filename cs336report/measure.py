@@ -305,3 +305,28 @@ def thaw() -> None:
     import gc
 
     gc.unfreeze()
+
+
+class Spent:
+    """Wall seconds of a cell's parts by name, summed over every time a part runs: where a cell's
+    time goes besides its timed steps (building, compiling, counting casts, profiling).
+
+        spent = Spent()
+        with spent("build"):
+            model = ...
+        data["spent_s"] = spent.record()
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = timeit.default_timer()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + timeit.default_timer() - start
+
+    def record(self) -> dict[str, float]:
+        return {name: round(s, 4) for name, s in self.seconds.items()}

@@ -742,3 +742,12 @@ def test_the_leaderboard_section_says_when_tuning_chose_the_default_tiles(tmp_pa
     render_report([str(tmp_path / "other" / "leaderboard.json")], {"_device": "cuda", "_grid": "gpu"},
                   tmp_path / "o", draw=False)
     assert "Autotuned tiles against the default tiles" in (tmp_path / "o" / "evidence.md").read_text()
+
+
+def test_a_flash_cell_says_where_its_time_went():
+    cell = tiny_cell("naive", seqs=(32,), d_heads=(16, 32))
+    data = fb.run(cell)
+    spent = data["spent_s"]
+    assert set(spent) == {"inputs", "do_bench", "kernel_profile"}  # CPU: no memory read, no precompile
+    timed = sum(sum(p["times_s"]) for s in data["shapes"] for p in s["passes"].values())
+    assert spent["do_bench"] >= timed  # do_bench's own calls around the timed ones count here too

@@ -192,3 +192,22 @@ def test_the_report_says_how_each_records_phases_were_timed():
     assert phase_method({"config": {}, "data": None}) == "synchronized"  # a failed cell's
     assert phase_timing(pd.DataFrame({"phase_method": ["events", "events"]})) == "events"
     assert phase_timing(pd.DataFrame({"phase_method": ["events", "synchronized"]})) == "mixed"
+
+
+def test_a_cell_says_where_its_time_went_besides_its_steps(monkeypatch):
+    """spent_s: the build, the timed steps and the cast count, each timed by the wall clock; the
+    steps' part holds every warm-up and measured step, and the parts fit in the cell's time."""
+    import time
+
+    slow_casts = lambda step, device: (time.sleep(0.05), {"op": "x", "calls": 0, "elements": 0})[1]  # noqa: E731
+    monkeypatch.setattr(benchmarking, "count_casts", slow_casts)
+    _, c = cell("benchmarking", "naive-fp32-micro-ctx8-train_step")
+    start = time.perf_counter()
+    data = benchmarking.run(c)
+    wall = time.perf_counter() - start
+    spent = data["spent_s"]
+    assert set(spent) == {"build", "steps", "casts"}  # no compile, graph, extra steps or host-bound check here
+    times = data["times_s"]
+    assert spent["steps"] >= sum(times["measured_s"]) + sum(times["warmup_s"])
+    assert spent["casts"] >= 0.05
+    assert sum(spent.values()) <= wall

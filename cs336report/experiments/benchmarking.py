@@ -25,8 +25,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from .. import accounting
-from ..measure import (PhaseEvents, PhaseTimer, count_casts, host_time, kernels_alone, peak_memory, reset_peak_memory, summarize,
-                       time_steps)
+from ..measure import (PhaseEvents, PhaseTimer, Spent, count_casts, host_time, kernels_alone, peak_memory, reset_peak_memory,
+                       summarize, time_steps)
 from ..annotate import region
 from ..compiling import compile_model, first_call
 from ..kernel_times import idle_time, kernel_times
@@ -229,39 +229,48 @@ def run(cell: dict, shared: dict | None = None) -> dict:
     """
     mode, device = cell["mode"], cell["device"]
     batch, context = cell["batch_size"], cell["context"]
-    model, model_info, spec, step = prepare(cell, shared=shared)
+    spent = Spent()
+    with spent("build"):
+        model, model_info, spec, step = prepare(cell, shared=shared)
 
     compiled = None
     if cell.get("compile"):
         calls = shared["model"]["first_calls"] if shared is not None else []  # earlier cells' on this model
         earlier = list(calls)
-        compiled = first_call(step, device)  # compiles (what no earlier cell compiled); before warm-up
+        with spent("first_call"):
+            compiled = first_call(step, device)  # compiles (what no earlier cell compiled); before warm-up
         calls.append({"mode": mode, "first_call_s": compiled["first_call_s"]})
         if earlier:
             compiled["earlier_first_calls"] = earlier
     graph = None
     if cell.get("cuda_graphs") == "step":  # from here on each step is one replay of a captured graph
         plain = step
-        step, graph = capture_step(lambda: plain(phases=False))
+        with spent("graph_capture"):
+            step, graph = capture_step(lambda: plain(phases=False))
     reset_peak_memory(device)
     # the headline: whole steps, one synchronize each, at the step's end (the handout's method); the
     # phase split from events recorded at the phases' starts and ends in the same steps, which wait for nothing
-    times = time_steps(lambda: step(phases="events"), cell["warmup_steps"], cell["measured_steps"], device)
+    with spent("steps"):
+        times = time_steps(lambda: step(phases="events"), cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
     flops = accounting.step_flops(spec, batch, context, mode)
     # (a graph replay dispatches no operator, so its casts cannot be counted)
-    extra = {"casts": None if graph else count_casts(lambda: step(phases=False), device)}
+    with spent("casts"):
+        extra = {"casts": None if graph else count_casts(lambda: step(phases=False), device)}
     if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
-        whole = time_steps(lambda: step(phases=False), 0, cell["whole_steps"], device)["measured_s"]
+        with spent("whole_steps"):
+            whole = time_steps(lambda: step(phases=False), 0, cell["whole_steps"], device)["measured_s"]
         extra.update(whole_steps_s=whole, whole_step_stats_s=summarize(whole))
     if cell.get("kernel_steps"):  # GPU time of every kernel per step, in steps of their own after the timed ones,
         whole_step = lambda: step(phases=False)  # noqa: E731 (and where no kernel ran, in as many again)
-        extra.update(kernel_steps=cell["kernel_steps"], kernels=kernel_times(whole_step, cell["kernel_steps"]),
-                     idle=idle_time(whole_step, cell["kernel_steps"]))
+        with spent("kernel_steps"):
+            extra.update(kernel_steps=cell["kernel_steps"], kernels=kernel_times(whole_step, cell["kernel_steps"]),
+                         idle=idle_time(whole_step, cell["kernel_steps"]))
     host = host_time(times)
     if host and host.get("host_bound"):  # issued in nearly all its wall time: would its kernels alone be faster?
-        host = host_time(times, kernels_alone(lambda: step(phases=False), device,
-                                              steps=3 if host["wall_s"] < 0.1 else 1))
+        with spent("kernels_alone"):
+            host = host_time(times, kernels_alone(lambda: step(phases=False), device,
+                                                  steps=3 if host["wall_s"] < 0.1 else 1))
     return {
         "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),
@@ -279,6 +288,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         "peak_memory": peak_memory(device),
         "compile": compiled,
         "cuda_graph": graph,
+        "spent_s": spent.record(),
         **extra,
     }
 

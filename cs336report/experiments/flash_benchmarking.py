@@ -44,7 +44,7 @@ from typing import Callable
 
 import torch
 
-from ..measure import is_out_of_memory, release_memory, summarize, synchronize
+from ..measure import Spent, is_out_of_memory, release_memory, summarize, synchronize
 from .flash_functions import (  # noqa: F401  (the leaderboard and tests reach them here)
     FLASH_PIECES,
     SDPA_BACKENDS,
@@ -232,12 +232,15 @@ def memory_profile(attn: Callable, q, k, v, do, device: str) -> dict | None:
     }
 
 
-def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict) -> dict:
-    """Time the three passes of one (seq, d) and read its memory; failures are recorded per pass."""
+def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict, spent: Spent | None = None) -> dict:
+    """Time the three passes of one (seq, d) and read its memory; failures are recorded per pass.
+    ``spent`` sums the wall time of its parts (inputs, do_bench, the kernels' profile, memory)."""
+    spent = spent or Spent()
     device, dtype = cell["device"], DTYPES[cell["dtype"]]
     warmup_ms, rep_ms = cell["warmup_ms"], cell["rep_ms"]
     entry: dict = {"seq": seq, "d": d, "passes": {}, "memory": None, "tiles": None}
-    inputs = _attempt(lambda: {"tensors": make_inputs(cell["batch"], seq, d, dtype, device, cell["seed"])}, device)
+    with spent("inputs"):
+        inputs = _attempt(lambda: {"tensors": make_inputs(cell["batch"], seq, d, dtype, device, cell["seed"])}, device)
     if inputs["status"] != "ok":
         entry["passes"] = {p: {k: v for k, v in inputs.items()} for p in PASSES}
         return entry
@@ -246,9 +249,12 @@ def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict) -> dict:
 
     def timed(fn, pass_name):
         def measure():
-            times = bench(fn, device, warmup_ms, rep_ms, grad_to_none=grads)
+            with spent("do_bench"):
+                times = bench(fn, device, warmup_ms, rep_ms, grad_to_none=grads)
             flops = attention_flops(cell["batch"], seq, d, cell.get("causal", True), pass_name)
-            return {"times_s": times, "stats_s": summarize(times), **kernel_only(fn, device, times, flops)}
+            with spent("kernel_profile"):
+                kernels = kernel_only(fn, device, times, flops)
+            return {"times_s": times, "stats_s": summarize(times), **kernels}
         return measure
 
     entry["passes"]["forward"] = _attempt(timed(lambda: attn(q, k, v), "forward"), device)
@@ -264,7 +270,8 @@ def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict) -> dict:
     entry["passes"]["forward_backward"] = _attempt(timed(lambda: attn(q, k, v).backward(do), "forward_backward"),
                                                    device)
     if device.startswith("cuda") and any(p["status"] == "ok" for p in entry["passes"].values()):
-        memory = _attempt(lambda: {"bytes": memory_profile(attn, q, k, v, do, device)}, device)
+        with spent("memory"):
+            memory = _attempt(lambda: {"bytes": memory_profile(attn, q, k, v, do, device)}, device)
         entry["memory"] = memory.get("bytes") if memory["status"] == "ok" else {"status": memory["status"]}
     if impl in ("triton", "triton_fixed") and entry["passes"]["forward_backward"]["status"] == "ok":
         from ..flash import last_triton_config
@@ -347,15 +354,17 @@ def run(cell: dict) -> dict:
     student = {"student": cell["student"]} if cell.get("student") else {}  # the student's rows only
     attn, notes = attention_function(impl, cell["causal"], **student)
     tuning = nullcontext()
+    spent = Spent()
     if notes.get("autotune"):
         from ..flash.triton_kernels import tuning_budget
 
         tuning = tuning_budget(cell.get("tune_warmup_ms"), cell.get("tune_rep_ms"))
-        notes["precompiled"] = precompile_candidates(cell["dtype"], cell["d_heads"], cell["causal"])
+        with spent("precompile"):
+            notes["precompiled"] = precompile_candidates(cell["dtype"], cell["d_heads"], cell["causal"])
     with tuning as tune_ms:
         if tune_ms:
             notes["tune_ms"] = {"warmup": tune_ms[0], "rep": tune_ms[1]}
-        shapes = [run_shape(attn, impl, seq, d, cell) for d in cell["d_heads"] for seq in cell["seqs"]]
+        shapes = [run_shape(attn, impl, seq, d, cell, spent) for d in cell["d_heads"] for seq in cell["seqs"]]
     if impl.startswith("flash_pytorch") and notes.get("provenance") == "built-in":
         from ..flash import backward_mode
 
@@ -368,6 +377,7 @@ def run(cell: dict) -> dict:
         "passes": list(PASSES),
         "notes": notes,
         "shapes": shapes,
+        "spent_s": spent.record(),
         **_device_info(device),
     }
 
