@@ -130,6 +130,7 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
     floor (timed steps and first compiled calls), spread over the run's GPUs (else over
     ``host_gpus``, those of the grid's goal), is checked against the report's time goal."""
     from ..publish import benchmark_of, job_of
+    from .cost_parts import parts_table
 
     rows = []
     for i, r in enumerate(records):
@@ -183,7 +184,7 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
                            "timed share", "first compiled calls", "largest peak allocated"],
                   units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
     out = {"table": table, "total": fmt_seconds(total), "total_s": total, "floor": None,  # no job time: no floor
-           "section_table": section_cost_table(per_rule, total, table.sources)}
+           "section_table": section_cost_table(per_rule, total, table.sources), "parts_table": parts_table(records)}
     out["run"] = _run_time(records, df, total)
     if total > 0:
         out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",
