@@ -10,9 +10,10 @@ breakdown (``times_s.phases_s``, ``phase_stats_s``): the device's time from each
 its end, waits for the host's launches included. On a CPU the phases are timed by the wall clock.
 
 Beside the times, the record keeps the host's share of a step (``host``: launch time against
-wall and event-timed device time, and whether the cell is host-bound) and the dtype conversions
-one step runs (``casts``, counted with torch.profiler), which tell why a bf16 step of a small
-model is no faster than an fp32 one.
+wall and event-timed device time, and whether the cell is host-bound) and, in a cell with
+``count_casts``, the dtype conversions one more step runs (``casts``, counted with torch.profiler),
+which tell why a bf16 step of a small model is no faster than an fp32 one. ``spent_s`` gives the
+wall time of the cell's parts (build, steps, the extras).
 
     python -m cs336report run benchmarking --cell '{"size": "small", ...}' --out result.json
 """
@@ -78,10 +79,14 @@ def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, im
 
 def grid_cells(cfg, grid: dict) -> list[dict]:
     """One Transformer cell per implementation x precision x size x context x mode of ``grid``
-    (implementations default to the run's), in that order."""
+    (implementations default to the run's), in that order. The forward cells at the shortest context
+    also count their dtype conversions (``count_casts``: the report compares them across precisions
+    there, and reads them nowhere else)."""
     impls = grid.get("implementations") or [cfg.run["implementation"]]
+    shortest = min(grid["contexts"])
     return [
-        transformer_cell(cfg, size, context, mode, precision, impl)
+        transformer_cell(cfg, size, context, mode, precision, impl,
+                         count_casts=mode == "forward" and context == shortest)
         for impl in impls
         for precision in grid["precisions"]
         for size in grid["sizes"]
@@ -254,9 +259,10 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         times = time_steps(lambda: step(phases="events"), cell["warmup_steps"], cell["measured_steps"], device)
     stats = summarize(times["measured_s"])
     flops = accounting.step_flops(spec, batch, context, mode)
-    # (a graph replay dispatches no operator, so its casts cannot be counted)
-    with spent("casts"):
-        extra = {"casts": None if graph else count_casts(lambda: step(phases=False), device)}
+    extra = {"casts": None}
+    if cell.get("count_casts") and not graph:  # (a graph replay dispatches no operator: nothing to count)
+        with spent("casts"):
+            extra["casts"] = count_casts(lambda: step(phases=False), device)
     if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
         with spent("whole_steps"):
             whole = time_steps(lambda: step(phases=False), 0, cell["whole_steps"], device)["measured_s"]
