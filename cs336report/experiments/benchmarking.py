@@ -141,8 +141,9 @@ def _phase(timer: PhaseTimer | PhaseEvents, name: str, range_outside: bool):
 
 
 def model_key(cell: dict) -> str:
-    """A model cell's settings without its mode: cells with equal keys run the same model on the same batch."""
-    return json.dumps({k: v for k, v in cell.items() if k != "mode"}, sort_keys=True)
+    """A model cell's settings without its mode and what it measures besides its steps: cells with
+    equal keys run the same model on the same batch."""
+    return json.dumps({k: v for k, v in cell.items() if k not in ("mode", "count_casts")}, sort_keys=True)
 
 
 def _build(cell: dict) -> dict:
