@@ -6,7 +6,12 @@ by the report's sections; it imports nothing heavy.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+# What every rerun command of the report being rendered adds: its grid, where that is not the one the
+# device picks by itself (set by the renderer for the time of one render).
+RERUN_OPTIONS: ContextVar[str] = ContextVar("rerun_options", default="")
 
 
 @dataclass(frozen=True)
@@ -26,8 +31,17 @@ class Problem:
 def rerun_command(*rules: str) -> str:
     """The command that runs the cells of ``rules`` again and renders the report. A rule of one job
     per cell has a wildcard and cannot be a target itself, so the rules are forced and the report
-    is the target (which also reruns a cell whose record is an error)."""
-    return f"snakemake --cores 1 --forcerun {' '.join(rules)} -- report"
+    is the target (which also reruns a cell whose record is an error). Within a render it carries
+    the report's grid where needed (:data:`RERUN_OPTIONS`, :func:`grid_option`)."""
+    options = RERUN_OPTIONS.get()
+    return f"snakemake --cores 1 {options + ' ' if options else ''}--forcerun {' '.join(rules)} -- report"
+
+
+def grid_option(grid: str | None, device: str | None) -> str:
+    """``--config grid=...`` for a report of ``grid`` on ``device``, or nothing where ``grid: auto`` (the
+    default) picks that grid there: the gpu grid on a CUDA device, the cpu grid elsewhere."""
+    default = "gpu" if device == "cuda" else "cpu"
+    return f"--config grid={grid}" if grid and grid != default else ""
 
 
 def _problem(number: int, problem_id: str, points: int, subquestions: str = "", rule: str | None = None) -> Problem:

@@ -100,7 +100,11 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
     assert linked and linked <= {Path(p).name for p in keep}
     assert not (tmp_path / "answers.md").read_text().count("leaderboard")
     # the handout grid snapshots no forward under no_grad: the evidence speaks of what ran
-    assert "Forward (no_grad)" not in (tmp_path / "evidence.md").read_text()
+    evidence = (tmp_path / "evidence.md").read_text()
+    assert "Forward (no_grad)" not in evidence
+    # every command that runs cells again runs them on the handout grid, not on the whole gpu grid
+    commands = re.findall(r"snakemake --cores 1 [^`<]*-- report", md + evidence)
+    assert commands and all(c.startswith("snakemake --cores 1 --config grid=handout --forcerun ") for c in commands)
 
 
 def test_a_gpu_run_in_a_fresh_clone_is_not_skipped_for_the_published_report(tmp_path):
@@ -140,3 +144,16 @@ def test_a_resolved_handout_config_expects_the_handout_cells_only():
     expected = with_expected_cells(resolved)["_expected"]
     assert expected == {name: sorted(cells) for name, cells in _cells(cfg).items()}
     assert not expected["flash_leaderboard"] and not expected["optimized_step"] and not expected["autocast_memory"]
+
+
+def test_a_rerun_command_names_the_grid_only_where_the_device_would_not_pick_it():
+    from cs336report.handout import RERUN_OPTIONS, grid_option, rerun_command
+
+    assert [grid_option(g, d) for g, d in (("gpu", "cuda"), ("cpu", "cpu"), ("handout", "cuda"), ("cpu", "cuda"))] == \
+        ["", "", "--config grid=handout", "--config grid=cpu"]
+    token = RERUN_OPTIONS.set(grid_option("handout", "cuda"))
+    try:
+        assert rerun_command("a", "b") == "snakemake --cores 1 --config grid=handout --forcerun a b -- report"
+    finally:
+        RERUN_OPTIONS.reset(token)
+    assert rerun_command("a") == "snakemake --cores 1 --forcerun a -- report"  # outside a render: as before

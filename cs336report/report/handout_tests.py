@@ -16,7 +16,6 @@ from ..handout import rerun_command
 from .tables import Num, sig, table_from_frame
 
 EXPERIMENT = "handout_tests"
-COMMAND = rerun_command("handout_tests")
 OUTCOMES = ("passed", "failed", "error", "skipped", "not_implemented")
 
 
@@ -68,7 +67,7 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
     largest error and the first failure; the evidence table of every test of the problem."""
     df = frame(records)
     df = df[df["problem"] == problem]
-    out = {"ran": not df.empty, "command": COMMAND, "subs": {}, "table": None,
+    out = {"ran": not df.empty, "command": rerun_command("handout_tests"), "subs": {}, "table": None,
            "implementations": sorted(set(df["implementation"])), "sources": sorted(set(df["source"])),
            # without a student's checkout the cases are cs336report's own, written from the handout
            "own_suite": bool(len(df)) and bool((df["origin"] == "cs336report").all())}
@@ -109,7 +108,7 @@ def skip_reason(ctx) -> str:
 def headline(part: dict) -> str:
     a = part.get("all")
     if not part.get("ran") or not a:
-        return f"not run ({COMMAND})"
+        return f"not run ({rerun_command('handout_tests')})"
     skipped = ""
     if a["skipped"]:
         skipped = f", {a['skipped']} skipped" + (f" ({a['skip_reason']})" if a["skip_reason"] else "")

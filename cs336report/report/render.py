@@ -26,7 +26,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
-from ..handout import BENCHMARKING_SETTINGS, rerun_command
+from ..handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command
 from ..results import load, record_status
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
@@ -327,11 +327,16 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    context = build_context(records, config, figures, Path(links_from) if links_from else None, draw)
-    envs = environments(Path(links_from) if links_from else out_dir)
-    pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
-             "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
-    for name, (kind, template) in pages.items():
-        text = envs[kind].get_template(template).render(fmt_lib=f"_{kind}.j2", page=name, **context)
-        _write_atomic(out_dir / name, text)
+    # the report's commands rerun its own grid
+    token = RERUN_OPTIONS.set(grid_option(config.get("_grid"), config.get("_device")))
+    try:
+        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw)
+        envs = environments(Path(links_from) if links_from else out_dir)
+        pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
+                 "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
+        for name, (kind, template) in pages.items():
+            text = envs[kind].get_template(template).render(fmt_lib=f"_{kind}.j2", page=name, **context)
+            _write_atomic(out_dir / name, text)
+    finally:
+        RERUN_OPTIONS.reset(token)
     return context
