@@ -35,9 +35,9 @@ JOB_CHAINS = {"nsys_parse": ("nsys_profile", "nsys_stats", "nsys_parse"),
 # Cell settings that a config resolves per machine (nsys_profile's ``tool: auto`` becomes nsys
 # where the executable is found), so a folder's config read elsewhere cannot say what they were.
 MACHINE_RESOLVED = {"nsys_profile": frozenset({"profiler"}), "ddp_overlap_profile": frozenset({"profiler"})}
-# How a cell is measured again when noisy, and whether it also counts its dtype conversions, not what
-# its steps measure: a record made without repeats, or without the count, is a record of the same cell.
-MEASUREMENT_POLICY = frozenset({"repeats", "noisy_cv", "count_casts"})
+# How a cell is measured again when noisy, not what it measures: a record made without repeats
+# is a record of the same cell.
+MEASUREMENT_POLICY = frozenset({"repeats", "noisy_cv"})
 
 
 def _benchmark_row(tsv: Path) -> dict:

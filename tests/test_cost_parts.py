@@ -8,8 +8,7 @@ from helpers import cell
 
 
 def _records(tmp_path):
-    name, bench = cell("benchmarking", "naive-fp32-micro-ctx8-train_step")
-    bench["count_casts"] = True
+    name, bench = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
     flash = {"device": "cpu", "implementation": "naive", "dtype": "fp32", "seqs": [32], "d_heads": [16],
              "batch": 1, "causal": True, "warmup_ms": 1, "rep_ms": 2, "tf32": False, "seed": 0}
     out = []

@@ -108,18 +108,6 @@ def test_memory_grid_reuses_cells_of_both_benchmarking_grids(cuda):
     assert len(wanted) == math.prod(len(grid[k]) for k in ab.GRID_KEYS)
 
 
-def test_a_cell_two_grids_share_runs_once_whichever_counts_its_casts():
-    """Each grid counts casts at its own shortest context; a cell both grids hold is still run once."""
-    raw = raw_config()
-    mem = raw["grids"]["cpu"]["autocast_memory"]
-    mem.update(sizes=["micro"], contexts=[16], modes=["forward"], precisions=["fp32"])
-    cfg = config(raw)
-    shared = benchmarking.cell_name(benchmarking.grid_cells(cfg, cfg.grid("autocast_memory"))[0])
-    bench = benchmarking.cells(cfg)
-    assert shared in bench and not bench[shared]["count_casts"]  # context 16 is not the benchmarking grid's shortest
-    assert shared not in ab.memory_cells(cfg)
-
-
 def test_census_cells_one_per_implementation_and_size():
     cfg = config()
     grid = cfg.grid("autocast_memory")

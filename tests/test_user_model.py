@@ -91,9 +91,9 @@ def test_benchmarking_runs_the_user_model_not_the_builtin(tmp_path, monkeypatch)
     record = run_cell("benchmarking", name, cell, tmp_path / "r.json")
     assert record["status"] == "ok", record["error"]
     assert calls and set(calls) == {(cell["batch_size"], cell["context"])}
-    # the whole steps the handout times (their phases marked inside them), and, where the cell counts them,
-    # one step whose casts are counted
-    assert len(calls) == cell["warmup_steps"] + cell["measured_steps"] + int(cell["count_casts"])
+    # the whole steps the handout times (their phases marked inside them), and, in a forward cell, one
+    # step whose casts are counted
+    assert len(calls) == cell["warmup_steps"] + cell["measured_steps"] + int(cell["mode"] == "forward")
     spec = ModelSpec(**MICRO)
     reference = StudentLM(spec.vocab_size, 8, spec.d_model, spec.num_layers, spec.num_heads, spec.d_ff, spec.rope_theta)
     info = record["data"]["model"]

@@ -33,15 +33,11 @@ GRID_KEYS = ("implementations", "precisions", "sizes", "contexts", "modes")
 
 
 def _new_cells(candidates: list[dict], *taken: dict[str, dict]) -> dict[str, dict]:
-    """The candidates that no experiment in ``taken`` already runs with the same settings (whether a
-    cell also counts its casts, which each grid sets at its own shortest context, is no setting)."""
-    def settings(cell):
-        return {k: v for k, v in cell.items() if k != "count_casts"} if cell else None
-
+    """The candidates that no experiment in ``taken`` already runs with the same settings."""
     out = {}
     for cell in candidates:
         name = cell_name(cell)
-        if not any(settings(existing.get(name)) == settings(cell) for existing in taken):
+        if not any(existing.get(name) == cell for existing in taken):
             out[name] = cell
     return out
 

@@ -10,9 +10,10 @@ breakdown (``times_s.phases_s``, ``phase_stats_s``): the device's time from each
 its end, waits for the host's launches included. On a CPU the phases are timed by the wall clock.
 
 Beside the times, the record keeps the host's share of a step (``host``: launch time against
-wall and event-timed device time, and whether the cell is host-bound) and, in a cell with
-``count_casts``, the dtype conversions one more step runs (``casts``, counted with torch.profiler),
-which tell why a bf16 step of a small model is no faster than an fp32 one. ``spent_s`` gives the
+wall and event-timed device time, and whether the cell is host-bound) and, in a forward cell, the
+dtype conversions one more step runs (``casts``, counted with torch.profiler), which tell why a bf16
+step of a small model is no faster than an fp32 one (the report compares the forward cells'; a
+backward pass adds the gradients' casts to a longer step, which no table reads). ``spent_s`` gives the
 wall time of the cell's parts (build, steps, the extras).
 
     python -m cs336report run benchmarking --cell '{"size": "small", ...}' --out result.json
@@ -79,14 +80,10 @@ def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, im
 
 def grid_cells(cfg, grid: dict) -> list[dict]:
     """One Transformer cell per implementation x precision x size x context x mode of ``grid``
-    (implementations default to the run's), in that order. The forward cells at the shortest context
-    also count their dtype conversions (``count_casts``: the report compares them across precisions
-    there, and reads them nowhere else)."""
+    (implementations default to the run's), in that order."""
     impls = grid.get("implementations") or [cfg.run["implementation"]]
-    shortest = min(grid["contexts"])
     return [
-        transformer_cell(cfg, size, context, mode, precision, impl,
-                         count_casts=mode == "forward" and context == shortest)
+        transformer_cell(cfg, size, context, mode, precision, impl)
         for impl in impls
         for precision in grid["precisions"]
         for size in grid["sizes"]
@@ -141,9 +138,8 @@ def _phase(timer: PhaseTimer | PhaseEvents, name: str, range_outside: bool):
 
 
 def model_key(cell: dict) -> str:
-    """A model cell's settings without its mode and what it measures besides its steps: cells with
-    equal keys run the same model on the same batch."""
-    return json.dumps({k: v for k, v in cell.items() if k not in ("mode", "count_casts")}, sort_keys=True)
+    """A model cell's settings without its mode: cells with equal keys run the same model on the same batch."""
+    return json.dumps({k: v for k, v in cell.items() if k != "mode"}, sort_keys=True)
 
 
 def _build(cell: dict) -> dict:
@@ -261,7 +257,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
     stats = summarize(times["measured_s"])
     flops = accounting.step_flops(spec, batch, context, mode)
     extra = {"casts": None}
-    if cell.get("count_casts") and not graph:  # (a graph replay dispatches no operator: nothing to count)
+    if mode == "forward" and not graph:  # (a graph replay dispatches no operator: nothing to count)
         with spent("casts"):
             extra["casts"] = count_casts(lambda: step(phases=False), device)
     if cell.get("whole_steps"):  # the same step with one synchronization, at its end: no phase timing inside
