@@ -142,12 +142,15 @@ def repeat_in_fresh_processes(experiment: str, name: str, cell: dict, data: dict
             out = Path(tmp) / f"{i}.json"
             cmd = [sys.executable, "-m", "cs336report", "run", experiment, "--name", name,
                    "--cell", json.dumps(again, sort_keys=True), "--out", str(out), "--no-worker"]
+            start = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            wall = time.perf_counter() - start  # the whole process: start-up, build, warm-up, steps
             if proc.returncode != 0 or not out.exists():
-                runs.append({"status": "error", "error": (proc.stderr.strip().splitlines() or ["no result"])[-1]})
+                runs.append({"status": "error", "error": (proc.stderr.strip().splitlines() or ["no result"])[-1],
+                             "wall_s": wall})
                 continue
             rec = load(out)
-            run = {"pid": rec["process"]["pid"], "status": rec["status"],
+            run = {"pid": rec["process"]["pid"], "status": rec["status"], "wall_s": wall,
                    "stats_s": (rec["data"] or {}).get("stats_s"), "contention": rec.get("contention")}
             made = (rec["data"] or {}).get("compile")
             if isinstance(made, dict):  # how much the repeat compiled: cache hits, not a compilation

@@ -63,6 +63,7 @@ def test_a_noisy_cell_is_repeated_in_fresh_processes(tmp_path):
     record = run_cell("benchmarking", name, c, tmp_path / "r.json")
     rep = record["data"]["repeats"]
     assert [r["status"] for r in rep["runs"]] == ["ok", "ok", "ok"]
+    assert all(0 < r["wall_s"] < record["wall_s"] for r in rep["runs"][1:])  # each fresh process, whole
     pids = {r["pid"] for r in rep["runs"]}
     assert len(pids) == 3  # each repeat in a process of its own
     assert rep["stats_s"]["n"] == 3 and rep["stats_s"]["cv"] >= 0

@@ -48,3 +48,14 @@ def test_no_table_without_records_that_name_their_parts(tmp_path):
     for r in records:
         del r["data"]["spent_s"]
     assert parts_table(records) is None
+
+
+def test_a_noisy_cells_repeats_are_a_part_less_their_steps(tmp_path):
+    bench = _records(tmp_path)[0]
+    before = parts_frame([bench]).set_index("part")["s"]
+    first = bench["data"]["repeats"] = {"runs": [{"stats_s": bench["data"]["stats_s"], "status": "ok"}]}
+    first["runs"].append({"status": "ok", "wall_s": 2.0, "stats_s": {"mean": 0.1, "n": 3}})
+    bench["wall_s"] += 2.0  # the repeat ran inside the cell's time
+    after = parts_frame([bench]).set_index("part")["s"]
+    assert abs(after["repeats"] - (2.0 - 0.3)) < 1e-9  # its 3 measured steps are timed work
+    assert abs(after["unnamed"] - before["unnamed"]) < 1e-9  # nothing of it left unnamed
