@@ -33,8 +33,13 @@ def rerun_command(*rules: str) -> str:
     per cell has a wildcard and cannot be a target itself, so the rules are forced and the report
     is the target (which also reruns a cell whose record is an error). Within a render it carries
     the report's grid where needed (:data:`RERUN_OPTIONS`, :func:`grid_option`)."""
+    return snakemake_command(f"--forcerun {' '.join(rules)} -- report", cores=True)
+
+
+def snakemake_command(arguments: str, cores: bool = False) -> str:
+    """``snakemake`` with ``arguments`` and, within a render, the report's grid option."""
     options = RERUN_OPTIONS.get()
-    return f"snakemake --cores 1 {options + ' ' if options else ''}--forcerun {' '.join(rules)} -- report"
+    return " ".join(filter(None, ["snakemake", "--cores 1" if cores else "", options, arguments]))
 
 
 def grid_option(grid: str | None, device: str | None) -> str:

@@ -105,6 +105,7 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
     # every command that runs cells again runs them on the handout grid, not on the whole gpu grid
     commands = re.findall(r"snakemake --cores 1 [^`<]*-- report", md + evidence)
     assert commands and all(c.startswith("snakemake --cores 1 --config grid=handout --forcerun ") for c in commands)
+    assert "snakemake --config grid=handout --report report/workflow.html" in (tmp_path / "report.md").read_text()
 
 
 def test_a_gpu_run_in_a_fresh_clone_is_not_skipped_for_the_published_report(tmp_path):

@@ -26,7 +26,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
-from ..handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command
+from ..handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
 from ..results import load, record_status
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
@@ -141,6 +141,7 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
     for env in envs.values():
         env.tests["numeric"] = is_numeric
         env.globals["rerun"] = rerun_command
+        env.globals["snakemake"] = snakemake_command
     envs["html"].filters.update(mdcell=linked(escape, html_link), mdtext=linked(escape, html_link), mdcode=escape,
                                 fence=escape)
     return envs
