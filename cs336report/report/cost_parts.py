@@ -5,8 +5,8 @@ parts) are summed per rule. ``steps`` and ``first_call`` are the timed work itse
 listed; ``do_bench`` counts only its calls besides the timed ones (its first call, the estimate, the
 warm-up, and for Triton the autotuner's tuning of a new shape). A noisy cell's repeats in fresh
 processes (``data.repeats.runs[].wall_s``) count as one more part, less the steps and first calls
-the cost table counts of them. What no part names (statistics, memory counters, the contention
-snapshots around the cell) is "unnamed". Time outside the cell (process start-up, the warm worker's
+the cost table counts of them. What no part names (in a fresh process, importing the experiment's
+code; statistics, memory counters, the contention snapshots around the cell) is "unnamed". Time outside the cell (process start-up, the warm worker's
 client and reset) is the cost table's job time less the cell's own.
 """
 
@@ -82,8 +82,8 @@ def parts_table(records: list[dict]) -> Table | None:
     note = ("each cell times its parts with the wall clock; timed steps and first compiled calls are left out "
             "(do_bench: only its calls besides the timed ones: the first, the estimate, the warm-up and, for "
             "Triton, the autotuner's tuning of each new shape); repeats: a noisy cell's runs in fresh processes, "
-            "less their measured steps; unnamed: the rest of the cell (statistics, memory counters, the "
-            "contention snapshots around it); the process start-up and the worker's client and reset are "
+            "less their measured steps; unnamed: the rest of the cell (in a fresh process, importing the "
+            "experiment's code; statistics, memory counters, the contention snapshots around it); the process start-up and the worker's client and reset are "
             "outside the cell and not in this table")
     return Table(title="Inside the cells, around the timed work",
                  columns=["rule", "cells", "around the timed work", "parts, largest first"],
