@@ -154,3 +154,19 @@ def test_a_cell_not_run_held_no_gpu():
     assert with_it["gpu_s"] == pytest.approx(base["gpu_s"])
     ran = run_span(records + [{**extra, "status": "ok"}])
     assert ran["gpu_s"] > base["gpu_s"]
+
+
+def test_a_job_this_host_could_not_run_is_left_out_of_forecasts_that_would_run_it():
+    """A 2-rank NCCL cell recorded as not run on this host has only its refusal time: on 1 GPU it is
+    not run either; on 2 or more its time is unknown, so the forecast leaves it out and says so."""
+    records = _records()
+    refused = copy.deepcopy(records[0])
+    refused.update(experiment="naive_ddp_benchmarking", cell="naive-xl-ctx128-w2", status="not_run", wall_s=0.6,
+                   config={"world_size": 2, "backend": "nccl"})
+    refused["provenance"]["placement"] = {"gpus": ["0"], "slots": [0], "of": 4, "cpus": "0-11"}
+    base = {f["slots"]: f for f in cost_of(records, gpu_run=True)["run"]["forecast"]}
+    with_refused = {f["slots"]: f for f in cost_of(records + [refused], gpu_run=True)["run"]["forecast"]}
+    assert with_refused[1]["left_out"] == base[1]["left_out"] + 1 and with_refused[1]["unknown"] == 0
+    for k in (2, 4, 8):
+        assert with_refused[k]["unknown"] == 1 and with_refused[k]["left_out"] == base[k]["left_out"]
+        assert with_refused[k]["s"] == pytest.approx(base[k]["s"])  # not placed at its refusal time

@@ -137,12 +137,14 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
         job = job_of(r)
         bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
         steps, compiled = timed_seconds(r.get("data"))
-        rows.append({"rule": r["experiment"], "section": _section_of(r),
+        not_run = r.get("status") == "not_run"  # refused for want of GPUs: it needs its ranks' GPUs
+        gpus = int((r.get("config") or {}).get("world_size") or gpus_held(r)) if not_run else gpus_held(r)
+        rows.append({"rule": r["experiment"], "section": _section_of(r), "not_run": not_run,
                      "job": f"{r['experiment']}/{job}" if job else f"record {i}",
                      "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "from_benchmark": bool(bench), "peak": peak_bytes(r),
                      "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
-                     "steps_s": steps, "compile_s": compiled, "gpus": gpus_held(r)})
+                     "steps_s": steps, "compile_s": compiled, "gpus": gpus})
     if not rows:
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)
@@ -213,10 +215,15 @@ def _run_time(records: list[dict], df: pd.DataFrame, total: float) -> dict:
     """The run's wall time and GPU-held time where the records come from one run, and the wall
     time the same jobs would take on hosts of more GPUs (:mod:`.run_time`)."""
     span = run_span(records)
-    jobs = df.groupby("job").agg(job_s=("job_s", "sum"), gpus=("gpus", "max"))
-    times = [(float(s), int(g)) for s, g in zip(jobs["job_s"], jobs["gpus"])]
-    seconds = {k: forecast(times, k) for k in FORECAST_SLOTS} if any(g > 0 for _, g in times) else {}
-    out = {"forecast": [{"slots": k, "text": fmt_seconds(s), "s": s, "left_out": too_large(times, k)}
+    jobs = df.groupby("job").agg(job_s=("job_s", "sum"), gpus=("gpus", "max"), not_run=("not_run", "all"))
+    times = [(float(s), int(g)) for s, g, n in zip(jobs["job_s"], jobs["gpus"], jobs["not_run"]) if not n]
+    # a job this host did not run (too few GPUs) has no time to place on a host that would run it
+    unrun = [int(g) for g, n in zip(jobs["gpus"], jobs["not_run"]) if n]
+    gpu_jobs = any(g > 0 for _, g in times) or any(g > 0 for g in unrun)
+    seconds = {k: forecast(times, k) for k in FORECAST_SLOTS} if gpu_jobs else {}
+    out = {"forecast": [{"slots": k, "text": fmt_seconds(s), "s": s,
+                         "left_out": too_large(times, k) + sum(g > k for g in unrun),
+                         "unknown": sum(0 < g <= k for g in unrun)}
                         for k, s in seconds.items()],
            "wall": None, "several_runs": None}
     if span and span["one_run"]:
