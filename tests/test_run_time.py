@@ -170,3 +170,17 @@ def test_a_job_this_host_could_not_run_is_left_out_of_forecasts_that_would_run_i
     for k in (2, 4, 8):
         assert with_refused[k]["unknown"] == 1 and with_refused[k]["left_out"] == base[k]["left_out"]
         assert with_refused[k]["s"] == pytest.approx(base[k]["s"])  # not placed at its refusal time
+
+
+def test_a_run_without_ddp_cells_still_gives_the_bucket_overhead_model(tmp_path):
+    """Problem 18's sub-question (b) asks for an equation, which needs no run: a report whose DDP cells
+    did not run shows it under (b) and says (a) was not run."""
+    render_report([r["_path"] for r in _records()], {"_device": "cuda", "_grid": "gpu"}, tmp_path)
+    for page in ("answers.md", "report.md"):
+        text = (tmp_path / page).read_text()
+        problem = text[text.index("## 18. ddp"):text.index("## 19. ")]
+        assert "**(a) not run**" in problem
+        assert "**(b) The overhead model (needs no run)**" in problem and "overhead(n_b) = max(" in problem
+        assert "Fitted to this sweep" not in problem
+    html = (tmp_path / "index.html").read_text()
+    assert "(b) The overhead model (needs no run)</h3>" in html
