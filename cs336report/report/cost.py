@@ -8,7 +8,7 @@ import functools
 import pandas as pd
 
 from ..results import whole_step
-from .run_time import forecast, gpus_held, run_span, too_large
+from .run_time import forecast, gpus_needed, run_span, too_large
 from .sections import SECTIONS
 from .tables import Cell, Table, fmt_bytes, fmt_seconds
 from .targets import COST_TARGET_S
@@ -137,14 +137,12 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
         job = job_of(r)
         bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
         steps, compiled = timed_seconds(r.get("data"))
-        not_run = r.get("status") == "not_run"  # refused for want of GPUs: it needs its ranks' GPUs
-        gpus = int((r.get("config") or {}).get("world_size") or gpus_held(r)) if not_run else gpus_held(r)
-        rows.append({"rule": r["experiment"], "section": _section_of(r), "not_run": not_run,
+        rows.append({"rule": r["experiment"], "section": _section_of(r), "not_run": r.get("status") == "not_run",
                      "job": f"{r['experiment']}/{job}" if job else f"record {i}",
                      "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "from_benchmark": bool(bench), "peak": peak_bytes(r),
                      "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
-                     "steps_s": steps, "compile_s": compiled, "gpus": gpus})
+                     "steps_s": steps, "compile_s": compiled, "gpus": gpus_needed(r)})
     if not rows:
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)

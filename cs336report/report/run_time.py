@@ -34,6 +34,14 @@ def gpus_held(record: dict) -> int:
     return int(cell.get("world_size") or 1)
 
 
+def gpus_needed(record: dict) -> int:
+    """How many GPUs the job of ``record`` needs on a host that runs it: those its cell held, or, for a
+    cell recorded as not run for want of GPUs (which held none), one per rank."""
+    if record.get("status") == "not_run":
+        return int((record.get("config") or {}).get("world_size") or gpus_held(record))
+    return gpus_held(record)
+
+
 def _timestamp(text: str) -> float:
     return _dt.datetime.fromisoformat(text).timestamp()
 
