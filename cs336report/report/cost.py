@@ -184,7 +184,8 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
                            "timed share", "first compiled calls", "largest peak allocated"],
                   units=[""] * 9, rows=table_rows, sources=sorted(r["_path"] for r in records), note=note)
     out = {"table": table, "total": fmt_seconds(total), "total_s": total, "floor": None,  # no job time: no floor
-           "section_table": section_cost_table(per_rule, total, table.sources), "parts_table": parts_table(records)}
+           "section_table": section_cost_table(per_rule, total, table.sources),
+           "parts_table": parts_table(records)}
     out["run"] = _run_time(records, df, total)
     if total > 0:
         out["split"] = {"steps": fmt_seconds(steps), "steps_pct": f"{100 * steps / total:.0f}",

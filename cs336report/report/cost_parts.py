@@ -6,8 +6,9 @@ listed; ``do_bench`` counts only its calls besides the timed ones (its first cal
 warm-up, and for Triton the autotuner's tuning of a new shape). A noisy cell's repeats in fresh
 processes (``data.repeats.runs[].wall_s``) count as one more part, less the steps and first calls
 the cost table counts of them. What no part names (in a fresh process, importing the experiment's
-code; statistics, memory counters, the contention snapshots around the cell) is "unnamed". Time outside the cell (process start-up, the warm worker's
-client and reset) is the cost table's job time less the cell's own.
+code; statistics, memory counters, the contention snapshots around the cell) is "unnamed". Time
+outside the cell (process start-up, the warm worker's client and reset) is the cost table's job
+time less the cell's own.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ def parts_table(records: list[dict]) -> Table | None:
             "(do_bench: only its calls besides the timed ones: the first, the estimate, the warm-up and, for "
             "Triton, the autotuner's tuning of each new shape); repeats: a noisy cell's runs in fresh processes, "
             "less their measured steps; unnamed: the rest of the cell (in a fresh process, importing the "
-            "experiment's code; statistics, memory counters, the contention snapshots around it); the process start-up and the worker's client and reset are "
-            "outside the cell and not in this table")
+            "experiment's code; statistics, memory counters, the contention snapshots around it); the process "
+            "start-up and the worker's client and reset are outside the cell and not in this table")
     return Table(title="Inside the cells, around the timed work",
                  columns=["rule", "cells", "around the timed work", "parts, largest first"],
                  units=[""] * 4, rows=table_rows, sources=sorted(r["_path"] for r in records if "_path" in r),

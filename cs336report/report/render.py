@@ -228,7 +228,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
             "subquestions": list(problem.subquestions), "command": problem.command,
             "title": f"{problem.number}. {problem.id}", "evidence_id": f"evidence-{problem.id}",
             # sub-questions a section answers without records, shown where its cells did not run
-            "analytic": getattr(module, "ANALYTIC", {}) if module is not None else {}}
+            "analytic": getattr(module, "ANALYTIC", {})}
     if module is None:
         return {**base, "ran": False, "has_module": False, "rules": [], "not_run": [], "records": [],
                 "skip_reason": "this version of the report has no section for it", "data": None, "headline": None,
