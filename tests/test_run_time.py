@@ -52,18 +52,62 @@ def test_the_span_runs_from_the_first_start_to_the_last_end_and_counts_each_cell
     assert 0 < span["busy"] <= 1
 
 
-def test_records_of_two_commits_or_with_a_long_pause_are_not_one_run():
+def _moved_after_the_run(records, late: list[int]) -> None:
+    """Start the cells ``late`` (indices) one after another, a pause longer than GAP_S after the run's end."""
+    at = max(_start(r) + r["wall_s"] for r in records) + GAP_S + 60
+    for i in late:
+        records[i]["started_at"] = dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
+        at += records[i]["wall_s"] + 1
+
+
+def test_records_of_two_commits_or_of_runs_of_like_size_are_not_one_run():
     records = _records()
     other = copy.deepcopy(records)
     other[0]["provenance"]["git_commit"] = "0" * 40
     span = run_span(other)
     assert not span["one_run"] and span["why"] == "records of 2 commits"
-    late = copy.deepcopy(records)
-    last_end = max(_start(r) + r["wall_s"] for r in late)
-    moved = dt.datetime.fromtimestamp(last_end + GAP_S + 60, dt.timezone.utc)
-    late[0]["started_at"] = moved.isoformat(timespec="seconds")
-    span = run_span(late)
-    assert not span["one_run"] and span["why"].startswith("a pause of ")
+    halves = copy.deepcopy(records)
+    _moved_after_the_run(halves, list(range(8)))  # 8 of 15 cells in a second run: it holds most of them
+    span = run_span(halves)
+    assert span["runs"] == 2 and span["one_run"] and span["apart"] == list(range(8, 15))
+    split = copy.deepcopy(records)
+    _moved_after_the_run(split, list(range(5)))
+    _moved_after_the_run(split, list(range(5, 10)))  # three runs of 5: none holds most of the cells
+    span = run_span(split)
+    assert span["runs"] == 3 and not span["one_run"] and span["why"].startswith("a pause of ")
+
+
+def test_cells_run_again_apart_from_the_run_keep_its_wall_time_and_are_counted_apart(tmp_path):
+    records = _records()
+    whole = run_span(records)
+    merged = copy.deepcopy(records)
+    last = max(range(len(merged)), key=lambda i: _start(merged[i]) + merged[i]["wall_s"])
+    first = min(range(len(merged)), key=lambda i: _start(merged[i]))
+    two = [i for i in range(len(merged)) if i not in (first, last)][:2]  # neither end of the run
+    _moved_after_the_run(merged, two)
+    span = run_span(merged)
+    assert span["one_run"] and span["runs"] == 2 and span["apart"] == sorted(two)
+    assert span["wall_s"] == pytest.approx(whole["wall_s"])  # the run's own span, without the late cells
+    assert span["gpu_s"] == pytest.approx(whole["gpu_s"] - sum(merged[i]["wall_s"] for i in two))
+    cost = cost_of(merged, gpu_run=True, host_gpus=4)
+    run = cost["run"]
+    assert run["apart"] == 2 and run["apart_runs"] == 1
+    by_record = [r["benchmark"]["wall_s"] if r.get("benchmark") else r["wall_s"] for r in merged]
+    apart_s = sum(by_record[i] for i in two)
+    assert run["apart_job"] == fmt_seconds(apart_s) and run["job"] == fmt_seconds(cost["total_s"] - apart_s)
+    assert run["speedup"] == f"{(cost['total_s'] - apart_s) / span['wall_s']:.2f}"
+    paths = []
+    for i, r in enumerate(merged):
+        path = tmp_path / "data" / r["experiment"] / f"{i}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({k: v for k, v in r.items() if k != "_path"}))
+        paths.append(str(path))
+    render_report(paths, {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"The run took {run['wall']} of wall time on 4 GPUs" in md
+    assert (f"2 cells of these records ran in another run of the same commit and were merged into its records "
+            f"(`publish --merge`): {run['apart_job']} of job time, not in its wall time; "
+            f"all jobs together took {cost['total']}.") in md
 
 
 def test_gpus_held_by_kind_of_cell():

@@ -227,10 +227,14 @@ def _run_time(records: list[dict], df: pd.DataFrame, total: float) -> dict:
            "wall": None, "several_runs": None}
     if span and span["one_run"]:
         held = span["gpu_s"] > 0  # a CPU run holds none: its sentence names no GPU
+        # cells run apart from the run (merged into its records later) are not in its wall time
+        apart_s = float(df.loc[df.index.isin(span["apart"]), "job_s"].sum())
+        own = total - apart_s
         out.update(wall=fmt_seconds(span["wall_s"]), wall_s=span["wall_s"], slots=span["slots"],
                    gpu_held=fmt_seconds(span["gpu_s"]) if held else None,
                    busy_pct=f"{100 * span['busy']:.0f}" if held and span["busy"] is not None else None,
-                   speedup=f"{total / span['wall_s']:.2f}" if span["wall_s"] > 0 else None)
+                   job=fmt_seconds(own), speedup=f"{own / span['wall_s']:.2f}" if span["wall_s"] > 0 else None,
+                   apart=len(span["apart"]), apart_job=fmt_seconds(apart_s), apart_runs=span["runs"] - 1)
     elif span:
         out["several_runs"] = span["why"]
     return out

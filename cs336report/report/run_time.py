@@ -3,8 +3,11 @@ take on a host of more GPUs.
 
 A run's wall time reads from the records: the first cell's start to the last cell's end (each
 cell's ``started_at`` plus its ``wall_s``; the start-up of a job's process before its first cell
-is not in it). It is a single run's only where the records name one commit and no pause between
-cells is longer than :data:`GAP_S`; records gathered from several runs have no one wall time.
+is not in it). A pause between cells longer than :data:`GAP_S` separates runs. The records have
+one wall time where they name one commit and one run holds most of their cells: a grid published
+whole, with a few cells run again apart from it and merged (``publish --merge``), has the wall
+time of the grid's run, and the cells apart are counted as such; records gathered from several
+runs of like size, or of several commits, have none.
 
 The forecast places each job on as many GPU slots as it holds (``--resources gpu=K``), the
 longest job first, each as soon as enough slots are free: a greedy list schedule, an estimate
@@ -47,34 +50,44 @@ def _timestamp(text: str) -> float:
 
 
 def run_span(records: list[dict]) -> dict | None:
-    """The records' wall time, the GPU time their cells held, and the slots of the run; ``one_run``
-    is False (with the reason) where the records come from several runs. None without timestamps."""
+    """The wall time and GPU-held time of the run that holds most of the records' cells, and the
+    slots of that run; ``apart`` lists the indices (in ``records``) of the cells that ran apart
+    from it. ``one_run`` is False (with the reason) where no one run holds most of the cells, or
+    the records name several commits. None without timestamps."""
     spans = []
-    for r in records:
+    for i, r in enumerate(records):
         if r.get("experiment") in CPU_ONLY or not r.get("started_at"):
             continue
         start = _timestamp(r["started_at"])
         # a cell recorded as not run (too few GPUs) held none of the GPUs it asks for
         held = 0 if r.get("status") == "not_run" else gpus_held(r)
-        spans.append((start, start + float(r.get("wall_s") or 0.0), held))
+        spans.append((start, start + float(r.get("wall_s") or 0.0), held, i))
     if not spans:
         return None
     spans.sort()
-    gap, reach = 0.0, spans[0][1]
-    for start, end, _ in spans[1:]:
-        gap = max(gap, start - reach)
-        reach = max(reach, end)
+    runs, gap, reach = [[spans[0]]], 0.0, spans[0][1]
+    for span in spans[1:]:
+        pause = span[0] - reach
+        gap = max(gap, pause)
+        if pause > GAP_S:
+            runs.append([])
+        runs[-1].append(span)
+        reach = max(reach, span[1])
+    main = max(runs, key=len)
+    inside = {i for *_, i in main}
     commits = {(r.get("provenance") or {}).get("git_commit") for r in records}
-    placements = [(r.get("provenance") or {}).get("placement") for r in records]
+    placements = [(records[i].get("provenance") or {}).get("placement") for i in sorted(inside)]
     slots = max([int(p.get("of") or 1) for p in placements if isinstance(p, dict)] or [1])
-    wall = reach - spans[0][0]
-    held = sum((end - start) * g for start, end, g in spans)
+    wall = max(end for _, end, _, _ in main) - main[0][0]
+    held = sum((end - start) * g for start, end, g, _ in main)
     out = {"wall_s": wall, "gpu_s": held, "slots": slots, "commits": len(commits), "gap_s": gap,
-           "busy": held / (wall * slots) if wall > 0 else None}
+           "busy": held / (wall * slots) if wall > 0 else None,
+           "apart": sorted(i for *_, i in spans if i not in inside), "runs": len(runs)}
     one_commit = len(commits) == 1 and None not in commits
-    out["one_run"] = one_commit and gap <= GAP_S
+    out["one_run"] = one_commit and 2 * len(main) > len(spans)
     if not out["one_run"]:
-        out["why"] = (f"a pause of {gap / 60:.0f} min between cells" if one_commit else
+        out["why"] = (f"a pause of {gap / 60:.0f} min between cells, and no one run holds most of them"
+                      if one_commit else
                       "records that name no commit" if commits == {None} else f"records of {len(commits)} commits")
     return out
 
