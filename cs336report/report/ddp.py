@@ -297,7 +297,7 @@ def step_numbers(df: pd.DataFrame, variant: str, bucket_mb: float | None = None)
             "calls": None if r["calls"] != r["calls"] or r["calls"] is None else int(r["calls"]),
             "noisy": bool(r["step_noisy"]), "step_s": float(r["step_median"]), "sync_s": float(r["sync_median"]),
             "backward_s": float(r["backward_median"]),
-            "sync_std_s": float(r["sync_std"]),
+            "sync_std_s": float(r["sync_std"]), "step_std_s": float(r["step_std"]),
             "label": variant_label(r)}
 
 

@@ -7,6 +7,8 @@ With a student checkout, the student's wrapper is a row of its own (cs336report.
 
 from __future__ import annotations
 
+import math
+
 from ..ddp import (by_step, ddp_records, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame,
                    steps_table, timeline_plot, variant_label)
 from ..student_rows import student_rows
@@ -27,7 +29,8 @@ def _hidden_shares(df, naive: dict | None) -> list[dict]:
     """For the overlapped variants (per parameter; the bucketed size with the fastest step): the share
     of naive's gradient sync that no longer waits after backward, 1 − sync / naive's sync; and what the
     step gained, which is less where backward itself runs longer beside the all-reduces: naive's step
-    less the variant's, as a share of naive's sync."""
+    less the variant's, as a share of naive's sync. Where the two steps' medians lie within their
+    combined spread (the two standard deviations, combined), the text does not order them."""
     if not naive or not naive["sync_s"]:
         return []
     out = []
@@ -39,7 +42,8 @@ def _hidden_shares(df, naive: dict | None) -> list[dict]:
             share = 1 - numbers["sync_s"] / naive["sync_s"]
             saved = naive["step_s"] - numbers["step_s"]
             longer = numbers["backward_s"] - naive["backward_s"]
-            out.append({"label": numbers["label"], "sync": numbers["sync"], "share": fmt_pct(share),
+            spread = math.hypot(naive["step_std_s"], numbers["step_std_s"])
+            out.append({"within_spread": abs(saved) <= spread, "spread": ms(spread),"label": numbers["label"], "sync": numbers["sync"], "share": fmt_pct(share),
                         "met": share >= HIDE_GOAL, "saved": ms(abs(saved)), "step_shorter": saved > 0,
                         "off_step": fmt_pct(saved / naive["sync_s"]),
                         "backward_longer": ms(longer) if longer > 0 else None})
