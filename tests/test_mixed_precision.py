@@ -522,8 +522,9 @@ PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data"
 
 
 def test_published_memory_grid_saves_from_a_context_only_where_every_longer_one_saves(tmp_path):
-    """2.7B forward + backward: bf16 saves a sliver at 128, costs 4 % at 256 and saves at 512; the
-    saving runs "from context 512 on", not from 128. The grid's step-time table carries the flags."""
+    """2.7B forward + backward: the saving bf16 makes runs "from context X on", X the shortest context
+    from which every longer one saves too (in the H200 records published before, bf16 saved a sliver at
+    128, cost 4 % at 256 and saved at 512: from 512, not 128). The grid's step-time table carries the flags."""
     folders = ("benchmarking", "benchmarking_bf16", "autocast_memory")
     paths = [p for f in folders for p in sorted((PUBLISHED / f).glob("*.json.gz"))]
     if not paths:
@@ -536,11 +537,12 @@ def test_published_memory_grid_saves_from_a_context_only_where_every_longer_one_
         if r["status"] == "ok" and c["implementation"] == "naive" and c["size"] == "2.7B" and c["mode"] == "forward_backward":
             peak[(c["precision"], c["context"])] = r["data"]["peak_memory"]["allocated_bytes"]
     change = {ctx: peak[("bf16", ctx)] - peak[("fp32", ctx)] for ctx in (128, 256, 512)}
-    assert change[128] < 0 < change[256] and change[512] < 0  # the published cells: a saving that reverses
+    assert change[512] < 0  # the published cells save at the longest context
+    start = min(ctx for ctx in change if all(change[c] < 0 for c in change if c >= ctx))
     render_report([str(p) for p in paths], config, tmp_path / "r", draw=False)
     evidence = (tmp_path / "r" / "evidence.md").read_text()
     pct = {ctx: f"{100 * (peak[('bf16', ctx)] / peak[('fp32', ctx)] - 1):+.1f} %" for ctx in (128, 512)}
-    assert f"2.7B forward + backward {pct[128]} at 128 to {pct[512]} at 512 (a saving from context 512 on)" in evidence
+    assert f"2.7B forward + backward {pct[128]} at 128 to {pct[512]} at 512 (a saving from context {start} on)" in evidence
     table = evidence.split("Step time of the memory grid", 1)[1].split("Units:", 1)[0]
     assert "flagged, and left out of the comparisons in the text" in table
     # the census keeps a third of the saved activations in fp32: the text does not speak of halving them

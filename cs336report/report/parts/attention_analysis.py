@@ -154,6 +154,7 @@ def measured_against_formula(fit, oom_seq: int, device: float) -> dict:
         if oom_seq != T:
             scaled = k * accounting.naive_attention_memory(B, oom_seq, d, b)["score_matrix"]
             out["peak_at_oom"] = fmt_bytes(scaled)
+            out["scale"] = f"{(oom_seq / T) ** 2:.3g}"  # T×T matrices grow as the square of the sequence
             out["peak_at_oom_exceeds"] = bool(device == device and scaled > device)
     if fit["fwd_peak_bytes"] == fit["fwd_peak_bytes"] and oom_seq != T:
         # the forward pass's own peak, in T×T matrices, scaled to the size that ran out
