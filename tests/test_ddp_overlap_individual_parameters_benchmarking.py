@@ -139,19 +139,18 @@ def test_steps_within_their_spread_are_not_ordered():
 
 
 def test_the_summary_names_a_problem_answered_with_a_failed_record(tmp_path):
-    """The published run's per-parameter overlap profile failed (nsys wrote no report): problem 16 is
+    """A 4 × H200 run's per-parameter overlap profile failed (nsys wrote no report): problem 16 is
     answered from its other records, and the summary says it has a gap rather than counting it whole."""
     from pathlib import Path
 
     from cs336report.report.render import render_report
     from cs336report.results import load
 
-    data = Path(__file__).resolve().parent.parent / "report" / "data"
+    data = Path(__file__).resolve().parent / "fixtures" / "ddp_profile_failed_h200"
     folders = ("ddp_overlap_individual_parameters_benchmarking", "ddp_overlap_profile", "ddp_overlap_parse")
     paths = [p for f in folders for p in sorted((data / f).glob("*.json.gz"))]
     failed = [p for p in paths if load(p)["status"] == "error"]
-    if not failed:
-        pytest.skip("no failed record in the published folder")
+    assert failed, "the fixture holds the failed profile"
     render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
     summary = (tmp_path / "r" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
     assert f"with a gap (a configured cell missing, not run or failed): problem 16 ({len(failed)} failed)" in summary
