@@ -96,3 +96,18 @@ def test_a_file_of_another_machine_is_named_by_its_module():
     assert portable_path("/x/y/mypkg/__init__.py", "mypkg") == "mypkg/__init__.py"
     assert portable_path(foreign) == "model.py"  # without its module: only the name is certain
     assert portable_path("cs336report/model.py", "cs336report.model") == "cs336report/model.py"
+
+
+def test_the_appendix_tells_apart_machines_that_share_a_name():
+    """Records of one 4-GPU host and four cells run again on a 1-GPU host, both named "vm": the
+    appendix lists each machine by its cores and GPU slots, with its records; one machine, once."""
+    from cs336report.report.appendix import provenance_summary
+
+    def record(cores, of):
+        return {"provenance": {"hostname": "vm", "cpu_count": cores, "gpu": "NVIDIA H200",
+                               **({"placement": {"of": of, "gpus": ["0"]}} if of else {})}}
+
+    grid = [record(64, 4) for _ in range(5)] + [record(64, None)]  # a parse job holds no GPU slot
+    assert provenance_summary(grid)["hosts"] == "vm (64 cores, 4 GPU slots)"
+    merged = provenance_summary(grid + [record(16, 1) for _ in range(4)])["hosts"]
+    assert merged == "vm (64 cores, 4 GPU slots): 6 records; vm (16 cores, 1 GPU slot): 4 records"

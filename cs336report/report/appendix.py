@@ -21,6 +21,7 @@ def provenance_summary(records: list[dict]) -> dict:
     out = {k: ", ".join(str(v) for v in vals if v is not None) or "–" for k, vals in seen.items()}
     out["model"] = _model_provenance(records)
     out["commits"] = _commits(records)
+    out["hosts"] = _hosts(records)
     out["unclean"] = unclean_records(records)
     return out
 
@@ -44,6 +45,26 @@ def unclean_records(records: list[dict]) -> dict | None:
     counts["text"] = ("Not from one clean commit: " + "; ".join(p for p in parts if p)
                       + ". These numbers cannot be reproduced from one commit of the code.")
     return counts
+
+
+def _hosts(records: list[dict]) -> str:
+    """Each machine the records ran on, told apart by its name and core count (two lent machines may
+    share a name), with its GPU slots and how many records it made, the most first."""
+    hosts: dict = {}
+    for r in records:
+        p = r.get("provenance") or {}
+        key = (p.get("hostname") or "unknown", p.get("cpu_count"))
+        slots = (p.get("placement") or {}).get("of")
+        entry = hosts.setdefault(key, {"n": 0, "slots": 0})
+        entry["n"] += 1
+        entry["slots"] = max(entry["slots"], int(slots or 0))
+    parts = []
+    for (name, cores), e in sorted(hosts.items(), key=lambda kv: -kv[1]["n"]):
+        shape = ", ".join(x for x in (f"{cores} cores" if cores else "",
+                                      f"{e['slots']} GPU slot{'s' if e['slots'] != 1 else ''}" if e["slots"] else "") if x)
+        label = f"{name} ({shape})" if shape else name
+        parts.append(f"{label}: {e['n']} record{'s' if e['n'] != 1 else ''}" if len(hosts) > 1 else label)
+    return "; ".join(parts)
 
 
 def _commits(records: list[dict]) -> str:
