@@ -108,6 +108,6 @@ def test_the_appendix_tells_apart_machines_that_share_a_name():
                                **({"placement": {"of": of, "gpus": ["0"]}} if of else {})}}
 
     grid = [record(64, 4) for _ in range(5)] + [record(64, None)]  # a parse job holds no GPU slot
-    assert provenance_summary(grid)["hosts"] == "vm (64 cores, 4 GPU slots)"
+    assert provenance_summary(grid)["hosts"] == ["vm (64 cores, 4 GPU slots)"]
     merged = provenance_summary(grid + [record(16, 1) for _ in range(4)])["hosts"]
-    assert merged == "vm (64 cores, 4 GPU slots): 6 records; vm (16 cores, 1 GPU slot): 4 records"
+    assert merged == ["vm (64 cores, 4 GPU slots): 6 records", "vm (16 cores, 1 GPU slot): 4 records"]

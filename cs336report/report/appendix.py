@@ -9,8 +9,7 @@ from .tables import Cell, Table, status_cell
 
 
 def provenance_summary(records: list[dict]) -> dict:
-    keys = ("gpu", "driver", "cuda", "torch", "triton", "python", "platform", "cpu", "cpu_model", "git_commit", "git_dirty",
-            "hostname")
+    keys = ("gpu", "driver", "cuda", "torch", "triton", "python", "platform", "cpu", "cpu_model", "git_commit", "git_dirty")
     seen: dict[str, list] = {k: [] for k in keys}
     for r in records:
         for k in keys:
@@ -47,9 +46,10 @@ def unclean_records(records: list[dict]) -> dict | None:
     return counts
 
 
-def _hosts(records: list[dict]) -> str:
+def _hosts(records: list[dict]) -> list[str]:
     """Each machine the records ran on, told apart by its name and core count (two lent machines may
-    share a name), with its GPU slots and how many records it made, the most first."""
+    share a name), with its GPU slots and, where there are several, how many records it made, the most
+    first."""
     hosts: dict = {}
     for r in records:
         p = r.get("provenance") or {}
@@ -64,7 +64,7 @@ def _hosts(records: list[dict]) -> str:
                                       f"{e['slots']} GPU slot{'s' if e['slots'] != 1 else ''}" if e["slots"] else "") if x)
         label = f"{name} ({shape})" if shape else name
         parts.append(f"{label}: {e['n']} record{'s' if e['n'] != 1 else ''}" if len(hosts) > 1 else label)
-    return "; ".join(parts)
+    return parts
 
 
 def _commits(records: list[dict]) -> str:

@@ -43,8 +43,9 @@ def _hidden_shares(df, naive: dict | None) -> list[dict]:
             saved = naive["step_s"] - numbers["step_s"]
             longer = numbers["backward_s"] - naive["backward_s"]
             spread = math.hypot(naive["step_std_s"], numbers["step_std_s"])
-            out.append({"within_spread": abs(saved) <= spread, "spread": ms(spread),"label": numbers["label"], "sync": numbers["sync"], "share": fmt_pct(share),
+            out.append({"label": numbers["label"], "sync": numbers["sync"], "share": fmt_pct(share),
                         "met": share >= HIDE_GOAL, "saved": ms(abs(saved)), "step_shorter": saved > 0,
+                        "within_spread": abs(saved) <= spread, "spread": ms(spread),
                         "off_step": fmt_pct(saved / naive["sync_s"]),
                         "backward_longer": ms(longer) if longer > 0 else None})
     return out
