@@ -24,6 +24,9 @@ from typing import Callable
 
 import torch
 
+from .measure import recorded_events
+
+_CUDA = torch.autograd.DeviceType.CUDA
 # A gap between two kernels shorter than this is the device's own latency between queued kernels.
 SHORT_GAP_US = 10.0
 
@@ -39,7 +42,7 @@ def kernel_times(fn: Callable[[], object], steps: int = 5) -> dict[str, dict]:
         for _ in range(steps):
             fn()
         torch.cuda.synchronize()
-    return summarize_events(prof.events(), steps)
+    return summarize_activities(device_activities(prof), steps)
 
 
 def kernel_total(fn: Callable[[], object], steps: int = 5) -> tuple[float, float]:
@@ -48,14 +51,44 @@ def kernel_total(fn: Callable[[], object], steps: int = 5) -> tuple[float, float
     return sum(k["ms"] for k in kernels.values()) / 1e3, sum(k["calls"] for k in kernels.values())
 
 
-def summarize_events(events, steps: int) -> dict[str, dict]:
-    """Sum the device events of a profile by name: ms and calls per step, slowest first."""
-    totals: dict[str, list] = {}
+def device_activities(prof) -> list[tuple[str, float, float]]:
+    """``(name, start µs, end µs)`` of every GPU activity (kernel, memcpy, memset) of a finished
+    ``torch.profiler.profile``, times from the profile's first event.
+
+    Read as the profiler recorded them (:func:`cs336report.measure.recorded_events`), with names
+    demangled as torch.profiler's own event list has them. That list (``prof.events()``) first builds
+    a Python object for every event, the host's launch of each kernel too, and links them into a tree:
+    about 0.1 ms a kernel launch, more than a large model's step itself takes for its thousands of
+    launches. Where this torch keeps no recorded list, that list is read."""
+    recorded = recorded_events(prof)
+    if recorded is None:
+        return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == _CUDA]
+    events = [e for e in recorded if e.device_type() == _CUDA and not getattr(e, "is_hidden_event", lambda: False)()]
+    if not events:
+        return []
+    base = min(e.start_ns() for e in events)  # integer nanoseconds: as floats, epoch times lose the sub-µs
+    names: dict[str, str] = {}
+    out = []
     for e in events:
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        t = totals.setdefault(e.name, [0.0, 0])
-        t[0] += e.device_time_total  # microseconds
+        raw = e.name()
+        if raw not in names:
+            names[raw] = _demangle(raw)
+        out.append((names[raw], (e.start_ns() - base) / 1e3, (e.end_ns() - base) / 1e3))
+    return out
+
+
+def _demangle(name: str) -> str:
+    """A kernel's name as torch.profiler's event list gives it (a mangled C++ name demangled)."""
+    demangle = getattr(torch._C, "_demangle", None)
+    return demangle(name) if demangle is not None and len(name) > 1 else name
+
+
+def summarize_activities(activities, steps: int) -> dict[str, dict]:
+    """Sum GPU activities ``(name, start µs, end µs)`` by name: ms and calls per step, slowest first."""
+    totals: dict[str, list] = {}
+    for name, start, end in activities:
+        t = totals.setdefault(name, [0.0, 0])
+        t[0] += end - start  # microseconds
         t[1] += 1
     ordered = sorted(totals.items(), key=lambda kv: -kv[1][0])
     return {name: {"ms": us / steps / 1e3, "calls": n / steps} for name, (us, n) in ordered}
@@ -76,8 +109,7 @@ def idle_time(fn: Callable[[], object], steps: int = 3) -> dict:
             fn()
             torch.cuda.synchronize()
             wall_ms = (timeit.default_timer() - start) * 1e3
-        spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
-                 if e.device_type == torch.autograd.DeviceType.CUDA]
+        spans = [(start, end) for _, start, end in device_activities(prof)]
         calls.append(split_idle(spans, wall_ms))
     out = {k: sum(c[k] for c in calls) / steps for k in calls[0]}
     return {**out, "steps": steps, "short_gap_us": SHORT_GAP_US}
