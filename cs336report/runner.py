@@ -86,6 +86,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
     thaw()  # what the cell froze is collected with the rest from here on
     used = contention.verdict(before, contention.snapshot())
     if status == "ok" and needs_repeats(cell, data):
+        release_memory(device)  # what this process's allocator keeps cached, a fresh process may need
         data["repeats"] = repeat_in_fresh_processes(experiment, name, cell, data)
     record = {
         "schema": SCHEMA,

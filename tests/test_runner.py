@@ -111,3 +111,20 @@ def test_a_failing_ranks_own_traceback_reaches_the_log(tmp_path, monkeypatch, ca
     record = run_cell("naive_ddp_benchmarking", "x", {"device": "cpu"}, tmp_path / "x.json")
     assert record["status"] == "error" and record["error"].startswith("RankFailed: rank 1: TypeError")
     assert 'devices[rank]' in capsys.readouterr().err
+
+
+def test_a_noisy_cell_frees_its_processs_cached_memory_before_its_repeats(tmp_path, monkeypatch):
+    """The repeats run in fresh processes beside this one: on a GPU, memory the allocator of this
+    process still caches from the cell is memory they cannot have (a 2.7B bf16 train step's two
+    repeats ran out of memory next to the 80 GB its first run had left cached)."""
+    from cs336report import experiments, runner
+
+    calls = []
+    noisy = {"mean": 0.5, "median": 0.5, "std": 0.1, "cv": 0.2, "n": 10}
+    monkeypatch.setattr(experiments, "runner", lambda name: lambda cell: {"stats_s": noisy})
+    monkeypatch.setattr(runner, "release_memory", lambda device: calls.append(("release", device)))
+    monkeypatch.setattr(runner, "repeat_in_fresh_processes",
+                        lambda *args: calls.append(("repeats",)) or {"runs": []})
+    record = run_cell("benchmarking", "x", {"device": "cuda:0", "repeats": 2, "noisy_cv": 0.05}, tmp_path / "x.json")
+    assert record["status"] == "ok" and record["data"]["repeats"] == {"runs": []}
+    assert calls == [("release", "cuda:0"), ("repeats",)]
