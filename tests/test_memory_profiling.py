@@ -111,20 +111,6 @@ def test_cells_cover_the_grid_on_cuda_and_none_on_cpu():
     assert experiments.cells("memory_profiling", Config.from_file(DEFAULT_CONFIG, cuda_available=False)) == {}
 
 
-def test_the_snapshots_warm_up_as_their_grid_says_or_as_the_run_does():
-    raw = yaml.safe_load(open(DEFAULT_CONFIG))
-    grid = raw["grids"]["gpu"]["memory_profiling"]
-    assert 1 <= grid["warmup_steps"] < raw["run"]["warmup_steps"]
-    cells = experiments.cells("memory_profiling", Config.from_dict(raw, cuda_available=True))
-    assert {c["warmup_steps"] for c in cells.values()} == {grid["warmup_steps"]}
-    del grid["warmup_steps"]
-    cells = experiments.cells("memory_profiling", Config.from_dict(raw, cuda_available=True))
-    assert {c["warmup_steps"] for c in cells.values()} == {raw["run"]["warmup_steps"]}
-    grid["warmup_steps"] = 0  # a step before the recording is what allocates AdamW's moments
-    with pytest.raises(ValueError, match="memory_profiling.warmup_steps"):
-        Config.from_dict(raw, cuda_available=True)
-
-
 def test_schema_rejects_unknown_mode():
     raw = yaml.safe_load(open(DEFAULT_CONFIG))
     raw["grids"]["gpu"]["memory_profiling"]["modes"] = ["forward", "backwards"]

@@ -70,10 +70,9 @@ def cells(cfg) -> dict[str, dict]:
             for size in grid["sizes"]:
                 for label in grid["modes"]:
                     mode, grad = MODE_LABELS[label]
-                    warmup = {"warmup_steps": grid["warmup_steps"]} if "warmup_steps" in grid else {}
                     cell = transformer_cell(cfg, size, context, mode, precision, impl, grad=grad,
                                             measured_steps=grid["steps"], max_entries=grid["max_entries"],
-                                            stacks=grid["stacks"], **warmup)
+                                            stacks=grid["stacks"])
                     name = cell_name(cell)
                     cell["snapshot_file"] = f"{SNAPSHOT_DIR}/{name}.pickle"
                     out[name] = cell
