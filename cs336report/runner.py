@@ -87,6 +87,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
     used = contention.verdict(before, contention.snapshot())
     if status == "ok" and needs_repeats(cell, data):
         release_memory(device)  # what this process's allocator keeps cached, a fresh process may need
+        thaw()
         data["repeats"] = repeat_in_fresh_processes(experiment, name, cell, data)
     record = {
         "schema": SCHEMA,
