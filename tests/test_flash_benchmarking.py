@@ -129,6 +129,38 @@ def test_run_on_cpu_times_every_shape_and_pass():
         assert shape["memory"] is None and shape["tiles"] is None
 
 
+def test_a_compiled_implementation_compiles_once_before_any_shape_is_timed(monkeypatch):
+    """naive_compiled (torch.compile, dynamic shapes) compiles on its first call: that call runs on the
+    grid's first shape before any do_bench, and counts as the cell's first compiled call, not as
+    do_bench's untimed calls."""
+    import time
+
+    from cs336report.report.cost import timed_seconds
+    from cs336report.report.cost_parts import parts_frame
+
+    calls = []
+
+    def attention(q, k, v):  # a stand-in for a compiled function: its first call compiles (sleeps)
+        if not calls:
+            time.sleep(0.3)
+        calls.append((q.shape[1], q.shape[2]))
+        return fb.naive_attention(q, k, v)
+
+    assert fb.attention_function("naive_compiled")[1]["compile"].startswith("torch.compile")
+    monkeypatch.setattr(fb, "attention_function", lambda impl, causal=True: (attention, {"compile": "stand-in"}))
+    data = fb.run(tiny_cell("naive_compiled", seqs=(32, 64), d_heads=(16, 32)))
+    first = data["first_call"]
+    assert first["status"] == "ok" and (first["seq"], first["d"]) == (32, 16) and first["first_call_s"] >= 0.3
+    assert calls[0] == (32, 16) and len(calls) > 1
+    steps, compiled = timed_seconds(data)
+    assert compiled == first["first_call_s"] and data["spent_s"]["first_call"] >= first["first_call_s"]
+    parts = parts_frame([{"experiment": "flash_benchmarking", "cell": "naive_compiled-fp32", "data": data}])
+    untimed = parts.groupby("part")["s"].sum()
+    assert "first_call" not in untimed and untimed.get("do_bench", 0.0) < 0.3  # the compile is in no untimed part
+    monkeypatch.setattr(fb, "attention_function", lambda impl, causal=True: (fb.naive_attention, {}))
+    assert "first_call" not in fb.run(tiny_cell("naive", seqs=(32,)))  # nothing compiled, no first call
+
+
 def test_backends_that_cannot_run_are_unsupported_not_errors():
     for impl in ("sdpa_efficient", "triton"):  # no CPU kernel; Triton needs CUDA here
         data = fb.run(tiny_cell(impl, seqs=(32,)))
