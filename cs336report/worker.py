@@ -147,6 +147,10 @@ def reset_process_state(initial: dict) -> None:
         if clear_workspaces is not None:
             clear_workspaces()
         torch.cuda.reset_peak_memory_stats()
+    from .measure import baseline_frozen, freeze_baseline
+
+    if baseline_frozen():  # a worker's: what outlived the cell (modules it imported) joins the frozen objects
+        freeze_baseline()
 
 
 def _cuda_allocated() -> int:
@@ -308,6 +312,9 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
     # started in the background by a non-interactive shell (`nohup snakemake ... &`). Take it back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     initial = global_state()
+    from .measure import freeze_baseline
+
+    freeze_baseline()  # what the imports made is never scanned again (see reset_process_state)
     path = Path(socket_path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path.unlink(missing_ok=True)

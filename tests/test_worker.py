@@ -491,3 +491,41 @@ def test_after_a_cuda_oom_the_next_cell_gets_a_fresh_worker_and_an_empty_device(
     second = results.load(out)
     assert second["status"] == "ok" and second["process"]["pid"] != worker
     assert second["data"]["memory_baseline_bytes"] == 0
+
+
+def test_a_worker_freezes_what_outlives_its_cells_and_its_collections_scan_the_rest():
+    """After freeze_baseline (a worker's start) a collection skips the imports' objects: the cell's
+    garbage is still collected, release_memory and thaw freeze and unfreeze nothing, and the reset
+    after a cell freezes what outlived it. Without a baseline, release_memory freezes and thaw
+    unfreezes, and the reset freezes nothing. Run in a process of its own: freezing is for good."""
+    import json
+    import subprocess
+    import sys
+
+    code = """
+import gc, json, weakref
+from cs336report import measure, worker
+initial = worker.global_state()
+out = {}
+measure.release_memory("cpu"); out["released"] = gc.get_freeze_count(); measure.thaw()
+out["thawed"] = gc.get_freeze_count()
+worker.reset_process_state(initial); out["reset, no baseline"] = gc.get_freeze_count()
+measure.freeze_baseline(); out["baseline"] = gc.get_freeze_count()
+class Cycle: pass
+c = Cycle(); c.me = c; dead = weakref.ref(c); del c
+kept = [[] for _ in range(2000)]
+measure.release_memory("cpu"); out["cycle collected"] = dead() is None
+out["released after baseline"] = gc.get_freeze_count(); measure.thaw()
+out["thawed after baseline"] = gc.get_freeze_count()
+worker.reset_process_state(initial); out["reset"] = gc.get_freeze_count()
+out["tracked"] = len(gc.get_objects())
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["released"] > 0 and out["thawed"] == 0 and out["reset, no baseline"] == 0
+    assert out["baseline"] > 0 and out["cycle collected"]
+    assert out["released after baseline"] == out["thawed after baseline"] == out["baseline"]
+    assert out["reset"] >= out["baseline"] + 2000  # the kept lists outlived the cell: frozen now
+    assert out["tracked"] < 1000  # what a collection still scans
