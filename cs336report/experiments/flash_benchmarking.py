@@ -351,15 +351,13 @@ def first_compiled_call(attn: Callable, cell: dict) -> dict:
     reuse, so that the first shape's do_bench does not pay for the compilation and the cost appendix
     counts it as a first compiled call. A later shape whose guards fail compiles again in its own
     do_bench."""
+    from ..compiling import first_call
+
     seq, d, device = cell["seqs"][0], cell["d_heads"][0], cell["device"]
 
     def call():
         q, k, v, do = make_inputs(cell["batch"], seq, d, DTYPES[cell["dtype"]], device, cell["seed"])
-        synchronize(device)
-        start = timeit.default_timer()
-        attn(q, k, v).backward(do)
-        synchronize(device)
-        return {"first_call_s": timeit.default_timer() - start, "seq": seq, "d": d}
+        return {**first_call(lambda: attn(q, k, v).backward(do), device), "seq": seq, "d": d}
 
     out = _attempt(call, device)
     release_memory(device)
