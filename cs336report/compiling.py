@@ -126,15 +126,23 @@ def clear_private_caches() -> None:
 _setup_s: float | None = None  # how long the last compile_fn took, until first_call reads it
 
 
-def compile_fn(fn, threads: int | None = None, mode: str | None = None):
+def compile_fn(fn, threads: int | None = None, mode: str | None = None, donated_buffer: bool = True):
     """``torch.compile`` with the default backend (Inductor), compiling into private caches;
     ``threads``: Inductor's compile_threads (None: its default, a pool of worker processes);
-    ``mode``: torch.compile's mode (None: the default; "reduce-overhead": CUDA graphs).
+    ``mode``: torch.compile's mode (None: the default; "reduce-overhead": CUDA graphs);
+    ``donated_buffer=False``: the compiled backward does not write into the saved tensors' memory,
+    so that one forward's graph can be backpropagated again (``retain_graph=True``), which donated
+    buffers forbid. AOTAutograd reads that setting, a process-global one, when the graph compiles;
+    a warm worker puts it back between cells.
 
     ``torch.compile`` itself compiles nothing, but on its first use in a process it imports
     TorchDynamo and Inductor (and starts the compile workers): that time is kept apart, and the
     next :func:`first_call` reports it as ``setup_s``."""
     with _setup_timer(threads):
+        if not donated_buffer:
+            import torch._functorch.config as functorch_config
+
+            functorch_config.donated_buffer = False
         return torch.compile(fn, mode=mode)
 
 

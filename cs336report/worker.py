@@ -66,6 +66,12 @@ INTERRUPT_GRACE_S = 30.0  # a cell whose client is gone gets this long to stop b
 GO_TIMEOUT_S = 30.0  # between the worker's acceptance and the client's go-ahead
 
 
+def _functorch_config():
+    import torch._functorch.config as functorch_config
+
+    return functorch_config
+
+
 def global_state() -> dict:
     """The process-global torch settings an experiment may change, as they are now."""
     import torch
@@ -84,6 +90,7 @@ def global_state() -> dict:
         "threads": torch.get_num_threads(),
         "seed": torch.initial_seed(),
         "sdp": {},
+        "donated_buffer": _functorch_config().donated_buffer,
     }
     for backend in ("flash", "mem_efficient", "math", "cudnn"):
         enabled = getattr(torch.backends.cuda, f"{backend}_sdp_enabled", None)
@@ -130,6 +137,7 @@ def reset_process_state(initial: dict) -> None:
     for backend, enabled in initial["sdp"].items():
         if getattr(torch.backends.cuda, f"{backend}_sdp_enabled")() != enabled:
             getattr(torch.backends.cuda, f"enable_{backend}_sdp")(enabled)
+    _functorch_config().donated_buffer = initial["donated_buffer"]  # (compile_fn(donated_buffer=False))
     torch.manual_seed(initial["seed"])
     # warnings shown once per process are shown again in the next cell's log
     warnings.onceregistry.clear()

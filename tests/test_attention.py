@@ -123,6 +123,42 @@ def test_naive_attention_saves_what_the_accounting_says(causal):
     assert data["memory_before_backward_bytes"] is None  # CPU: no allocator counters
 
 
+@pytest.mark.parametrize("implementation", ["naive", "compiled"])
+def test_the_timed_backward_passes_share_one_forward_graph(implementation, monkeypatch):
+    """Forward calls of a cell: warm-up, timed, the kept one, and one whose graph every warm-up and
+    timed backward pass reuses (not one forward per backward); the peak is read before them."""
+    cfg = config(warmup=2, forward_passes=3, backward_passes=4)
+    cell = experiments.cells("pytorch_attention", cfg)["naive-fp32-d8-s32"]
+    cell = {**cell, "implementation": implementation}
+    calls = []
+    real = attention.scaled_dot_product_attention
+
+    def counted(**kwargs):
+        calls.append(torch.is_grad_enabled())
+        return real(**kwargs)
+
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", counted)
+    backward = torch.Tensor.backward
+    retained = []
+
+    def recorded_backward(self, *args, **kwargs):
+        retained.append(kwargs.get("retain_graph", False))
+        return backward(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "backward", recorded_backward)
+    data = attention.run(cell)
+    assert data["backward_graph"] == "retained"
+    assert len(data["backward_s"]["warmup_s"]) == 2 and len(data["backward_s"]["measured_s"]) == 4
+    if implementation == "naive":  # a compiled function runs the Python body only when it traces
+        assert len(calls) == 2 + 3 + 1 + 1
+    else:
+        assert data["compile"]["donated_buffer"] is False
+    # compiled: its first call (forward and backward); then the kept forward's own backward, then
+    # the six passes on the shared graph
+    first = 1 if implementation == "compiled" else 0
+    assert retained == [False] * (first + 1) + [True] * 6
+
+
 def test_attention_implementations_compute_the_same_function():
     cfg = config(sdpa=[{"backend": "flash"}, {"backend": "math"}])
     cells = experiments.cells("pytorch_attention", cfg)

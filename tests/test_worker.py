@@ -358,6 +358,9 @@ def test_reset_puts_the_process_state_back():
         torch.set_float32_matmul_precision("high")
         torch.backends.cudnn.allow_tf32 = not initial["tf32_cudnn"]
         torch.set_num_threads(1 if initial["threads"] > 1 else 2)
+        import torch._functorch.config as functorch_config
+
+        functorch_config.donated_buffer = not initial["donated_buffer"]  # as compile_fn(donated_buffer=False)
         counters["stats"]["unique_graphs"] = 3  # as if three graphs had been compiled
         torch.rand(5)
         assert global_state() != initial and compile_stats()["graphs"] == 3

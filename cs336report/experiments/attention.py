@@ -14,9 +14,13 @@ In the handout's order: ``warmup`` untimed forward passes, ``forward_passes`` ti
 passes (each synchronized; its graph is freed when it returns), one forward whose graph is
 kept, the memory in use then (``torch.cuda.memory_allocated``, the memory before backward, and
 what that forward added to it, counted from just before it so that neither the inputs nor what
-the timed passes left behind, such as cuBLAS's workspace, is part of it),
-``warmup`` untimed backward passes, then ``backward_passes`` timed backward passes, each on
-the graph of a fresh untimed forward. The bytes autograd saves for backward are counted in
+the timed passes left behind, such as cuBLAS's workspace, is part of it), then that
+forward's own backward pass, after which the cell's peak memory is read. The timed backward
+passes then share the graph of one more forward (``retain_graph=True``): ``warmup`` untimed and
+``backward_passes`` timed, each the backward alone between two synchronizations, like the forward
+passes, with no untimed forward before each (``backward_graph``: "retained"; a record without it
+timed each backward after a fresh, untimed forward).
+The bytes autograd saves for backward are counted in
 that kept forward with ``saved_tensors_hooks`` (each storage once), on any device. Running out
 of memory stops the cell with status "oom"; what was measured before is kept in the result,
 and the error names the phase.
@@ -31,7 +35,7 @@ import torch.nn.functional as F
 
 from .. import accounting
 from ..compiling import compile_fn, first_call
-from ..measure import PhaseTimer, is_out_of_memory, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
+from ..measure import is_out_of_memory, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from ..model import scaled_dot_product_attention
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -94,7 +98,10 @@ def attention_function(cell: dict):
         def naive(Q, K, V):
             return scaled_dot_product_attention(Q=Q, K=K, V=V, mask=mask)
 
-        return compile_fn(naive, threads=cell.get("compile_threads")) if impl == "compiled" else naive
+        if impl == "naive":
+            return naive
+        # the timed backward passes share one forward's graph, which donated buffers forbid
+        return compile_fn(naive, threads=cell.get("compile_threads"), donated_buffer=False)
     backend = cell.get("backend")
     if backend not in SDPA_BACKENDS:
         raise ValueError(f"cell field 'backend' is {backend!r}, expected one of {SDPA_BACKENDS}")
@@ -195,17 +202,13 @@ def _measure(cell: dict, data: dict, phase: _Phase) -> None:
     def forward_step() -> None:
         fn(Q, K, V)  # the output and its graph are freed on return
 
-    def backward_step() -> dict:
-        timer = PhaseTimer(device)
-        out = fn(Q, K, V)
-        with timer.phase("backward"):
-            out.backward(grad_out)
+    def forward_backward() -> None:
+        fn(Q, K, V).backward(grad_out)
         clear_grads()
-        return timer.times
 
     if cell["implementation"] == "compiled":
         phase.name = "compilation"
-        data["compile"] = first_call(backward_step, device)  # compiles forward, then backward
+        data["compile"] = {**first_call(forward_backward, device), "donated_buffer": False}  # forward, then backward
 
     phase.name = "timed forward passes"
     reset_peak_memory(device)
@@ -229,12 +232,20 @@ def _measure(cell: dict, data: dict, phase: _Phase) -> None:
     )
 
     phase.name = "backward passes"
-    out.backward(grad_out)
+    out.backward(grad_out)  # the kept forward's own backward frees its graph: the handout's peak
     del out
     clear_grads()
+    peak = peak_memory(device)
+    out = fn(Q, K, V)  # the graph the timed backward passes share
+
+    def backward_step() -> None:
+        out.backward(grad_out, retain_graph=True)
+        clear_grads()
+
     bwd = time_steps(backward_step, cell["warmup"], cell["backward_passes"], device)
-    data.update(backward_s={"warmup_s": bwd["warmup_s"], "measured_s": bwd["phases_s"]["backward"]},
-                backward_stats_s=summarize(bwd["phases_s"]["backward"]), peak=peak_memory(device))
+    del out
+    data.update(backward_s={"warmup_s": bwd["warmup_s"], "measured_s": bwd["measured_s"]},
+                backward_stats_s=summarize(bwd["measured_s"]), backward_graph="retained", peak=peak)
     data["flops_forward"] = 4 * B * T * T * d  # QK^T and PV, 2·B·T²·d each
 
 

@@ -177,8 +177,8 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
         note += "; a job that runs several cells in one process (compiled_model: one per size and context) counts once"
     note += ("; timed steps: the warm-up and measured steps (or do_bench calls) the results record, summed; "
              "first compiled calls: the compiling first call of torch.compile cells; the rest of a job is process "
-             "start-up, building models and inputs, untimed passes (e.g. the fresh forward before each timed "
-             "backward), memory probes, autotuning, profiling and exports")
+             "start-up, building models and inputs, untimed passes (e.g. the forward that builds the graph a timed "
+             "backward runs on), memory probes, autotuning, profiling and exports")
     table = Table(title="Cost of this report",
                   columns=["section", "rule", "jobs", "in a warm worker", "job time", "timed steps",
                            "timed share", "first compiled calls", "largest peak allocated"],

@@ -43,10 +43,18 @@ def settings(records: list[dict]) -> list[dict]:
     return out
 
 
+def backward_graphs(records: list[dict]) -> list[str]:
+    """How the records' timed backward passes got their graph: "retained" (one forward's graph,
+    ``retain_graph=True``) or "fresh" (a fresh, untimed forward before each: records without
+    ``backward_graph``)."""
+    return sorted({(r.get("data") or {}).get("backward_graph", "fresh") for r in records if r.get("data")})
+
+
 def build(ctx) -> dict:
     records = ctx.records("pytorch_attention")
     df = frame(records)
-    out: dict = {"settings": settings(records), "figures": [], "cuda": ctx.device == "cuda"}
+    out: dict = {"settings": settings(records), "figures": [], "cuda": ctx.device == "cuda",
+                 "backward_graphs": backward_graphs(records)}
     if df.empty:
         out["analysis"] = {"n_cells": 0}
         return out
