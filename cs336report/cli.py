@@ -7,9 +7,10 @@
     python -m cs336report worker-stop
     python -m cs336report render --config-json JSON --out report results/**/*.json
     python -m cs336report parse-snapshot results/memory_profiling/NAME.pickle --result results/memory_profiling/NAME.json --out results/memory_profiling_parse/NAME.json
-    python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
-    python -m cs336report nsys-stats results/nsys_profile/NAME --out-dir results/nsys_stats/NAME
-    python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/NAME/run.json --out FILE
+    python -m cs336report profile ddp_overlap_profile --name NAME --cell JSON --out-dir results/ddp_overlap_profile/NAME
+    python -m cs336report profile-job nsys_profile --job JOB --cells '[[NAME, CELL], ...]' --out-dir results/nsys_profile/JOB
+    python -m cs336report nsys-stats results/nsys_profile/JOB/NAME --out-dir results/nsys_stats/NAME
+    python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/JOB/NAME/run.json --out FILE
     python -m cs336report parse-ddp-timeline results/ddp_overlap_stats/NAME --run results/ddp_overlap_profile/NAME/run.json --out FILE
     python -m cs336report rerender-check [--data report/data --report report/report.md]
 """
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def _json_arg(value: str):
@@ -69,14 +71,16 @@ def _run_job(args) -> int:
 
     cells = _json_arg(args.cells)
     names = [name for name, _ in cells]
-    stems = [result_stem(out) for out in args.out]
+    # a cell's result is <name>.json, or a file in a folder of its own (<name>/run.json, profile-job's)
+    stems = [result_stem(out) if result_stem(out) in names else Path(out).parent.name for out in args.out]
     if names != stems:
-        print(f"error: --out files {stems} do not match the job's cells {names} (same names, same order)",
+        print(f"error: --out files {args.out} do not match the job's cells {names} (same names, same order)",
               file=sys.stderr)
         return 2
     from .runner import run_job
 
-    run_job(args.experiment, args.job, [(name, cell, out) for (name, cell), out in zip(cells, args.out)])
+    run_job(args.experiment, args.job, [(name, cell, out) for (name, cell), out in zip(cells, args.out)],
+            share=not args.no_share)
     return 0
 
 
@@ -112,6 +116,13 @@ def _profile(args) -> int:
     from .profiling import profile_cell
 
     profile_cell(args.experiment, args.name, _json_arg(args.cell), args.out_dir)
+    return 0
+
+
+def _profile_job(args) -> int:
+    from .profiling import profile_job
+
+    profile_job(args.experiment, args.job, [tuple(c) for c in _json_arg(args.cells)], args.out_dir)
     return 0
 
 
@@ -215,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--job", required=True, help="job name, recorded in each result")
     p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell], or @FILE")
     p.add_argument("--out", required=True, nargs="+", help="one result file per cell, in the same order")
+    p.add_argument("--no-share", action="store_true", help="each cell builds its own state (no shared dict)")
     p.set_defaults(func=_run_job)
 
     p = sub.add_parser("worker-stop", help="ask the warm workers of this folder's workflow to exit")
@@ -255,6 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out-dir", required=True, help="folder for run.json, the profile and launch.json")
     p.set_defaults(func=_profile)
+
+    p = sub.add_parser("profile-job", help="run several cells in one process under nsys, a capture range each, "
+                                           "into a folder per cell")
+    _gpus_argument(p)
+    p.add_argument("experiment")
+    p.add_argument("--job", required=True, help="job name, recorded in each result")
+    p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell], or @FILE")
+    p.add_argument("--out-dir", required=True, help="the job's folder: <out-dir>/<cell>/ gets each cell's files")
+    p.set_defaults(func=_profile_job)
 
     p = sub.add_parser("nsys-stats", help="export the stats CSVs of a profiled cell's folder")
     p.add_argument("profile_dir")

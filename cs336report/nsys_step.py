@@ -95,6 +95,7 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
         "status": status, "error": error, "config": cell, "data": data, "provenance": provenance,
         "started_at": run.get("started_at") if run else now_iso(), "finished_at": now_iso(),
         "wall_s": run.get("wall_s", 0.0) if run else 0.0,
+        **({"job": run["job"]} if run and run.get("job") else {}),  # the profiled job of several cells
     }
     save(record, out)
     return record

@@ -1,10 +1,12 @@
 """The tool-facing steps of nsys_profile: the profiled run and the stats export.
 
-:func:`profile_cell` (rule ``nsys_profile``) runs one cell of the ``nsys_profile``
-experiment and leaves in its folder the cell's result record ``run.json``, the profile
-(``profile.nsys-rep``, or ``trace.json.gz`` from torch.profiler) and ``launch.json`` (the
-command, its exit code and wall time, and for each nsys attempt the last lines of its output).
-With ``profiler: nsys`` the cell runs in a child process under
+:func:`profile_cell` (rule ``ddp_overlap_profile``) runs one cell and leaves in its folder the
+cell's result record ``run.json``, the profile (``profile.nsys-rep``, or ``trace.json.gz`` from
+torch.profiler) and ``launch.json`` (the command, its exit code and wall time, and for each nsys
+attempt the last lines of its output). :func:`profile_job` (rule ``nsys_profile``) runs the cells
+of one job (the contexts of a size) in one process and leaves the same files in a folder per cell,
+each cell's report from a capture range of its own. With ``profiler: nsys`` the cells run in a
+child process under
 
     nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none
                  --capture-range=cudaProfilerApi --capture-range-end=stop [--python-backtrace=cuda]
@@ -36,6 +38,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,12 +76,15 @@ def nsys_version(nsys: str) -> str | None:
     return out.stdout.strip() or None
 
 
-def nsys_profile_command(cell: dict, out_dir: Path, child: list[str]) -> list[str]:
+def nsys_profile_command(cell: dict, out_dir: Path, child: list[str], ranges: int = 1) -> list[str]:
     """The nsys command around ``child``. A cell with ``capture_range: false`` (the DDP profile, whose
     ranks are processes of their own) is traced from start to end instead of between
-    cudaProfilerStart and cudaProfilerStop."""
+    cudaProfilerStart and cudaProfilerStop. ``ranges`` > 1: the child runs that many capture ranges,
+    and nsys writes a report for each (``--capture-range-end=repeat:N``)."""
     nsys = shutil.which(cell.get("nsys", "nsys")) or cell.get("nsys", "nsys")
     flags = [f for f in PROFILE_FLAGS if cell.get("capture_range", True) or not f.startswith("--capture-range")]
+    if ranges > 1:
+        flags = [f"--capture-range-end=repeat:{ranges}" if f == "--capture-range-end=stop" else f for f in flags]
     flags += ["--python-backtrace=cuda"] if cell.get("python_backtrace") else []
     return [nsys, "profile", *flags, "--force-overwrite=true", "-o", str(out_dir / "profile"), *child]
 
@@ -158,6 +164,89 @@ def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) ->
     launch["wall_s"] = time.perf_counter() - t0
     launch["report"] = next((f for f in REPORT_NAMES if (out_dir / f).exists()), None)
     _write_json(out_dir / LAUNCH_FILE, launch)
+    return launch
+
+
+# The reports of a job's capture ranges: profile.nsys-rep for one range; with repeated ranges nsys
+# numbers them (profile.1.nsys-rep, profile.2.nsys-rep, ...), in the order the ranges ran.
+_RANGE_REPORT = re.compile(r"^profile(?:[._-](\d+))?\.nsys-rep$")
+
+
+def _range_reports(folder: Path) -> list[Path]:
+    found = [(int(m.group(1) or 0), f) for f in folder.iterdir() if (m := _RANGE_REPORT.match(f.name))]
+    return [f for _, f in sorted(found)]
+
+
+def profile_job(experiment: str, job: str, cells: list[tuple[str, dict]], out_dir: str | Path) -> dict:
+    """Run ``cells`` (name, cell) of ``experiment`` one after another in one process, each in a folder
+    of its own under ``out_dir`` (``<out_dir>/<name>/``: run.json, its profile, launch.json), and
+    return the job's launch record.
+
+    Under nsys the process is started once and each cell captures its own range
+    (``--capture-range-end=repeat:N``): nsys writes one report per range, in the order the ranges
+    ran, and each goes to the folder of the cell whose range it is (the cells that started one
+    leave :data:`~cs336report.experiments.nsys_profile.CAPTURE_MARK`). Where the reports and the
+    ranges do not match one to one, none is given out and each cell's export says so. As for one
+    cell (:func:`profile_cell`), a job after which nsys exited 0 with every cell ok but a range
+    without its report runs once more. With torch.profiler the cells run in this process."""
+    from .experiments.nsys_profile import CAPTURE_MARK
+
+    out_dir = Path(out_dir)
+    folders = {name: out_dir / name for name, _ in cells}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    cells = [(name, {**cell, "profile_dir": str(folders[name])}) for name, cell in cells]
+    profiler = cells[0][1]["profiler"]
+    info = {"name": job, "cells": [name for name, _ in cells]}
+    launch: dict = {"profiler": profiler, "started_at": now_iso(), "job": info}
+    reports: dict[str, str] = {}
+    t0 = time.perf_counter()
+    if profiler == "nsys":
+        child = [sys.executable, "-m", "cs336report", "run-job", experiment, "--job", job, "--no-share",
+                 "--cells", json.dumps([[n, c] for n, c in cells], sort_keys=True),
+                 "--out", *[str(folders[n] / RUN_FILE) for n, _ in cells]]
+        command = nsys_profile_command(cells[0][1], out_dir, child, ranges=len(cells))
+        launch.update(command=command, nsys_version=nsys_version(command[0]), attempts=[])
+        print("[cs336report] " + " ".join(command[:len(command) - len(child)]) + " python -m cs336report run-job ...",
+              file=sys.stderr, flush=True)
+        for _ in range(NSYS_ATTEMPTS):
+            for name, _cell in cells:
+                (folders[name] / CAPTURE_MARK).unlink(missing_ok=True)
+            for stale in _range_reports(out_dir):
+                stale.unlink()
+            started = boot_s()
+            returncode, tail = _run_echoed(command)
+            found = _range_reports(out_dir)
+            captured = [name for name, _ in cells if (folders[name] / CAPTURE_MARK).exists()]
+            launch["attempts"].append({"returncode": returncode, "reports": [f.name for f in found],
+                                       "captured": captured, "output_tail": tail,
+                                       "boot_s": {"start": started, "end": boot_s()}})
+            all_ok = all(read_step_file(folders[n] / RUN_FILE).get("status") == "ok" for n, _ in cells)
+            if len(found) >= len(captured) or returncode != 0 or not all_ok:
+                break
+            print("[cs336report] nsys exited 0 and left a range without its report; profiling the job again",
+                  file=sys.stderr, flush=True)
+        launch["returncode"] = returncode
+        if len(found) == len(captured):
+            for name, report in zip(captured, found):
+                report.replace(folders[name] / REPORT_NAMES[0])
+                reports[name] = REPORT_NAMES[0]
+        elif found:
+            launch["reports_note"] = (f"{len(found)} report(s) for {len(captured)} capture range(s): not given out, "
+                                      f"as which range each holds is unknown")
+        for name, cell in cells:
+            if not (folders[name] / RUN_FILE).exists():
+                save(_failed_record(experiment, name, cell, f"nsys profile exited with code {returncode} before "
+                                    "the cell wrote its result"), folders[name] / RUN_FILE)
+    else:
+        from .runner import run_job
+
+        launch["command"] = ["in-process", "torch.profiler"]
+        run_job(experiment, job, [(name, cell, folders[name] / RUN_FILE) for name, cell in cells], share=False)
+        launch["returncode"] = 0
+    launch["wall_s"] = time.perf_counter() - t0
+    for name, _ in cells:
+        _write_json(folders[name] / LAUNCH_FILE, {**launch, "report": reports.get(name)})
     return launch
 
 

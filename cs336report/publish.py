@@ -54,19 +54,27 @@ def benchmark_of(result_path: str | Path, root: str | Path = "benchmarks", job: 
     """Snakemake's ``benchmark:`` measurement of the job(s) that wrote ``results/<rule>/<cell>.json``:
     wall and CPU time summed over a chain of jobs, the largest resident memory of them. A result
     written by a job of several cells (its record's ``job``) has the job's measurement, named
-    after ``job``; every cell of that job gets the same one."""
+    after ``job``; every cell of that job gets the same one. In a chain whose first job ran several
+    cells (nsys_profile's job of one size's contexts), that job's wall time is also given apart
+    (``job_wall_s``), and the later jobs of the chain are the cell's own."""
     path = Path(result_path)
-    stem = job or result_stem(path)
-    rows = [_benchmark_row(tsv) for rule in JOB_CHAINS.get(path.parent.name, (path.parent.name,))
+    chain = JOB_CHAINS.get(path.parent.name)
+    if chain and job:  # the chain's first job ran the cells of ``job``; the later ones are the cell's own
+        stems = [job] + [result_stem(path)] * (len(chain) - 1)
+    else:
+        chain, stems = chain or (path.parent.name,), [job or result_stem(path)] * len(chain or (path.parent.name,))
+    rows = [(i, _benchmark_row(tsv)) for i, (rule, stem) in enumerate(zip(chain, stems))
             if (tsv := Path(root) / rule / f"{stem}.tsv").exists()]
     if not rows:
         return None
     out: dict = {}
-    for row in rows:
+    for _, row in rows:
         for key, value in row.items():
             out[key] = max(out.get(key, value), value) if key == "max_rss_mib" else out.get(key, 0.0) + value
     if len(rows) > 1:
         out["jobs"] = len(rows)
+    if job and len(chain) > 1 and rows[0][0] == 0:  # the job's share, which its cells count once
+        out["job_wall_s"] = rows[0][1].get("wall_s", 0.0)
     return out
 
 

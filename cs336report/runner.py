@@ -110,11 +110,18 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
     return record
 
 
-def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]) -> list[dict]:
-    """Run ``cells`` (name, cell, out) of ``experiment`` in this process, in order, sharing one state."""
-    shared: dict = {}
+def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]], share: bool = True) -> list[dict]:
+    """Run ``cells`` (name, cell, out) of ``experiment`` in this process, in order, sharing one state
+    (``share``: the experiment's run takes a ``shared`` dict; else each cell builds its own, and
+    what the allocator caches is given back after each)."""
+    shared: dict | None = {} if share else None
     info = {"name": job, "cells": [name for name, _, _ in cells]}
-    return [run_cell(experiment, name, cell, out, shared=shared, job=info) for name, cell, out in cells]
+    records = []
+    for name, cell, out in cells:
+        records.append(run_cell(experiment, name, cell, out, shared=shared, job=info))
+        if not share:
+            release_memory(cell.get("device", "cpu"))
+    return records
 
 
 def needs_repeats(cell: dict, data: dict) -> bool:

@@ -305,3 +305,128 @@ def test_clock_stamps_a_child_process_on_the_parents_clock(tmp_path):
     after = clock.boot_s()
     assert before - 0.02 <= started <= after  # the kernel counts starts in 10 ms ticks
     assert clock.process_start_s(10 ** 9) is None
+
+
+# ----------------------------------------------------------------------------- one process per size
+
+
+def test_the_contexts_of_a_size_and_mode_are_one_job_longest_first():
+    from cs336report.experiments.nsys_profile import profile_jobs
+
+    cells = experiments.cells("nsys_profile", profile_config(contexts=[8, 32, 16], modes=["train_step"]))
+    jobs = profile_jobs(cells)
+    assert jobs == {"naive-fp32-micro-train_step": ["naive-fp32-micro-ctx32-train_step", "naive-fp32-micro-ctx16-train_step",
+                                                    "naive-fp32-micro-ctx8-train_step"]}
+    assert sorted(n for names in jobs.values() for n in names) == sorted(cells)
+
+
+def test_a_job_of_several_ranges_asks_nsys_for_a_report_per_range(tmp_path):
+    cell = {"nsys": "nsys", "python_backtrace": False}
+    command = nsys_profile_command(cell, tmp_path, ["python", "-m", "x"], ranges=3)
+    assert "--capture-range-end=repeat:3" in command and "--capture-range-end=stop" not in command
+    assert "--capture-range=cudaProfilerApi" in command
+
+
+def fake_nsys_of_ranges(tmp_path, reports_short_by: int = 0, fail_cell: str | None = None) -> str:
+    """An executable named nsys whose ``profile`` acts out a job of capture ranges without running it:
+    each cell of the child's --cells gets an ok record at its --out (an error record for ``fail_cell``,
+    which starts no range) and its capture mark, and nsys writes profile.<k>.nsys-rep holding the k-th
+    range's cell name (``reports_short_by``: that many fewer reports)."""
+    path = tmp_path / "bin" / "nsys"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"""#!{sys.executable}
+import json, os, sys
+args = sys.argv[1:]
+if args[:1] == ["--version"]:
+    print("NVIDIA Nsight Systems version 0.0.0-fake"); sys.exit(0)
+child = args.index({sys.executable!r})
+with open(os.path.join(os.path.dirname(sys.argv[0]), "flags.json"), "w") as fh:
+    json.dump(args[:child], fh)
+cells = json.loads(args[args.index("--cells") + 1])
+outs = args[args.index("--out") + 1:]
+ranges = []
+for (name, cell), out in zip(cells, outs):
+    ok = name != {fail_cell!r}
+    with open(out, "w") as fh:
+        json.dump({{"status": "ok" if ok else "oom", "cell": name}}, fh)
+    if ok:
+        open(os.path.join(cell["profile_dir"], "capture_started"), "w").close()
+        ranges.append(name)
+for k, name in enumerate(ranges[:len(ranges) - {reports_short_by}], start=1):
+    with open(args[args.index("-o") + 1] + f".{{k}}.nsys-rep", "w") as fh:
+        fh.write(name)
+sys.exit(0)
+""")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def _job_cells(contexts=(8, 16, 32)):
+    from cs336report.experiments.nsys_profile import profile_jobs
+
+    cells = experiments.cells("nsys_profile", profile_config(contexts=list(contexts), modes=["train_step"]))
+    (job, names), = profile_jobs(cells).items()
+    return job, [(n, {**cells[n], "profiler": "nsys"}) for n in names]
+
+
+@pytest.mark.parametrize("fail_cell", [None, "naive-fp32-micro-ctx16-train_step"])
+def test_each_range_report_goes_to_the_cell_that_captured_it(tmp_path, monkeypatch, fail_cell):
+    from cs336report.profiling import profile_job
+
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    fake_nsys_of_ranges(tmp_path, fail_cell=fail_cell)
+    job, cells = _job_cells()
+    launch = profile_job("nsys_profile", job, cells, tmp_path / job)
+    flags = json.loads((tmp_path / "bin" / "flags.json").read_text())
+    assert "--capture-range-end=repeat:3" in flags and launch["returncode"] == 0
+    assert len(launch["attempts"]) == 1
+    for name, _ in cells:
+        folder = tmp_path / job / name
+        saved = json.loads((folder / "launch.json").read_text())
+        assert saved["job"] == {"name": job, "cells": [n for n, _ in cells]}
+        if name == fail_cell:  # no range, no report: its export says the run failed
+            assert saved["report"] is None and not (folder / "profile.nsys-rep").exists()
+            assert "status oom" in export_stats(folder, tmp_path / "stats" / name)["reason"]
+        else:
+            assert saved["report"] == "profile.nsys-rep"
+            assert (folder / "profile.nsys-rep").read_text() == name  # its own range's report
+    assert not list((tmp_path / job).glob("*.nsys-rep"))  # every report was given out
+    # the child nsys was handed, run here without it: it takes its cells and writes a record each
+    command = launch["command"]
+    for name, _ in cells:
+        (tmp_path / job / name / "run.json").unlink()
+    child = subprocess.run(command[command.index(sys.executable):], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert [load(tmp_path / job / n / "run.json")["cell"] for n, _ in cells] == [n for n, _ in cells]
+
+
+def test_reports_that_do_not_match_the_ranges_are_not_given_out(tmp_path, monkeypatch):
+    from cs336report.profiling import profile_job
+
+    monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
+    fake_nsys_of_ranges(tmp_path, reports_short_by=1)
+    job, cells = _job_cells()
+    launch = profile_job("nsys_profile", job, cells, tmp_path / job)
+    assert len(launch["attempts"]) == 2  # exit 0, every cell ok, a range without its report: once more
+    assert "2 report(s) for 3 capture range(s)" in launch["reports_note"]
+    for name, _ in cells:
+        assert not (tmp_path / job / name / "profile.nsys-rep").exists()
+        assert "left no report" in export_stats(tmp_path / job / name, tmp_path / "stats" / name)["reason"]
+
+
+def test_a_cpu_job_profiles_each_context_in_this_process(tmp_path):
+    from cs336report.profiling import profile_job
+
+    cells = experiments.cells("nsys_profile", profile_config(contexts=[8, 16], modes=["forward"]))
+    job, names = "naive-fp32-micro-forward", ["naive-fp32-micro-ctx16-forward", "naive-fp32-micro-ctx8-forward"]
+    launch = profile_job("nsys_profile", job, [(n, cells[n]) for n in names], tmp_path / job)
+    assert launch["profiler"] == "torch" and launch["returncode"] == 0
+    for name in names:
+        run = load(tmp_path / job / name / "run.json")
+        assert run["status"] == "ok" and run["config"]["context"] == int(name.split("ctx")[1].split("-")[0])
+        assert run["job"]["name"] == job and (tmp_path / job / name / run["data"]["trace"]).exists()
+        assert not export_stats(tmp_path / job / name, tmp_path / "stats" / name)["reason"]
+        record = parse_stats(tmp_path / "stats" / name / "stats", tmp_path / f"{name}.json",
+                             run_path=tmp_path / job / name / "run.json", name=name)
+        assert record["status"] == "ok" and record["job"]["name"] == job
+        assert record["data"]["measured_steps"] == 2

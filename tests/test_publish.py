@@ -62,6 +62,26 @@ def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
     assert benchmark_of("results/benchmarking/c.json", tmp_path) is None
 
 
+def test_a_chain_whose_first_job_ran_several_cells_counts_that_job_once(tmp_path):
+    from cs336report.publish import benchmark_of
+    from cs336report.report.cost import cost_of
+
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    rows = {("nsys_profile", "job"): 30.0, ("nsys_stats", "a"): 2.0, ("nsys_parse", "a"): 1.0,
+            ("nsys_stats", "b"): 4.0, ("nsys_parse", "b"): 1.5}
+    for (rule, stem), wall in rows.items():
+        (tmp_path / rule).mkdir(exist_ok=True)
+        (tmp_path / rule / f"{stem}.tsv").write_text(header + f"{wall}\t0:00:10\t100\t0\t0\t0\t0\t0\t0\t1\n")
+    a = benchmark_of("results/nsys_parse/a.json", tmp_path, job="job")
+    assert a["wall_s"] == 33.0 and a["job_wall_s"] == 30.0 and a["jobs"] == 3
+    b = benchmark_of("results/nsys_parse/b.json", tmp_path, job="job")
+    records = [{**_record("nsys_profile", name), "job": {"name": "job", "cells": ["a", "b"]}, "benchmark": bench,
+                "_path": f"results/nsys_parse/{name}.json"}
+               for name, bench in (("a", a), ("b", b))]
+    cost = cost_of(records)
+    assert cost["total_s"] == pytest.approx(30.0 + 3.0 + 5.5)  # the shared job once, each cell's export and parse
+
+
 def _record(experiment: str, cell: str, **data) -> dict:
     return {"schema": "cs336report.result/1", "experiment": experiment, "cell": cell, "status": "ok", "error": None,
             "config": {"size": "small", "context": 128}, "data": data, "provenance": {"device": "cpu", "git_commit": "0" * 40, "git_dirty": False}, "wall_s": 1.0}

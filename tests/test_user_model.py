@@ -417,7 +417,7 @@ def test_cpu_workflow_runs_every_section_on_the_user_model(workdir, tmp_path):
             if "model" not in cell:
                 continue
             single = user_workdir / "results" / name / f"{cell_name}.json"
-            files = [single] if single.is_file() else sorted((user_workdir / "results" / name / cell_name).glob("*.json"))
+            files = [single] if single.is_file() else sorted((user_workdir / "results" / name).glob(f"**/{cell_name}/*.json"))
             records = [json.loads(f.read_text()) for f in files]
             records = [r for r in records if isinstance(r, dict) and "status" in r]
             assert records, f"no result for {name}/{cell_name}"

@@ -1,6 +1,7 @@
 """nsys_profile: the benchmark steps again, under a profiler, with named ranges per phase.
 
-One cell is one (size, context, mode) of the configured Transformer. The cell runs the same
+One cell is one (size, context, mode) of the configured Transformer; the cells of one size and
+mode run as one job, in one process, each captured in a range of its own (:func:`profile_jobs`). The cell runs the same
 steps as benchmarking_script (same model, batch, optimizer), with every step in a ``step``
 range (``warmup`` for the warm-up steps) and inside it ``forward``, ``backward`` and
 ``optimizer_step`` ranges; the model adds ``attention_scores``, ``softmax`` and
@@ -25,7 +26,7 @@ the host's boot-time clock, :mod:`cs336report.clock`) and, in seconds since then
 began (after the interpreter, torch and the runner), when its model was built, and when the warm-up
 and the captured steps ended. The launch record stamps nsys's start and end on the same clock.
 
-    python -m cs336report profile nsys_profile --name NAME --cell JSON --out-dir results/nsys_profile/NAME
+    python -m cs336report profile-job nsys_profile --job JOB --cells '[[NAME, CELL], ...]' --out-dir results/nsys_profile/JOB
 """
 
 from __future__ import annotations
@@ -82,6 +83,28 @@ def cells(cfg) -> dict[str, dict]:
     return out
 
 
+def job_name(cell: dict) -> str:
+    """The profiled job that runs ``cell``: its name without the context (``naive-fp32-small-train_step``)."""
+    return cell_name(cell).replace(f"-ctx{cell['context']}-", "-")
+
+
+def profile_jobs(cells: dict[str, dict]) -> dict[str, list[str]]:
+    """The cells grouped into one profiled process per size and mode (:func:`job_name`): its
+    contexts, longest first, each captured in a range of its own
+    (:func:`cs336report.profiling.profile_job`), so that the process start-up, CUDA's start under
+    the profiler and the imports are paid once per job, not once per cell. Longest first: the cell
+    that needs the most memory runs on an allocator that holds nothing yet."""
+    jobs: dict[str, list[str]] = {}
+    for name, cell in sorted(cells.items(), key=lambda kv: -kv[1]["context"]):
+        jobs.setdefault(job_name(cell), []).append(name)
+    return dict(sorted(jobs.items()))
+
+
+# Left in a cell's profile_dir when it starts its capture range: a job's reports, one per range in
+# the order the ranges ran, belong to the cells that left it (a cell that failed before its range has none).
+CAPTURE_MARK = "capture_started"
+
+
 def run(cell: dict) -> dict:
     """Profile one cell; returns the ``data`` part of its result record (Python-timer side)."""
     mode, device, profiler = cell["mode"], cell["device"], cell["profiler"]
@@ -102,6 +125,8 @@ def run(cell: dict) -> dict:
         synchronize(device)
         stamps.mark("warmed_up")
         if profiler == "nsys":
+            if cell.get("profile_dir"):
+                Path(cell["profile_dir"], CAPTURE_MARK).touch()
             torch.cuda.profiler.start()
             try:
                 times = time_steps(step, 0, cell["measured_steps"], device)

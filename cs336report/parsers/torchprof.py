@@ -27,7 +27,7 @@ time is ``aten::bmm``'s, not that of the ``aten::einsum`` around it.
 PREFIX`` writes, with nsys's column labels, so that :func:`cs336report.parsers.nsys.parse_exports`
 reads both sources the same way.
 
-    trace = load_trace("results/nsys_profile/<cell>/trace.json.gz")
+    trace = load_trace("results/nsys_profile/<job>/<cell>/trace.json.gz")
     write_exports(stats_from_trace(trace), "results/nsys_stats/<cell>/stats")
 """
 

@@ -140,6 +140,7 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
         rows.append({"rule": r["experiment"], "section": _section_of(r), "not_run": r.get("status") == "not_run",
                      "job": f"{r['experiment']}/{job}" if job else f"record {i}",
                      "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
+                     "shared_s": (bench or {}).get("job_wall_s"),
                      "from_benchmark": bool(bench), "peak": peak_bytes(r),
                      "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
                      "steps_s": steps, "compile_s": compiled, "gpus": gpus_needed(r)})
@@ -147,7 +148,10 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)
     # the cells of one job share its benchmark, which counts once (without one, each cell's own time counts)
-    df.loc[df["from_benchmark"] & df.duplicated("job"), "job_s"] = 0.0
+    # (where a chain's first job ran several cells and the rest are each cell's own, only the shared part)
+    shared_s = pd.to_numeric(df["shared_s"], errors="coerce")
+    repeat = df["from_benchmark"] & df.duplicated("job")
+    df["job_s"] = df["job_s"].astype(float).where(~repeat, (df["job_s"] - shared_s).where(shared_s.notna(), 0.0))
     # one row per rule and section: a rule whose jobs serve several sections (handout_tests) has a row in each
     per_rule = df.groupby(["section", "rule"], sort=True).agg(
         jobs=("job", "nunique"), job_s=("job_s", "sum"), peak=("peak", "max"), measured=("from_benchmark", "all"),
@@ -174,7 +178,8 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
     note += ("; in a warm worker: jobs whose cell ran in a worker process that had run cells before it, so "
              "they paid no Python, torch or CUDA start-up")
     if df["job"].duplicated().any():
-        note += "; a job that runs several cells in one process (compiled_model: one per size and context) counts once"
+        note += ("; a job that runs several cells in one process (compiled_model: one per size and context; "
+                 "nsys_profile: one per size, its contexts a capture range each) counts once")
     note += ("; timed steps: the warm-up and measured steps (or do_bench calls) the results record, summed; "
              "first compiled calls: the compiling first call of torch.compile cells; the rest of a job is process "
              "start-up, building models and inputs, untimed passes (e.g. the forward that builds the graph a timed "

@@ -152,6 +152,26 @@ def compiled_job_cells(wildcards):
     )
 
 
+def nsys_job_cells(wildcards):
+    """params function of nsys_profile (workflow/rules/nsys_profile.smk): the file of the job's cells as [name, resolved cell] in run order (a new
+    name when a cell changes, so a changed cell reruns its job)."""
+    return settings_file(
+        "nsys_profile",
+        wildcards.job,
+        [[n, CELLS["nsys_profile"][n]] for n in NSYS_JOBS[wildcards.job]],
+    )
+
+
+def nsys_job_dir(wildcards):
+    """input function of a cell's export and parse: the folder of the job that profiled it."""
+    return f"results/nsys_profile/{NSYS_JOB_OF[wildcards.cell]}"
+
+
+def nsys_profile_dir(wildcards):
+    """The cell's own folder inside it."""
+    return f"results/nsys_profile/{NSYS_JOB_OF[wildcards.cell]}/{wildcards.cell}"
+
+
 # The problems graded by the handout's tests (rule handout_tests) rather than by a measurement.
 HANDOUT_TESTED = [str(p.number) for p in HANDOUT if p.rule == "handout_tests"]
 

@@ -1,32 +1,42 @@
 # nsys_profile: each cell profiled under Nsight Systems (torch.profiler where nsys is not
 # found), its stats exported to CSV, and the CSV parsed into the per-phase kernel tables the
-# report reads. Three rules, each cached on its own: re-parsing never re-profiles.
+# report reads. Three rules, each cached on its own: re-parsing never re-profiles. The contexts of
+# one size run as one job, in one process, a capture range and a report each
+# (cs336report.profiling.profile_job): results/nsys_profile/{job}/{cell}/.
+import re
+
+from cs336report.experiments import nsys_profile as nsys_profile_experiment
+
+NSYS_JOBS = nsys_profile_experiment.profile_jobs(CELLS["nsys_profile"])
+NSYS_JOB_OF = {cell: job for job, cells in NSYS_JOBS.items() for cell in cells}
 
 
 rule nsys_profile:
     input:
         cell_code("nsys_profile", entry="profiling"),
     output:
-        directory("results/nsys_profile/{cell}"),
+        directory("results/nsys_profile/{job}"),
     log:
-        "logs/nsys_profile/{cell}.log",
+        "logs/nsys_profile/{job}.log",
     benchmark:
-        "benchmarks/nsys_profile/{cell}.tsv"
+        "benchmarks/nsys_profile/{job}.tsv"
+    wildcard_constraints:
+        job="|".join(re.escape(job) for job in NSYS_JOBS) or "(?!)",
     conda:
         CONDA_ENV
     threads: TIMED
     resources:
         gpu=GPU,
     params:
-        cell=cell_file("nsys_profile"),
+        cells=nsys_job_cells,
     shell:
-        '"$CS336REPORT_PYTHON" -m cs336report profile nsys_profile --name {wildcards.cell} --cell @{params.cell} '
+        '"$CS336REPORT_PYTHON" -m cs336report profile-job nsys_profile --job {wildcards.job} --cells @{params.cells} '
         "--out-dir {output} --gpus {resources.gpu} > {log} 2>&1"
 
 
 rule nsys_stats:
     input:
-        profile=rules.nsys_profile.output,
+        profile=nsys_job_dir,
         code=code("profiling"),
     output:
         directory("results/nsys_stats/{cell}"),
@@ -36,14 +46,16 @@ rule nsys_stats:
         "benchmarks/nsys_stats/{cell}.tsv"
     conda:
         CONDA_ENV
+    params:
+        profile=nsys_profile_dir,
     shell:
-        '"$CS336REPORT_PYTHON" -m cs336report nsys-stats {input.profile} --out-dir {output} > {log} 2>&1'
+        '"$CS336REPORT_PYTHON" -m cs336report nsys-stats {params.profile} --out-dir {output} > {log} 2>&1'
 
 
 rule nsys_parse:
     input:
         stats=rules.nsys_stats.output,
-        profile=rules.nsys_profile.output,
+        profile=nsys_job_dir,
         code=code("nsys_step"),
     output:
         record("results/nsys_parse/{cell}.json", "nsys_profile"),
@@ -53,8 +65,10 @@ rule nsys_parse:
         "benchmarks/nsys_parse/{cell}.tsv"
     conda:
         CONDA_ENV
+    params:
+        profile=nsys_profile_dir,
     shell:
-        '"$CS336REPORT_PYTHON" -m cs336report parse-nsys {input.stats}/stats --run {input.profile}/run.json '
+        '"$CS336REPORT_PYTHON" -m cs336report parse-nsys {input.stats}/stats --run {params.profile}/run.json '
         "--name {wildcards.cell} --out {output} > {log} 2>&1"
 
 
