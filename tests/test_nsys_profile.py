@@ -430,3 +430,20 @@ def test_a_cpu_job_profiles_each_context_in_this_process(tmp_path):
                              run_path=tmp_path / job / name / "run.json", name=name)
         assert record["status"] == "ok" and record["job"]["name"] == job
         assert record["data"]["measured_steps"] == 2
+
+
+def test_range_reports_are_read_in_the_order_nsys_numbered_them(tmp_path):
+    """nsys 2025.3.1 on an H200 named the 4 reports of a job's ranges profile.1.nsys-rep to
+    profile.4.nsys-rep and listed them in that order (the fixture: that job's launch.json)."""
+    from cs336report.profiling import _range_reports
+
+    launch = json.loads((Path(__file__).parent / "fixtures" / "nsys_job_h200" / "launch.json").read_text())
+    attempt = launch["attempts"][0]
+    generated = [Path(line.strip()).name for line in attempt["output_tail"] if line.strip().endswith(".nsys-rep")
+                 and line.startswith("\t")]
+    assert generated == attempt["reports"] == [f"profile.{k}.nsys-rep" for k in range(1, 5)]
+    assert launch["report"] == "profile.nsys-rep" and len(attempt["captured"]) == 4
+    names = attempt["reports"] + ["profile.10.nsys-rep", "profile.nsys-rep.bak", "other.nsys-rep"]
+    for name in reversed(names):
+        (tmp_path / name).touch()
+    assert [f.name for f in _range_reports(tmp_path)] == attempt["reports"] + ["profile.10.nsys-rep"]
