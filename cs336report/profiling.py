@@ -11,6 +11,8 @@ child process under
     nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none
                  --capture-range=cudaProfilerApi --capture-range-end=stop [--python-backtrace=cuda]
 
+(``--capture-range-end=repeat:N`` for a job of N cells, a report per range)
+
 where the experiment starts the capture after its warm-up steps and stops it after the
 measured ones (``--capture-range-end=stop`` lets the process finish and write its result).
 Where nsys exits 0 after a cell that finished ok but writes no report, the cell is profiled once
@@ -210,8 +212,9 @@ def profile_job(experiment: str, job: str, cells: list[tuple[str, dict]], out_di
         print("[cs336report] " + " ".join(command[:len(command) - len(child)]) + " python -m cs336report run-job ...",
               file=sys.stderr, flush=True)
         for _ in range(NSYS_ATTEMPTS):
-            for name, _cell in cells:
+            for name, _cell in cells:  # what an attempt before this one left
                 (folders[name] / CAPTURE_MARK).unlink(missing_ok=True)
+                (folders[name] / RUN_FILE).unlink(missing_ok=True)
             for stale in _range_reports(out_dir):
                 stale.unlink()
             started = boot_s()
