@@ -74,7 +74,7 @@ def _run_job(args) -> int:
     # a cell's result is <name>.json, or a file in a folder of its own (<name>/run.json, profile-job's)
     stems = [result_stem(out) if result_stem(out) in names else Path(out).parent.name for out in args.out]
     if names != stems:
-        print(f"error: --out files {args.out} do not match the job's cells {names} (same names, same order)",
+        print(f"error: --out files {stems} do not match the job's cells {names} (same names, same order)",
               file=sys.stderr)
         return 2
     from .runner import run_job
