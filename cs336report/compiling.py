@@ -150,15 +150,29 @@ def compile_fn(fn, threads: int | None = None, mode: str | None = None, donated_
 def _setup_timer(threads: int | None):
     """Private caches and Inductor's compile_threads for a compilation set up inside; its time
     is kept for the next :func:`first_call` (``setup_s``)."""
-    global _setup_s
+    global _setup_s, _default_compile_threads
     use_private_caches()
     start = timeit.default_timer()
     if threads is not None:
         import torch._inductor.config as inductor_config
 
+        if _default_compile_threads is None:
+            _default_compile_threads = inductor_config.compile_threads
         inductor_config.compile_threads = int(threads)
     yield
     _setup_s = timeit.default_timer() - start
+
+
+_default_compile_threads: int | None = None  # Inductor's own, before a cell first set it
+
+
+def restore_compile_threads() -> None:
+    """Inductor's compile_threads back to what it was before a cell set it: a warm worker does this
+    between cells, so that a cell that sets none compiles with the pool a fresh process has."""
+    if _default_compile_threads is not None:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = _default_compile_threads
 
 
 def repeated_blocks(model: torch.nn.Module) -> tuple[str, list[torch.nn.Module]] | None:

@@ -109,6 +109,7 @@ def reset_process_state(initial: dict) -> None:
     gc.collect()
     if "cs336report.compiling" in sys.modules:  # the next compiled cell compiles from scratch
         sys.modules["cs336report.compiling"].clear_private_caches()
+        sys.modules["cs336report.compiling"].restore_compile_threads()
     if "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
         from torch._dynamo.utils import counters

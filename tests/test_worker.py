@@ -361,11 +361,19 @@ def test_reset_puts_the_process_state_back():
         import torch._functorch.config as functorch_config
 
         functorch_config.donated_buffer = not initial["donated_buffer"]  # as compile_fn(donated_buffer=False)
+        import torch._inductor.config as inductor_config
+
+        from cs336report.compiling import compile_fn
+
+        threads = inductor_config.compile_threads
+        compile_fn(lambda x: x, threads=2 if threads == 1 else 1)  # as a compiled_attention cell sets it
+        assert inductor_config.compile_threads != threads
         counters["stats"]["unique_graphs"] = 3  # as if three graphs had been compiled
         torch.rand(5)
         assert global_state() != initial and compile_stats()["graphs"] == 3
         reset_process_state(initial)
         assert global_state() == initial
+        assert inductor_config.compile_threads == threads  # a cell that sets none gets Inductor's own
         assert compile_stats()["graphs"] == 0
         first = torch.rand(3)
         torch.manual_seed(initial["seed"])
