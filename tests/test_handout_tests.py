@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,18 @@ def test_the_answer_says_whose_test_files_ran():
                                          else "1 of 1 handout tests passed")
         assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
                                        else "Handout tests of flash_backward")
+
+
+def test_beside_a_gpu_our_pytorch_backward_runs_eagerly_and_triton_natively(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("CS336_FLASH_BACKWARD", raising=False)
+    cells = _cells(None, tmp_path)
+    argv, root, env = handout_tests.command({**cells["attention"], "device": "cuda"}, tmp_path / "a.xml")
+    assert "TRITON_INTERPRET" not in env and env["CS336_FLASH_BACKWARD"] == "eager"
+    # the suite's processes see it: our backward is not compiled for the CPU tensors of its tests
+    probe = "from cs336report.flash import backward_mode; print(backward_mode())"
+    done = subprocess.run([argv[0], "-c", probe], cwd=root, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "eager"
+    env.pop("CS336_FLASH_BACKWARD")
+    done = subprocess.run([argv[0], "-c", probe], cwd=root, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "compile"
