@@ -14,6 +14,7 @@ This package imports neither torch nor anything of the report, so the Snakefile 
     e.model("xl").d_model                         # 2560
     e.pieces["fsdp"].hooks                        # fsdp_on_after_backward, fsdp_gather_full_params
     e.test_suites("26.1.1")
+    edition, release = editions.detect("../assignment2-systems")
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from .detect import DetectionError, detect_in, read_release
 from .entries import (Adapter, Edition, Form, Model, Part, Piece, Problem, TestCase, TestFile, TestSuite,
                       release_key)
 from .load import EditionError, load
 
-__all__ = ["Adapter", "Edition", "EditionError", "Form", "Model", "Part", "Piece", "Problem", "TestCase", "TestFile",
-           "TestSuite", "get", "known", "load", "release_key"]
+__all__ = ["Adapter", "DetectionError", "Edition", "EditionError", "Form", "Model", "Part", "Piece", "Problem",
+           "TestCase", "TestFile", "TestSuite", "detect", "get", "known", "load", "read_release", "release_key"]
 
 FOLDER = Path(__file__).resolve().parent
 
@@ -51,3 +53,11 @@ def _get(year: int) -> Edition:
         raise EditionError(f"{loaded.source}: id: says {loaded.id}, the file is named for {year}")
     return loaded
 
+
+def detect(checkout: str | Path, expected: int | None = None) -> tuple[Edition, str | None]:
+    """(edition, release) of a student's checkout: the edition from the adapters its
+    tests/adapters.py defines, the release (``"26.1.1"``; None where unknown) from its CHANGELOG.md
+    or pyproject.toml. Raises :class:`DetectionError`, naming the file, for a checkout that matches
+    no edition, whose release belongs to another edition than its adapters, or (``expected``)
+    whose edition is not the one the config names."""
+    return detect_in(checkout, tuple(get(year) for year in known()), expected)
