@@ -259,23 +259,25 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
                     rest = rest.sub(tables[r][list(_VALUE_COLUMNS)].reindex(rest.index).fillna(0.0))
             tables["backward"] = _table(rest.clip(lower=0.0), all_kernels, n)
 
-        measured_total = step_values["total_ns"].sum()
+        measured_total, export_total = step_values["total_ns"].sum(), all_kernels["total_ns"].sum()
         checks["kernels_outside_measured_steps"] = {
-            "ns": _num(all_kernels["total_ns"].sum() - measured_total),
-            "share": _num(1 - measured_total / all_kernels["total_ns"].sum()),
+            "ns": _num(export_total - measured_total),
+            "share": _num(1 - measured_total / export_total) if export_total > 0 else None,
         }
         fwd = phase_raw["forward"]
         if not fwd.empty:
             per = fwd["instances"] / (n + w)
             whole = (per - per.round()).abs() < 1e-6
             checks["forward_kernel_instances"] = {
-                "steps": n + w, "share_whole_per_step": _num(fwd.loc[whole, "total_ns"].sum() / fwd["total_ns"].sum()),
+                "steps": n + w, "share_whole_per_step": _num(fwd.loc[whole, "total_ns"].sum() / fwd["total_ns"].sum())
+                if fwd["total_ns"].sum() > 0 else None,
                 "not_whole": [short_name(str(k)) for k in fwd.index[~whole][:5]],
             }
         if mode == "forward" and "forward" in tables:
             f_total, s_total = tables["forward"]["total_ns"].sum(), tables["step"]["total_ns"].sum()
             checks["forward_vs_step_kernels"] = {"forward_ns": _num(f_total), "step_ns": _num(s_total),
-                                                 "relative_difference": _num((f_total - s_total) / s_total)}
+                                                 "relative_difference": _num((f_total - s_total) / s_total)
+                                                 if s_total > 0 else None}
 
     expected = {"step": n}
     for r in PHASES:
@@ -341,7 +343,8 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
             api.append({"name": str(row["name"]), "total_ns": _num(row["total_ns"]),
                         "instances": _num(row["instances"]), "avg_ns": _num(row["avg_ns"])})
     step_instances = tables["step"]["instances"].sum() if "step" in tables else 0.0
-    launches = _launches(api_frame, step_instances / all_kernels["instances"].sum(), n)
+    export_instances = all_kernels["instances"].sum()
+    launches = _launches(api_frame, step_instances / export_instances if export_instances > 0 else math.nan, n)
 
     return {
         "source": source, "activity": activity, "empty_reason": None,
