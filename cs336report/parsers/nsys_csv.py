@@ -23,13 +23,13 @@ from pandas.errors import ParserError
 
 from .nsys_columns import MISSING, NsysParseError
 
-__all__ = ["read_body", "field_count"]
+__all__ = ["read_body", "field_count", "TextSlice"]
 
 EXTRA = 2  # fields past the header's that a row may have when they are empty (a trailing comma)
 _MISSING_CELLS = sorted(MISSING | {m.upper() for m in MISSING} | {m.title() for m in MISSING})
 
 
-class _Slice:
+class TextSlice:
     """A read-only text stream over ``text[start:stop]`` (pandas reads it in chunks: no copy of the whole)."""
 
     def __init__(self, text: str, start: int, stop: int):
@@ -116,7 +116,7 @@ def read_body(text: str, start: int, stop: int, labels: Sequence[str], numeric: 
     n_lines = text.count("\n", start, stop) + 1
     dtypes = {j: object for j in range(k + EXTRA) if j >= k or not numeric[j]}
     try:
-        frame = pd.read_csv(_Slice(text, start, stop), header=None, names=list(range(k + EXTRA)), dtype=dtypes, engine="c",
+        frame = pd.read_csv(TextSlice(text, start, stop), header=None, names=list(range(k + EXTRA)), dtype=dtypes, engine="c",
                             keep_default_na=False, na_values={j: _MISSING_CELLS for j in range(k) if numeric[j]},
                             skip_blank_lines=False, quotechar='"', doublequote=True)
     except ParserError as exc:

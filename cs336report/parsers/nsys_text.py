@@ -2,7 +2,7 @@
 
 :func:`decode` reads UTF-8 (with or without a byte-order mark), UTF-16 and UTF-32 (as a Windows
 shell's redirect writes them: with a byte-order mark, or told by the NUL bytes of ASCII text) and
-turns ``\\r\\n`` and ``\\r`` line ends into ``\\n``. Bytes that are not UTF-8 become U+FFFD: they can
+turns ``\\r\\n`` and ``\\r`` line ends into ``\\n``; :func:`read_text` also decompresses a gzip file. Bytes that are not UTF-8 become U+FFFD: they can
 only be in names, never in numbers, which are ASCII. :class:`Lines` holds the offset of every
 line, so that a million-row export is never held as a million strings: a line is cut out of the
 text when it is read, and a table's body is handed on as one slice.
@@ -11,6 +11,7 @@ text when it is read, and a table's body is handed on as one slice.
 from __future__ import annotations
 
 import codecs
+import gzip
 import re
 from pathlib import Path
 
@@ -60,8 +61,9 @@ def decode(data: bytes) -> tuple[str, str]:
 
 
 def read_text(path: str | Path) -> tuple[str, str]:
-    """:func:`decode` of a file's bytes."""
-    return decode(Path(path).read_bytes())
+    """:func:`decode` of a file's bytes, decompressed first when they are gzip's."""
+    data = Path(path).read_bytes()
+    return decode(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
 
 
 def _line_starts(text: str, chunk: int = 1 << 24) -> np.ndarray:
