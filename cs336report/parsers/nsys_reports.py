@@ -256,10 +256,14 @@ def _check_required(report: str, columns: list[Column], data: dict, table: Table
         if bad.any():
             i = int(np.argmax(bad))
             line = int(table.row_lines[i])
-            need = "a whole number" if name == "instances" else "a number"
-            why = "which every row needs: it is missing here" if missing[i] else "of at least 0, finite"
-            raise NsysParseError(source, line, f'{need} in column "{col.label}" ({why})',
-                                 table.line_text(line) if table.line_text else None)
+            if missing[i]:
+                need = f'{"a whole number" if name == "instances" else "a number"} in column "{col.label}", which ' \
+                       "every row needs: it is missing here"
+            elif not np.isfinite(values[i]) or values[i] < 0:
+                need = f'a finite number of at least 0 in column "{col.label}"'
+            else:
+                need = f'a whole number in column "{col.label}"'
+            raise NsysParseError(source, line, need, table.line_text(line) if table.line_text else None)
 
 
 def _values(values: pd.Series, col: Column, table: Table, decimal_comma: bool, source: str):
