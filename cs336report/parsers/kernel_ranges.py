@@ -8,8 +8,8 @@ steps ran inside the NVTX ranges of :mod:`cs336report.annotate`: every measured 
 and ``attention_value``. Output: :func:`summarise` returns a JSON-ready dict with, for each
 phase, one row per kernel name (total, instances, average, median, min, max, share of the
 phase) over the measured steps, the class of each kernel (:func:`cs336report.kernels.classify`),
-class totals, the phases' wall times, the kernel launch calls of the CUDA API summary
-(``launches``), and sanity checks.
+as columns with each kernel's names once (``kernels``, :mod:`.kernel_records`), class totals, the
+phases' wall times, the kernel launch calls of the CUDA API summary (``launches``), and sanity checks.
 
 How kernels are attributed (nsys's rule, and torch.profiler's through
 :mod:`cs336report.parsers.torchprof`): a kernel belongs to every range that was open on
@@ -69,7 +69,10 @@ LAUNCH_API = re.compile(r"^cu(da)?Launch(Cooperative)?Kernel")
 _VOID_RE = re.compile(r"^void\s+")
 _ANONYMOUS_RE = re.compile(r"(<unnamed>|\(anonymous namespace\))::")
 _HEAD_RE = re.compile(r"[<(]")
-_HINT_RE = re.compile(r"(\w*(?:Functor|Op|Ops|_kernel_cuda|_kernel_impl|Epilogue)\w*|cutlass_\w+|\w+_functor)")
+# Whole words holding a functor's or op's name; (?<!\w) spares trying every letter inside a word, where
+# neither of those branches can match (only cutlass_ can, after a word's start).
+_HINT_RE = re.compile(r"((?<!\w)\w*(?:Functor|Op|Ops|_kernel_cuda|_kernel_impl|Epilogue)\w*|cutlass_\w+|"
+                      r"(?<!\w)\w+_functor)")
 
 
 def short_name(kernel: str, limit: int = 80) -> str:

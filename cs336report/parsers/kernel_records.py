@@ -15,7 +15,6 @@ either form into one DataFrame with a row per (range, kernel), the columns of :d
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Mapping
 
 import numpy as np
@@ -30,7 +29,11 @@ COLUMNS = ("range", "name", "short_name", "class") + NUMBERS
 
 def _json_numbers(values: pd.Series) -> list:
     """Floats as JSON numbers: NaN and infinities (no JSON number) as null."""
-    return [v if math.isfinite(v) else None for v in values.astype("float64").tolist()]
+    numbers = values.to_numpy(dtype="float64")
+    out = numbers.tolist()
+    for i in np.flatnonzero(~np.isfinite(numbers)):
+        out[i] = None
+    return out
 
 
 def kernel_columns(tables: Mapping[str, pd.DataFrame], short_name: Callable[[str], str]) -> dict:
