@@ -141,7 +141,7 @@ def _parse_nsys(args) -> int:
     from .parsers.nsys import NsysParseError
 
     try:
-        record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name)
+        record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name, batch_size=args.batch_size)
     except (NsysParseError, FileNotFoundError, CellNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -291,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", help="the profiled run's run.json (status, cell, Python timer)")
     p.add_argument("--name", help="cell name (default: from the run, else the folder name); without --run "
                    "it gives the cell's settings: <implementation>-<precision>-<size>-ctx<N>-<mode>")
+    p.add_argument("--batch-size", type=int, help="without --run: the profiled run's batch size, which the "
+                   "FLOPs of nsys_profile (e) need")
     p.set_defaults(func=_parse_nsys)
 
     p = sub.add_parser("parse-ddp-timeline", help="a profiled DDP cell's nsys trace exports into a result JSON "

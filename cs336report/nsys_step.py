@@ -25,7 +25,8 @@ __all__ = ["CellNameError", "parse_stats"]
 
 
 class CellNameError(ValueError):
-    """Exports parsed without their run's record under a name that does not spell out the cell."""
+    """Exports parsed without their run's record under a name that does not spell out the cell (or with a
+    batch size that cannot be the cell's)."""
 
 
 def _model_of(size: str) -> dict:
@@ -35,7 +36,7 @@ def _model_of(size: str) -> dict:
 
 
 def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None = None,
-                name: str | None = None) -> dict:
+                name: str | None = None, batch_size: int | None = None) -> dict:
     """Parse the ``PREFIX_<report>.csv`` exports into the result record of one profiled cell.
 
     ``run_path`` is the profiled run's ``run.json`` (status, cell, Python timer, provenance);
@@ -43,9 +44,14 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
     the export's directory or file name), which must read as
     ``<implementation>-<precision>-<size>-ctx<N>-<mode>``; any other name raises
     :class:`CellNameError` before anything is written. The model's shape then comes from the
-    default config's size table; the batch size is not known. A malformed export raises
+    default config's size table, and the batch size from ``batch_size`` (else it is not known, and
+    nsys_profile (e) has no FLOPs); with ``run_path`` it is the run's. A malformed export raises
     :class:`cs336report.parsers.nsys.NsysParseError` naming the file and line.
     """
+    if batch_size is not None and (run_path or batch_size < 1):
+        raise CellNameError("--batch-size gives the batch of exports parsed without --run, a whole number from 1"
+                            if batch_size < 1 else "--batch-size is for exports parsed without --run: the run's "
+                            "record holds its batch size")
     prefix = Path(prefix)
     run = load(run_path) if run_path else None
     cell_id = name or (run["cell"] if run else prefix.parent.name if prefix.name == STATS_PREFIX else prefix.stem)
@@ -58,7 +64,8 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
     run_dir = Path(run_path).parent if run_path else None
     export = read_step_file(prefix.parent / EXPORT_FILE)
     launch = read_step_file(run_dir / LAUNCH_FILE if run_dir else None)
-    cell = dict(run["config"]) if run else {**named, **_model_of(named["size"])}
+    cell = dict(run["config"]) if run else {**named, **_model_of(named["size"]),
+                                            **({"batch_size": batch_size} if batch_size else {})}
     cell.pop("profile_dir", None)
     status, error, data = (run["status"], run.get("error"), {}) if run else ("ok", None, {})
     source = export.get("source") or "nsys"
@@ -97,5 +104,5 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
         "wall_s": run.get("wall_s", 0.0) if run else 0.0,
         **({"job": run["job"]} if run and run.get("job") else {}),  # the profiled job of several cells
     }
-    save(record, out)
+    save(record, out, compact=True)  # without indentation json writes with its C encoder: 10^5 kernels in a second
     return record

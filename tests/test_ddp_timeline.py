@@ -227,3 +227,13 @@ def test_a_failed_profile_beside_a_drawn_one_is_named_in_the_answer(tmp_path, mo
         fmt_lib=f"_{mode}.j2", d=data, section=info)
     assert "Not drawn, for want of a profile: overlapped, per parameter (error, no nsys report" in text
     assert "--forcerun ddp_overlap_profile -- report" in text
+
+
+def test_a_trace_export_in_utf16_is_read_and_a_long_row_named_by_line(tmp_path):
+    text = "Name,Projected Start (ns),Projected Duration (ns),PID,TID\n:a,1,2,3,4\n:b,5,6,3,4\n"
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xff\xfe" + text.replace("\n", "\r\n").encode("utf-16-le"))
+    assert read_nvtx_gpu_projection(path)["start"].tolist() == [1, 5]
+    _write(path, text + ":c,7,8,3,4,9\n")
+    with pytest.raises(NsysParseError, match=r"t\.csv, line 4: expected a row of the CSV"):
+        read_nvtx_gpu_projection(path)

@@ -19,6 +19,7 @@ from cs336report.report.render import RenderContext, render_report
 from cs336report.report.sections import nsys_profile as section
 from cs336report.report.tables import fmt_pct, sig
 from cs336report.results import load, save
+from cs336report.parsers.kernel_records import kernel_rows
 from test_kernel_ranges import REAL, small_cell
 
 MODES = ("forward", "train_step")
@@ -107,7 +108,7 @@ def test_gemm_share_forward_against_training_step(parsed):
     row = _rows(d["shift_table"])[0]
     assert row[2] == fmt_pct(gemm_fwd)
     record = load(parsed["paths"]["train_step"])
-    step = [k for k in record["data"]["kernels"] if k["range"] == "step"]
+    step = [k for k in kernel_rows(record["data"]["kernels"]) if k["range"] == "step"]
     gemm_train = sum(k["total_ns"] for k in step if k["class"] == "gemm") / sum(k["total_ns"] for k in step)
     assert row[3] == fmt_pct(gemm_train)
     assert gemm_train < gemm_fwd  # backward and AdamW add non-GEMM work

@@ -51,7 +51,7 @@ def canonical_ranges(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         frame = frames.get(key)
         if frame is not None and "range" in frame:
             renamed = frame.copy()
-            renamed["range"] = [canonical_range(r) for r in frame["range"]]
+            renamed["range"] = frame["range"].map({r: canonical_range(r) for r in frame["range"].unique()})
             out[key] = renamed
     return out
 

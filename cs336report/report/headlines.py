@@ -29,7 +29,9 @@ def nsys_profile(d: dict) -> str | None:
     if not top:
         return None
     text = f"GEMMs lead forward kernel time in {top['n_gemm']} of {top['n']} cells"
-    return text + (f"; softmax is {att['per_flop']}× slower per FLOP than the attention matmuls" if att else "")
+    if att and "per_flop" in att:
+        return text + f"; softmax is {att['per_flop']}× slower per FLOP than the attention matmuls"
+    return text + (f"; softmax takes {att['time']}× the attention matmuls' kernel time" if att else "")
 
 
 def mixed_precision_accumulation(d: dict) -> str | None:

@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from ...parsers.kernel_ranges import LAUNCH_API
+from ...parsers.kernel_records import kernel_frame as record_kernels
 from ..tables import sig
 
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
@@ -99,15 +100,20 @@ def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
 
 
 def kernel_frame(records: list[dict]) -> pd.DataFrame:
-    rows = []
+    """One row per (range, kernel) of every profiled cell that ran, with its size, context and mode."""
+    frames = []
     for r in records:
         if r["status"] != "ok":
             continue
         c = r["config"]
-        for k in (r["data"] or {}).get("kernels", []):
-            rows.append({"size": c.get("size"), "context": c.get("context"), "mode": c.get("mode"), **k,
-                         "path": r.get("_path", "")})
-    return pd.DataFrame(rows)
+        kernels = record_kernels((r["data"] or {}).get("kernels"))
+        if kernels.empty:
+            continue
+        for column, value in (("mode", c.get("mode")), ("context", c.get("context")), ("size", c.get("size"))):
+            kernels.insert(0, column, value)
+        kernels["path"] = r.get("_path", "")
+        frames.append(kernels)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def class_frame(records: list[dict]) -> pd.DataFrame:

@@ -203,8 +203,12 @@ def gain_table(kernels: pd.DataFrame, ref: tuple) -> tuple[Table | None, list[di
     return table, facts
 
 
+# The option of parse-nsys that gives a profile parsed without its run's record the batch size (e)'s FLOPs need.
+BATCH_OPTION = "--batch-size"
+
+
 def attention_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table, dict]:
-    rows, facts = [], []
+    rows, facts, unknown = [], [], []  # unknown: cells whose batch size, so FLOPs, the records do not hold
     for _, r in cells[(cells["status"] == "ok")].iterrows():
         if r["mode"] != "forward" and not cells[(cells["size"] == r["size"]) & (cells["context"] == r["context"])
                                                 & (cells["mode"] == "forward") & (cells["status"] == "ok")].empty:
@@ -224,23 +228,27 @@ def attention_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table, 
             mm_scores = mm_value = None
             matmul_ns = sdpa.loc[sdpa["class"] == "gemm", "per_step_ns"].sum()
         soft_ns = soft["per_step_ns"].sum()
-        if not r["model"] or not is_number(r["batch"]):
-            continue  # parsed without its run's record: the batch, so the FLOPs, are unknown
-        spec = ModelSpec(**r["model"])
-        flops = accounting.attention_flops(spec, int(r["batch"]), int(r["context"]))
         if matmul_ns <= 0:
             continue
         time_ratio = soft_ns / matmul_ns
+        times = [Cell(str(r["size"])), Cell(str(r["context"])), Cell(fmt_ms(mm_scores)), Cell(fmt_ms(mm_value)),
+                 Cell(fmt_ms(matmul_ns)), Cell(fmt_ms(soft_ns)), Cell(sig(time_ratio))]
+        fact = {"size": str(r["size"]), "context": int(r["context"]), "time_ratio": time_ratio}
+        if r["model"]:
+            fact["soft_kernels"] = soft["per_step_instances"].sum() / ModelSpec(**r["model"]).num_layers
+        if not r["model"] or not is_number(r["batch"]):  # parsed without its run's record and --batch-size
+            rows.append(times + [Cell("–")] * 4)
+            unknown.append({**fact, "no_batch": not is_number(r["batch"])})
+            continue
+        spec = ModelSpec(**r["model"])
+        flops = accounting.attention_flops(spec, int(r["batch"]), int(r["context"]))
         matmul_flops = flops["attention_scores"] + flops["attention_value"]
         flop_ratio = flops["softmax"] / matmul_flops
         matmul_rate, soft_rate = matmul_flops / matmul_ns * 1e-3, flops["softmax"] / soft_ns * 1e-3  # TFLOP/s
-        rows.append([Cell(str(r["size"])), Cell(str(r["context"])), Cell(fmt_ms(mm_scores)), Cell(fmt_ms(mm_value)),
-                     Cell(fmt_ms(matmul_ns)), Cell(fmt_ms(soft_ns)), Cell(sig(time_ratio)), Cell(sig(flop_ratio)),
-                     Cell(sig(time_ratio / flop_ratio)), Cell(sig(matmul_rate)), Cell(sig(soft_rate))])
-        facts.append({"size": str(r["size"]), "context": int(r["context"]), "time_ratio": time_ratio,
-                      "flop_ratio": flop_ratio, "per_flop": time_ratio / flop_ratio,
-                      "matmul_rate": matmul_rate, "soft_rate": soft_rate,
-                      "soft_kernels": soft["per_step_instances"].sum() / spec.num_layers})
+        rows.append(times + [Cell(sig(flop_ratio)), Cell(sig(time_ratio / flop_ratio)), Cell(sig(matmul_rate)),
+                             Cell(sig(soft_rate))])
+        facts.append({**fact, "flop_ratio": flop_ratio, "per_flop": time_ratio / flop_ratio,
+                      "matmul_rate": matmul_rate, "soft_rate": soft_rate})
     table = Table(
         title="(e) Softmax against the attention matmuls, per forward pass",
         columns=["size", "context", "QKᵀ matmul kernels", "PV matmul kernels", "both matmuls", "softmax kernels",
@@ -259,6 +267,12 @@ def attention_table(cells: pd.DataFrame, kernels: pd.DataFrame) -> tuple[Table, 
                "per_flop": span(f["per_flop"], sig), "matmul_rate": span(f["matmul_rate"], sig),
                "soft_rate": span(f["soft_rate"], lambda x: sig(x, 2)),
                "soft_kernels": span(f["soft_kernels"], fmt_count)}
+    elif unknown:  # the times alone
+        f = pd.DataFrame(unknown)
+        out = {"n": len(f), "time": span(f["time_ratio"], sig)}
+    no_batch = sum(u["no_batch"] for u in unknown)
+    if no_batch:
+        out["no_batch"] = {"n": no_batch, "option": BATCH_OPTION}
     return table, out
 
 
