@@ -123,6 +123,28 @@ def test_editing_the_coverage_module_rerenders_the_report_only(workdir):
     assert jobs_after_editing(workdir, "coverage.py") == {"report": 1}
 
 
+def test_installing_or_upgrading_triton_reruns_the_rules_that_run_it(workdir, tmp_path):
+    """Triton's version is a param of handout_tests and the flash rules: another Triton (here a
+    distribution record that shadows the installed one, or a first one where none is) reruns their
+    cells and the report, and nothing else."""
+    import subprocess
+    import sys
+
+    dist = tmp_path / "site" / "triton-0.0.0+test.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 0.0.0+test\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(dist.parent), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "-n", "report"], cwd=workdir, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    output = run.stdout + run.stderr
+    cells = {rule: len(list((workdir / "results" / rule).glob("*.json"))) for rule in
+             ("handout_tests", "flash_benchmarking", "flash_leaderboard")}
+    assert cells["handout_tests"] and cells["flash_benchmarking"], cells
+    assert job_counts(output) == {**{rule: n for rule, n in cells.items() if n}, "report": 1}
+    assert "triton 0.0.0+test" in output  # the changed param, named in Snakemake's reason
+
+
 def test_bad_config_stops_before_any_job(workdir, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("grids:\n  cpu:\n    benchmarking:\n      sizes: [mini, colossal]\n      contexts: [32]\n")
