@@ -42,8 +42,8 @@ rule all:
 # timeout). Snakemake's own report (rule graph, run times, the writeup registered with report()):
 #   snakemake --report report/workflow.html
 onsuccess:
-    shell(f"{PY} -m cs336report worker-stop || true")
+    shell(f"{PY} -m cs336report worker-stop > logs/worker-stop.log 2>&1 || true")
 
 
 onerror:
-    shell(f"{PY} -m cs336report worker-stop || true")
+    shell(f"{PY} -m cs336report worker-stop > logs/worker-stop.log 2>&1 || true")

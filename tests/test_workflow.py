@@ -44,6 +44,20 @@ def test_cpu_report_has_every_section_and_measured_numbers(workdir):
     assert "Not run: needs a CUDA device" in memory and '<h2 id="memory_profiling">' in html
 
 
+def test_the_run_prints_a_line_a_job_and_ends_naming_the_report(workdir):
+    """The console of the run that built the CPU report: no input lists, a line a job with its
+    phases, and a last line naming the pages to read."""
+    lines = (workdir / ".snakemake" / "console.txt").read_text().splitlines()
+    assert lines[-1].endswith("The answers: report/cpu/answers.md; the whole report: report/cpu/index.html"), lines[-3:]
+    assert not any(line.lstrip().startswith(("input:", "output:", "SNAKEMAKE")) for line in lines)
+    jobs = [line for line in lines if re.match(r"^\[\d\d:\d\d:\d\d\] \d+/\d+ ", line)]
+    if jobs:  # a run that had jobs (a reused, up-to-date folder has none)
+        total = int(jobs[0].split()[1].split("/")[1])
+        assert len(jobs) == total and jobs[-1].endswith(f"{total}/{total} report")
+        phases = [line for line in lines if line.startswith("    ")]
+        assert phases and len(lines) <= 2 + len(jobs) + len(phases) + 2, lines[:5]
+
+
 def test_the_jobs_share_a_bytecode_cache_only_where_the_installation_has_none(workdir):
     """Where torch's installation holds its bytecode (pip's), the jobs read it and no run cache is
     made; where it has none and may not be written, every job's Python compiles into the run's cache."""
