@@ -95,7 +95,12 @@ def _worker_stop(args) -> int:
 def _render(args) -> int:
     from .report.render import render_report
 
-    render_report(args.results, _json_arg(args.config_json), args.out)
+    try:
+        render_report(args.results, _json_arg(args.config_json), args.out)
+    except OSError as exc:  # a full disk: the file being written is left as it was (results.write_atomic)
+        print(f"error: writing {exc.filename or args.out} failed: {exc.strerror or exc}; the report in {args.out} "
+              f"is not whole", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -15,7 +15,6 @@ import io
 import os
 import re
 import shutil
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
 from ..handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
-from ..results import load, record_status
+from ..results import load, record_status, write_atomic
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
 from .cost import cost_of
@@ -176,7 +175,7 @@ class RenderContext:
             buf = io.BytesIO()
             fig.savefig(buf, format="png", dpi=110)
             png = buf.getvalue()
-            (self.figures_dir / f"{name}.png").write_bytes(png)
+            write_atomic(self.figures_dir / f"{name}.png", png)
         plt.close(fig)
         return Figure(name=name, path=f"figures/{name}.png", caption=caption, alt=alt or caption,
                       data_uri="data:image/png;base64," + base64.b64encode(png).decode())
@@ -311,14 +310,6 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
                   links_from: str | Path | None = None, draw: bool = True) -> dict:
     """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
@@ -339,7 +330,7 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
                  "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
         for name, (kind, template) in pages.items():
             text = envs[kind].get_template(template).render(fmt_lib=f"_{kind}.j2", page=name, **context)
-            _write_atomic(out_dir / name, text)
+            write_atomic(out_dir / name, text.encode())
     finally:
         RERUN_OPTIONS.reset(token)
     return context
