@@ -1,4 +1,4 @@
-"""Command line of cs336report: one subcommand per workflow step.
+"""Command line of cs336report: the checks a user runs, and one subcommand per workflow step.
 
     python -m cs336report check-config workflow/config/default.yaml [my-settings.yaml ...]
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 
@@ -46,9 +47,18 @@ def _check_config(args) -> int:
 
 def _cells(args) -> int:
     from . import experiments
-    from .config import Config
+    from .config import Config, ConfigError
 
-    for name in experiments.cells(args.experiment, Config.from_file(args.config)):
+    if args.experiment not in experiments.registry():
+        print(f"error: unknown experiment {args.experiment!r}; known: {', '.join(sorted(experiments.registry()))}",
+              file=sys.stderr)
+        return 2
+    try:
+        cfg = Config.from_file(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for name in experiments.cells(args.experiment, cfg):
         print(name)
     return 0
 
@@ -199,9 +209,35 @@ def _parse_snapshot(args) -> int:
     return main_args(args)
 
 
+# The commands a user types; the others are the workflow's steps, which its rules run.
+USER_COMMANDS = ("check-config", "cells", "missing", "rerender-check", "worker-stop")
+
+
+def _help_epilog(sub) -> str:
+    """The commands in two lists, a user's and the workflow's, each with its help."""
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    width = max(map(len, helps)) + 4
+
+    def listed(names) -> list[str]:
+        return [textwrap.fill(helps[c], 100, initial_indent=f"  {c:<{width - 2}}", subsequent_indent=" " * width)
+                for c in names]
+
+    lines = ["commands to type:", *listed(USER_COMMANDS), "",
+             "steps of the workflow (its rules run them: snakemake --cores 1 report):",
+             *listed(c for c in helps if c not in USER_COMMANDS)]
+    return "\n".join(lines + ["", "python -m cs336report COMMAND --help describes a command's arguments."])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cs336report", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="cs336report", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     usage="%(prog)s [-h] [--version] COMMAND ...",
+                                     description="The CS336 Systems experiments and their report: the checks a "
+                                                 "user runs, and the steps of the Snakemake workflow.")
+    parser.add_argument("--version", action="version", version=f"cs336report {__version__}")
+    # listed by the epilog, in two groups, rather than in one list of choices
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
 
     p = sub.add_parser("check-config", help="validate config files (merged in order, as Snakemake's --configfile "
                        "does) and resolve the device")
@@ -325,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", help="render into this folder (default: a temporary one, removed)")
     p.set_defaults(func=_rerender_check)
 
+    parser.epilog = _help_epilog(sub)
     args = parser.parse_args(argv)
     # With several GPU slots, a job runs on the GPUs and cores it claims, one that times nothing on
     # the cores the timed jobs leave (cs336report.gpu_slots); otherwise nothing is bound.
