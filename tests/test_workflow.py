@@ -7,7 +7,7 @@ import re
 import pytest
 
 from conftest import snakemake
-from helpers import without_record_links
+from helpers import run_config, without_record_links
 
 from cs336report.report.tables import fmt_mean_std, sig
 
@@ -157,6 +157,48 @@ def test_installing_or_upgrading_triton_reruns_the_rules_that_run_it(workdir, tm
     assert cells["handout_tests"] and cells["flash_benchmarking"], cells
     assert job_counts(output) == {**{rule: n for rule, n in cells.items() if n}, "report": 1}
     assert "triton 0.0.0+test" in output  # the changed param, named in Snakemake's reason
+
+
+def hints(markdown: str) -> tuple[set[str], list[str]]:
+    """The commands a report's "not run" lines give to run on its machine, and what the others say
+    their result needs (a machine, a setting), from its Markdown."""
+    text = without_record_links(markdown).replace("\\_", "_")
+    here = set(re.findall(r"Run it with `([^`]+)`", text)) | set(re.findall(r"not run \(`([^`]+)`\)", text))
+    elsewhere = re.findall(r"It needs (.+?)(?:: run `[^`]+` there)?\.(?:\s|$)", text)
+    elsewhere += re.findall(r"not run \(needs ([^:)]+)", text)
+    return here, elsewhere
+
+
+def planned_jobs(workdir, command: str) -> dict[str, int]:
+    """The jobs a dry run of a hint's command plans in the built CPU workflow."""
+    import subprocess
+    import sys
+
+    words = command.split()
+    assert words[:3] == ["snakemake", "--cores", "1"] and "--forcerun" in words, command
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", *words[1:]], cwd=workdir, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, (command, run.stderr[-2000:])
+    return job_counts(run.stdout + run.stderr)
+
+
+def test_every_not_run_hint_plans_the_missing_jobs_or_names_the_machine(workdir, tmp_path):
+    """Each "not run" line of the CPU report, and of the same report without some rules' records,
+    gives a command whose dry run plans those rules' jobs, or says which machine (or setting) the
+    result needs: the CPU grid has no cells of the GPU-only rules, so no command runs them here."""
+    from cs336report.report.render import render_report
+
+    here, elsewhere = hints((workdir / "report/cpu/report.md").read_text())
+    assert elsewhere and all(re.search(r"\bCUDA GPUs?\b", need) for need in elsewhere), elsewhere
+    dropped = ("benchmarking_warmup", "naive_ddp_benchmarking", "ddp_bucketed_benchmarking")
+    results = [p for p in sorted((workdir / "results").glob("*/*.json")) if p.parent.name not in dropped]
+    render_report([str(p) for p in results], run_config(workdir), tmp_path / "out", links_from=workdir / "report/cpu")
+    more, _ = hints((tmp_path / "out/report.md").read_text())
+    forced = {command: set(command.split("--forcerun ", 1)[1].split(" -- ")[0].split()) for command in here | more}
+    assert set(dropped) <= set().union(*forced.values()), forced  # each missing rule has a command
+    for command, rules in forced.items():
+        jobs = planned_jobs(workdir, command)
+        assert rules <= set(jobs) and jobs.get("report") == 1, (command, jobs)
 
 
 def test_bad_config_stops_before_any_job(workdir, tmp_path):

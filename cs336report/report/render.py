@@ -24,8 +24,9 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
-from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
-from ..handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
+from ..coverage import coverage as cell_coverage, expected_cells, gpus_short, not_run_reason
+from ..handout import (BENCHMARKING_SETTINGS, RERUN_HOST, RERUN_OPTIONS, RerunHost, grid_option, rerun_command,
+                       snakemake_command)
 from ..results import load, record_status, write_atomic
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
@@ -268,17 +269,32 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
             "n_commits": len(commits), "n_records": len(records)}
 
 
+def configured_cells(config: dict) -> dict[str, dict] | None:
+    """The configured cells: by name where the report rule passed them (rendering then imports no
+    experiment module, nor torch), else resolved from the config here."""
+    if "_expected" in config:
+        return {name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
+    return expected_cells(config)
+
+
+def rerun_host(records: list[dict], config: dict, expected: dict[str, dict] | None) -> RerunHost | None:
+    """What the report's grid and machine can run, for its "not run" commands (None where the
+    configured cells are not known)."""
+    if expected is None:
+        return None
+    return RerunHost(grid=config.get("_grid", "cpu"), device=config.get("_device", "cpu"),
+                     cells={name: len(cells) for name, cells in expected.items()},
+                     gpu_grid=dict(config.get("_gpu_grid") or {}), short_of=gpus_short(records))
+
+
 def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None,
-                  draw: bool = True) -> dict:
+                  draw: bool = True, expected: dict[str, dict] | None = None) -> dict:
     """The templates' context; record links are relative to ``links_from`` (default: the report folder);
-    ``draw``: False leaves the figures undrawn (their captions and the text are the same)."""
+    ``draw``: False leaves the figures undrawn (their captions and the text are the same); ``expected``:
+    the configured cells (:func:`configured_cells`)."""
     from .sections import HANDOUT
 
     ctx = RenderContext(records, config, figures_dir, draw)
-    # the configured cells: by name where the report rule passed them (rendering then imports no
-    # experiment module, nor torch), else resolved from the config here
-    expected = ({name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
-                if "_expected" in config else expected_cells(config))
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     modules = {m.ID: m for m in SECTIONS}
     sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
@@ -321,10 +337,12 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    # the report's commands rerun its own grid
+    expected = configured_cells(config)
+    # the report's commands rerun its own grid, and name the machine a result needs where this one cannot run it
     token = RERUN_OPTIONS.set(grid_option(config.get("_grid"), config.get("_device")))
+    host = RERUN_HOST.set(rerun_host(records, config, expected))
     try:
-        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw)
+        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw, expected)
         envs = environments(Path(links_from) if links_from else out_dir)
         pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
                  "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
@@ -332,5 +350,6 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
             text = envs[kind].get_template(template).render(fmt_lib=f"_{kind}.j2", page=name, **context)
             write_atomic(out_dir / name, text.encode())
     finally:
+        RERUN_HOST.reset(host)
         RERUN_OPTIONS.reset(token)
     return context

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from ...distributed import bucket_model
+from ...handout import Hint, rerun_command
 from ..ddp import (allreduce_frame, by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame,
                    steps_table)
 from ..student_rows import student_rows
@@ -87,10 +88,23 @@ def build(ctx) -> dict:
         if individual:
             out["individual"] = individual
     out["fit"] = model_fit(df)
+    if not out["fit"]:
+        out["fit_hint"] = fit_hint(ctx)
     if out["fit"]:
         out["fit"]["o_check"] = o_check(ctx.records("distributed_communication_single_node"), out["fit"]["o_s"],
                                         int(sweep["world_size"].iloc[0]))
     return out
+
+
+def fit_hint(ctx) -> Hint:
+    """What fits the overhead model where it was not fitted: a second bucket size in the grid, or, where
+    the grid lists two or more, the sweep run again (a cell failed)."""
+    grid = ctx.config.get("_grid", "cpu")
+    sizes = (((ctx.config.get("grids") or {}).get(grid) or {}).get(ID) or {}).get("bucket_sizes_mb") or []
+    if len(sizes) < 2:
+        return Hint("", needs=f"two bucket sizes or more, of different bucket counts, in the config's "
+                              f"grids.{grid}.{ID}.bucket_sizes_mb")
+    return rerun_command(ID)
 
 
 # The fitted o is set against a measured call where it is at least this many times that call's latency.
