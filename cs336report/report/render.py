@@ -232,6 +232,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
     if module is None:
         return {**base, "ran": False, "has_module": False, "rules": [], "not_run": [], "records": [],
                 "skip_reason": "this version of the report has no section for it", "data": None, "headline": None,
+                "headline_clauses": [],
                 "template": None, "answer_template": None}
     # a section whose every record says "not run" (a distributed cell on a host of too few GPUs) is not answered
     records = [r for e in module.EXPERIMENTS for r in ctx.records(e)]
@@ -241,12 +242,14 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
     from . import headlines
 
     headline = getattr(module, "headline", None) or getattr(headlines, module.ID, None)
+    # the summary's line: its answer's claims, quoted (cs336report.report.headlines)
+    clauses = list(headline(data)) if present and headline else []
     section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
             "command": rerun_command(*module.EXPERIMENTS) if problem.rule == problem.id else problem.command,
             "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
             "skip_reason": None if present else (not_run_reason(records) or _skip_reason(module, ctx)), "data": data,
-            "headline": headline(data) if present and headline else None,
+            "headline": "; ".join(clauses) or None, "headline_clauses": clauses,
             # answered, but a configured cell of it is missing or its record failed
             "gaps": {"missing": sum(len(n["missing"]) for n in not_run),
                      "failed": sum(r["status"] == "error" for r in records),

@@ -12,6 +12,7 @@ from ...distributed import bucket_model
 from ...handout import Hint, rerun_command
 from ..ddp import (allreduce_frame, by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame,
                    steps_table)
+from ..headlines import GAP
 from ..student_rows import student_rows
 from ..tables import Num, fmt_seconds, sig
 
@@ -129,8 +130,16 @@ def o_check(records: list[dict], o_s: float, world: int) -> dict | None:
             "size": f"{sig(small['size_mb'])} MB", "world": world}
 
 
-def headline(d: dict) -> str:
+def headline(d: dict) -> list[str]:
+    """The summary's clauses, in its answer's words: the best bucket size of (a), the fitted model of (b)."""
     b = d.get("best")
-    if b and b["within_spread"]:
-        return f"bucket sizes within their spread: {b['step']} to {b['worst_step']} a step"
-    return f"best bucket {b['size']}: {b['step']} a step" if b else "no bucketed step ran"
+    if not b:
+        return []
+    if b["within_spread"]:
+        out = [f"the bucket sizes cannot be told apart: their steps run from {b['step']}{GAP}to {b['worst_step']}"]
+    else:
+        only = "" if b["several"] else " (the only one that ran)"
+        out = [f"the fastest bucket size{only} is {b['size']}: {b['step']} a step with {b['sync']} left after backward"]
+    if d.get("fit"):
+        out.append(f"o = {d['fit']['o']}, w = {d['fit']['w']}")
+    return out
