@@ -206,6 +206,8 @@ def install(report_dir: str, logger: logging.Logger | None = None) -> Console | 
     handler = next((h for h in logger.handlers if h.name == "DefaultStreamHandler"), None)
     if handler is None or handler.formatter is None:
         return None
+    if isinstance(handler.formatter, Console):  # installed already (a Snakefile read twice)
+        return handler.formatter
     console = Console(handler, report_dir)
     handler.addFilter(console)
     handler.setFormatter(console)

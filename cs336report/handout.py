@@ -74,8 +74,9 @@ def rerun_command(*rules: str) -> Hint:
     host = RERUN_HOST.get()
     if host is None:
         return Hint(snakemake_command(f"--forcerun {' '.join(rules)} -- report", cores=True))
-    absent = [r for r in rules if host.cells.get(r, 1) == 0]  # a rule it does not know (a parse step) follows
-    if absent and len(absent) == len([r for r in rules if r in host.cells]):
+    known = [r for r in rules if r in host.cells]  # a rule it does not know (a parse step) follows the others
+    absent = [r for r in known if not host.cells[r]]
+    if known and absent == known:
         elsewhere = [host.gpu_grid[r] for r in absent if r in host.gpu_grid]
         if not elsewhere:
             return Hint("", needs=f"cells of {', '.join(absent)} in the config's grids.{host.grid}")

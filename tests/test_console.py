@@ -24,7 +24,7 @@ def run(tmp_path):
     log.setLevel(logging.INFO)
     log.addHandler(handler)
     cons = console.install(str(tmp_path / "report"), logger=log)
-    assert cons is not None
+    assert cons is not None and console.install(str(tmp_path / "report"), logger=log) is cons  # once only
     yield log, out, cons, tmp_path
     log.removeHandler(handler)
 
