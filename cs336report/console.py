@@ -6,8 +6,8 @@ Snakemake's console gives every job a block with its whole input list (the repor
 ``--verbose``) sets a formatter and a filter on Snakemake's console handler only; the log file
 under .snakemake/log/ keeps every record as Snakemake writes it. The console then reads:
 
-    61 jobs to run; each writes its output to logs/<rule>/<cell>.log
-    [22:18:05] 1/61 compiled_model naive-fp32-tiny-ctx32
+    62 jobs to run; each writes its output to logs/<rule>/<cell>.log
+    [22:18:05] 1/62 compiled_model naive-fp32-tiny-ctx32
         first call: compiling (can take minutes)
         first call: done in 32.1 s
     ...
@@ -81,7 +81,8 @@ class Console(logging.Filter):
         event = _event(record)
         if event == "run_info" and isinstance(getattr(record, "stats", None), dict):
             self.total = int(record.stats.get("total", 0))
-            return f"{self.total} jobs to run; each writes its output to logs/<rule>/<cell>.log"
+            return (f"{self.total} job{'s' if self.total != 1 else ''} to run; each writes its output to "
+                    f"logs/<rule>/<cell>.log")
         if event == "job_info":
             return self._start(record)
         if event == "job_error":
