@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         return sub.add_parser(name, help=help)
 
     p = command("check-config", help="validate config files (merged in order, as Snakemake's --configfile "
-                       "does) and resolve the device")
+                "does) and resolve the device")
     p.add_argument("config", nargs="+")
     p.set_defaults(func=_check_config)
 
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_profile)
 
     p = command("profile-job", help="run several cells in one process under nsys, a capture range each, "
-                                           "into a folder per cell")
+                "into a folder per cell")
     _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--job", required=True, help="job name, recorded in each result")
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_parse_nsys)
 
     p = command("parse-ddp-timeline", help="a profiled DDP cell's nsys trace exports into a result JSON "
-                       "(each rank's last step: kernels per stream, communication hidden behind compute)")
+                "(each rank's last step: kernels per stream, communication hidden behind compute)")
     p.add_argument("stats_dir", help="the folder nsys-stats wrote (stats_cuda_gpu_trace.csv, stats_nvtx_gpu_proj_trace.csv)")
     p.add_argument("--run", required=True, help="the profiled run's run.json")
     p.add_argument("--out", required=True, help="result JSON to write")
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_parse_snapshot)
 
     p = command("rerender-check", help="render the published report again from its records and compare "
-                       "it with the committed report.md (timestamps masked)")
+                "it with the committed report.md (timestamps masked)")
     p.add_argument("--data", default="report/data", help="published folder")
     p.add_argument("--report", default="report/report.md", help="the committed Markdown report")
     p.add_argument("--keep", help="render into this folder (default: a temporary one, removed)")
