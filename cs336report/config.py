@@ -75,6 +75,8 @@ def load_file(path: str | Path) -> dict:
     try:
         with open(path) as fh:
             raw = yaml.load(fh, Loader=_SAFE_LOADER)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -183,7 +185,15 @@ def _require_cuda(source: str) -> None:
                           f"{torch.__version__}, {build}); use 'device: auto' or 'device: cpu'")
 
 
-def _check_model(model: dict | None, source: str, device: str) -> dict | None:
+def _named(exc: Exception, files, source: str) -> ConfigError:
+    """A model or checkout error (``key: message``) as a ConfigError naming the config file that set
+    the key, else the one that named the checkout (whose model it is), else ``source``."""
+    key, _, message = str(exc).partition(": ")
+    where = _file_of(key.split("."), files, _file_of(["student", "checkout"], files, source))
+    return ConfigError(f"{where}: key '{key}': {message}")
+
+
+def _check_model(model: dict | None, source: str, device: str, files=None) -> dict | None:
     """Import and try the user's model named by the ``model`` key (see cs336report.models.check_source)."""
     if not model:
         return None
@@ -192,11 +202,10 @@ def _check_model(model: dict | None, source: str, device: str) -> dict | None:
     try:
         return check_source(model, device)
     except ModelError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ConfigError(f"{source}: key '{key}': {message}") from None
+        raise _named(exc, files, source) from None
 
 
-def _check_student(student: dict | None, source: str, device: str) -> dict | None:
+def _check_student(student: dict | None, source: str, device: str, files=None) -> dict | None:
     """Import and try the student's checkout named by ``student.checkout`` (see cs336report.student_check)."""
     if not (student or {}).get("checkout"):
         return None
@@ -206,11 +215,10 @@ def _check_student(student: dict | None, source: str, device: str) -> dict | Non
     try:
         return check_checkout(student, device)
     except StudentError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ConfigError(f"{source}: key '{key}': {message}") from None
+        raise _named(exc, files, source) from None
 
 
-def _student_model(model: dict | None, student: dict | None, source: str) -> dict | None:
+def _student_model(model: dict | None, student: dict | None, source: str, files=None) -> dict | None:
     """The ``model`` key, defaulting to the checkout's cs336_basics model when a checkout is named."""
     if not student:
         return model
@@ -220,8 +228,7 @@ def _student_model(model: dict | None, student: dict | None, source: str) -> dic
     try:
         return model_for_checkout(model, student)
     except StudentError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ConfigError(f"{source}: key '{key}': {message}") from None
+        raise _named(exc, files, source) from None
 
 
 @dataclass(frozen=True)
@@ -257,7 +264,7 @@ class Config:
             raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': no grid {data['grid']!r} "
                               f"under 'grids' (there are {', '.join(data['grids'])})")
         cfg._check_sizes(source, files)
-        return cfg._with_student(source)
+        return cfg._with_student(source, files)
 
     @classmethod
     def from_resolved(cls, data: dict, device: str) -> "Config":
@@ -267,11 +274,13 @@ class Config:
         data = validate(data, source="resolved config", merge_handout=False)
         return cls(data=data, device=device)._with_student("resolved config")
 
-    def _with_student(self, source: str) -> "Config":
-        """This config with its ``student`` and ``model`` keys checked, as the cells carry them."""
-        student = _check_student(self.data.get("student"), source, self.device)
-        model = _student_model(self.data.get("model"), student, source)
-        return dataclasses.replace(self, model_source=_check_model(model, source, self.device), student=student)
+    def _with_student(self, source: str, files=None) -> "Config":
+        """This config with its ``student`` and ``model`` keys checked, as the cells carry them; an error
+        names the one of ``files`` that set the key."""
+        student = _check_student(self.data.get("student"), source, self.device, files)
+        model = _student_model(self.data.get("model"), student, source, files)
+        return dataclasses.replace(self, model_source=_check_model(model, source, self.device, files),
+                                   student=student)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":

@@ -26,11 +26,37 @@ def expected_cells(config: dict) -> dict[str, dict] | None:
 
 def with_expected_cells(config: dict) -> dict:
     """``config`` with ``_expected``: the names of the cells it asks for, per experiment, so that the
-    report can list what did not run without importing the experiments (nor torch)."""
+    report can list what did not run without importing the experiments (nor torch); and with
+    ``_gpu_grid``: for each experiment it has no cells of, the GPUs its cells of the gpu grid need (the
+    report's "not run" lines say which machine runs them)."""
     expected = expected_cells(config)
     if expected is None:
         return config
-    return {**config, "_expected": {name: sorted(cells) for name, cells in expected.items()}}
+    out = {**config, "_expected": {name: sorted(cells) for name, cells in expected.items()}}
+    absent = [name for name, cells in expected.items() if not cells]
+    if absent and config.get("_grid") != "gpu":
+        # which cells, not whose code: the student's checkout and a user's model are not loaded again
+        mine = {k: v for k, v in config.items() if k not in ("student", "model")}
+        gpu = expected_cells({**mine, "grid": "gpu", "_device": "cuda"}) or {}
+        out["_gpu_grid"] = {name: max(gpus_of(cell) for cell in gpu[name].values()) for name in absent if gpu.get(name)}
+    return out
+
+
+def gpus_of(cell: dict) -> int:
+    """The GPUs a cell runs on: its world size for an NCCL group, one on a CUDA device, else none."""
+    if cell.get("backend") == "nccl":
+        return int(cell.get("world_size") or 1)
+    return int(str(cell.get("device", "")).startswith("cuda"))
+
+
+def gpus_short(records: Iterable[dict]) -> dict[str, int]:
+    """Per experiment, the GPUs its cells needed where their records say "not run" for want of them."""
+    out: dict[str, int] = {}
+    for r in records:
+        m = re.search(r"needs (\d+) GPUs, \d+ present", r.get("error") or "") if r["status"] == "not_run" else None
+        if m:
+            out[r["experiment"]] = max(out.get(r["experiment"], 0), int(m[1]))
+    return out
 
 
 def coverage(have: Iterable[tuple[str, str]], expected: dict[str, dict] | None) -> dict[str, dict]:

@@ -62,9 +62,9 @@ def time_steps(step: Callable[[], dict | None], warmup: int, measured: int, devi
     phases: dict[str, list[float]] = {}
     for i in range(warmup + measured):
         if i == 0 and warmup:
-            progress(f"warm-up: {warmup} steps")
+            progress(f"warm-up: {warmup} step{'s' if warmup != 1 else ''}")
         if i == warmup:
-            progress(f"timing {measured} steps")
+            progress(f"timing {measured} step{'s' if measured != 1 else ''}")
         events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
         with region("warmup" if i < warmup else "step"):
             start = timeit.default_timer()

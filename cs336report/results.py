@@ -124,6 +124,13 @@ def save(record: dict, path: str | Path, compact: bool = False) -> Path:
     payload = json.dumps(record, sort_keys=True, allow_nan=True, **layout).encode("utf-8")
     if path.name.endswith(GZIP_SUFFIX):
         payload = gzip_bytes(payload)
+    return write_atomic(path, payload)
+
+
+def write_atomic(path: str | Path, payload: bytes) -> Path:
+    """Write ``payload`` to ``path`` through a temporary file beside it, renamed into place once
+    whole: a failed write (a full disk) leaves the old file or none, never a truncated one."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -132,6 +139,9 @@ def save(record: dict, path: str | Path, compact: bool = False) -> Path:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:  # named by the file it was to be, not by the temporary one
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

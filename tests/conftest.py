@@ -65,4 +65,5 @@ def workdir(tmp_path_factory):
         shutil.rmtree(dest / "report" / "cpu", ignore_errors=True)
     run = snakemake(dest, "report")
     assert run.returncode == 0, run.stderr[-3000:]
+    (dest / ".snakemake" / "console.txt").write_text(run.stderr)  # what the run printed, for its tests
     return dest

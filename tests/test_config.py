@@ -99,6 +99,50 @@ def test_check_config_merges_files_and_names_the_bad_one(tmp_path, capsys):
     assert main(["check-config", str(DEFAULT_CONFIG), str(mine)]) == 0
 
 
+def test_the_command_line_answers_a_missing_file_or_an_unknown_name_in_one_line(tmp_path, capsys):
+    from cs336report.cli import main
+
+    missing = tmp_path / "nowhere.yaml"
+    assert main(["check-config", str(missing)]) == 2
+    assert capsys.readouterr().err == f"error: {missing}: cannot read the config file (No such file or directory)\n"
+    assert main(["cells", "benchmarking", "--config", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {missing}: cannot read")
+    assert main(["cells", "benchmark"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown experiment 'benchmark'; known: ") and "benchmarking," in err
+    assert len(err.splitlines()) == 1
+
+
+def test_the_command_line_has_a_version_and_lists_the_users_commands_apart(capsys):
+    from cs336report import __version__
+    from cs336report.cli import USER_COMMANDS, main
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out == f"cs336report {__version__}\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    mine, steps = text.split("commands to type:")[1].split("steps of the workflow")
+    assert all(f"  {c} " in mine for c in USER_COMMANDS) and "  run " not in mine
+    assert "  run " in steps and "  render " in steps and "  check-config " not in steps
+
+
+@pytest.mark.parametrize("key,text,expect", [
+    ("model", "model: {factory: no_such_package.model:LM}\n", "key 'model.factory': cannot import module"),
+    ("student", "student: {checkout: /no/such/checkout}\n", "key 'student.checkout': '/no/such/checkout' is not a folder"),
+])
+def test_a_bad_model_or_checkout_names_the_file_that_set_it(tmp_path, raw, key, text, expect):
+    from cs336report.config import load_files
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(text)
+    files = [str(DEFAULT_CONFIG), str(mine)]
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict(load_files(files), source="--config", files=files, cuda_available=False)
+    assert str(err.value).startswith(f"{mine}: {expect}"), err.value
+
+
 def test_unknown_size_is_named(raw):
     raw["grids"]["gpu"]["benchmarking"]["sizes"].append("huge")
     with pytest.raises(ConfigError, match=r"grids\.gpu\.benchmarking\.sizes\[5\].*'huge'"):

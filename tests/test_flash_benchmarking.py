@@ -731,7 +731,7 @@ def test_answer_gives_the_fitted_exponents_as_memory_not_time(tmp_path):
     assert "time grows as seq" not in answer
     assert re.search(r"× at seq 65536 with d_head 64\. ", answer)  # the speed-up at the longest seq is one d_head's
     summary = (tmp_path / "report" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
-    assert re.search(r"× at seq 65536, d_head 64\b", summary)  # and so is the summary's headline
+    assert re.search(r"× at seq 65536 with d_head 64\b", summary)  # and so is the summary's headline
     # where Triton's call is mostly host overhead, the median speed-up compares launch paths: the answer
     # counts those shapes and gives the kernels' own ratio, both from the records
     shapes = {impl: {(s["d"], s["seq"]): s["passes"]["forward_backward"] for s in load(p)["data"]["shapes"]}

@@ -216,8 +216,11 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
     text = environments()["md"].get_template("answers/flash_backward.j2").render(
         fmt_lib="_md.j2", d=backward, section={**section, "id": "flash_backward"})
     assert "1 of 3 handout tests of the backward pass passed, 2 skipped: Triton is not installed" in text
-    from cs336report.report.handout_tests import headline
-    assert headline(part).startswith("1 of 3 tests of cs336report's suite passed, 2 skipped (Triton is not installed (pip install triton))")
+    from cs336report.report.sections import flash_backward, flash_forward
+    assert flash_forward.headline(part) == ["Passed: the handout test of the tiled PyTorch forward",
+                                            "Skipped: the handout test of the Triton forward kernel",
+                                            "Skipped: the handout test of causal masking"]
+    assert flash_backward.headline(backward)[0] == "1 of 3 handout tests of the backward pass passed, 2 skipped"
 
 
 def test_the_answer_says_whose_test_files_ran():
@@ -250,9 +253,9 @@ def test_the_answer_says_whose_test_files_ran():
         evidence = environments()["md"].get_template("sections/flash_backward.j2").render(
             fmt_lib="_md.j2", d=part, section=section)
         assert ("in cs336report's own suite" in evidence) is (checkout is None)
-        from cs336report.report.handout_tests import headline
-        assert headline(part).startswith("1 of 1 tests of cs336report's suite passed" if checkout is None
-                                         else "1 of 1 handout tests passed")
+        from cs336report.report.sections import flash_backward
+        assert flash_backward.headline(part) == ["Passed: the handout test of the backward pass",
+                                                 "largest absolute error against the reference 1e-06"]
         assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
                                        else "Handout tests of flash_backward")
 

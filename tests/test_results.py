@@ -85,6 +85,37 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
+def test_a_full_disk_leaves_the_old_file_and_names_the_new_one(tmp_path, monkeypatch):
+    target = tmp_path / "figure.png"
+    target.write_bytes(b"old")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as err:
+        results.write_atomic(target, b"\x89PNG" + b"x" * 1000)
+    assert (err.value.errno, err.value.filename) == (28, str(target))
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["figure.png"]
+
+
+def test_a_render_that_cannot_write_says_which_file_in_one_line(tmp_path, monkeypatch, capsys):
+    from conftest import REPO
+    from cs336report.cli import main
+    from cs336report.report import render
+
+    def full(path, payload):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(render, "write_atomic", full)
+    record = REPO / "tests" / "fixtures" / "handout_tests" / "attention.json"
+    out = tmp_path / "report"
+    assert main(["render", str(record), "--config-json", '{"_device": "cpu"}', "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: writing {out}/") and "failed: No space left on device;" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_killed_experiment_leaves_no_result(tmp_path):
     name, c = cell("benchmarking")
     c["measured_steps"] = 100_000  # runs until killed

@@ -131,6 +131,32 @@ def test_config_checks_the_student_checkout(student_cfg):
     assert student_cfg.student["name"] == "student_repo" and len(student_cfg.student["sha256_16"]) == 16
 
 
+def test_editing_the_students_code_changes_every_cell_that_runs_it(tmp_path):
+    """The student's code reaches the rules that run it through their cells: each carries the
+    checkout's source hash, and the workflow passes a cell as a settings file named by its content
+    (a param), so an edited checkout reruns those cells and no other."""
+    import json
+
+    from cs336report import experiments
+
+    repo = copy_repo(tmp_path)
+
+    def cells() -> dict[str, str]:
+        student.load_adapters.cache_clear()
+        cfg = Config.from_dict(raw_config(repo), cuda_available=False)
+        return {f"{name}/{cell}": json.dumps(c, sort_keys=True)
+                for name in experiments.names() for cell, c in experiments.cells(name, cfg).items()}
+
+    before = cells()
+    flash = repo / "cs336_systems" / "flash.py"
+    flash.write_text(flash.read_text() + "\n# edited\n")
+    after = cells()
+    assert before.keys() == after.keys()
+    changed = {key.split("/")[0] for key in before if before[key] != after[key]}
+    carries = {key.split("/")[0] for key, text in before.items() if json.loads(text).get("student")}
+    assert "handout_tests" in changed and changed == carries, (changed, carries)
+
+
 def test_model_comes_from_the_checkout_unless_a_factory_is_named(student_cfg, tmp_path):
     source = student_cfg.model_source
     assert source["factory"] == student.DEFAULT_FACTORY

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from conftest import snakemake
-from helpers import without_record_links
+from helpers import run_config, without_record_links
 
 from cs336report.report.tables import fmt_mean_std, sig
 
@@ -42,6 +42,22 @@ def test_cpu_report_has_every_section_and_measured_numbers(workdir):
     assert 'src="data:image/png;base64,' in html
     memory = md.split('<a id="memory_profiling"></a>', 1)[1].split('<a id="pytorch_attention"></a>', 1)[0]
     assert "Not run: needs a CUDA device" in memory and '<h2 id="memory_profiling">' in html
+
+
+def test_the_run_prints_a_line_a_job_and_ends_naming_the_report(workdir):
+    """The console of the run that built the CPU report: no input lists, a line a job with its
+    phases, and a last line naming the pages to read."""
+    lines = (workdir / ".snakemake" / "console.txt").read_text().splitlines()
+    assert lines[-1].endswith("The answers: report/cpu/answers.md; the whole report: report/cpu/index.html"), lines[-3:]
+    assert not any(line.lstrip().startswith(("input:", "output:", "SNAKEMAKE")) for line in lines)
+    jobs = [line for line in lines if re.match(r"^\[\d\d:\d\d:\d\d\] \d+/\d+ ", line)]
+    if jobs:  # a run that had jobs (a reused, up-to-date folder has none)
+        total = int(jobs[0].split()[1].split("/")[1])
+        assert len(jobs) == total and jobs[-1].endswith(f"{total}/{total} report")
+        phases = [line for line in lines if line.startswith("    ")]
+        assert len(lines) <= 2 + len(jobs) + len(phases) + 2, lines[:5]
+        if any(" benchmarking " in job for job in jobs):  # a timed cell ran: its warm-up and timing show
+            assert "    warm-up: 5 steps" in lines and "    timing 10 steps" in lines
 
 
 def test_the_jobs_share_a_bytecode_cache_only_where_the_installation_has_none(workdir):
@@ -121,6 +137,70 @@ def test_uncompiled_twins_that_benchmarking_does_not_run_are_their_own_jobs(work
 
 def test_editing_the_coverage_module_rerenders_the_report_only(workdir):
     assert jobs_after_editing(workdir, "coverage.py") == {"report": 1}
+
+
+def test_installing_or_upgrading_triton_reruns_the_rules_that_run_it(workdir, tmp_path):
+    """Triton's version is a param of handout_tests and the flash rules: another Triton (here a
+    distribution record that shadows the installed one, or a first one where none is) reruns their
+    cells and the report, and nothing else."""
+    import subprocess
+    import sys
+
+    dist = tmp_path / "site" / "triton-0.0.0+test.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 0.0.0+test\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(dist.parent), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "-n", "report"], cwd=workdir, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    output = run.stdout + run.stderr
+    cells = {rule: len(list((workdir / "results" / rule).glob("*.json"))) for rule in
+             ("handout_tests", "flash_benchmarking", "flash_leaderboard")}
+    assert cells["handout_tests"] and cells["flash_benchmarking"], cells
+    assert job_counts(output) == {**{rule: n for rule, n in cells.items() if n}, "report": 1}
+    assert "triton 0.0.0+test" in output  # the changed param, named in Snakemake's reason
+
+
+def hints(markdown: str) -> tuple[set[str], list[str]]:
+    """The commands a report's "not run" lines give to run on its machine, and what the others say
+    their result needs (a machine, a setting), from its Markdown."""
+    text = without_record_links(markdown).replace("\\_", "_")
+    here = set(re.findall(r"Run it with `([^`]+)`", text)) | set(re.findall(r"not run \(`([^`]+)`\)", text))
+    elsewhere = re.findall(r"It needs (.+?)(?:: run `[^`]+` there)?\.(?:\s|$)", text)
+    elsewhere += re.findall(r"not run \(needs ([^:)]+)(?:: `|\))", text)  # the summary's (not the appendix's reasons)
+    return here, elsewhere
+
+
+def planned_jobs(workdir, command: str) -> dict[str, int]:
+    """The jobs a dry run of a hint's command plans in the built CPU workflow."""
+    import subprocess
+    import sys
+
+    words = command.split()
+    assert words[:3] == ["snakemake", "--cores", "1"] and "--forcerun" in words, command
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", *words[1:]], cwd=workdir, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, (command, run.stderr[-2000:])
+    return job_counts(run.stdout + run.stderr)
+
+
+def test_every_not_run_hint_plans_the_missing_jobs_or_names_the_machine(workdir, tmp_path):
+    """Each "not run" line of the CPU report, and of the same report without some rules' records,
+    gives a command whose dry run plans those rules' jobs, or says which machine (or setting) the
+    result needs: the CPU grid has no cells of the GPU-only rules, so no command runs them here."""
+    from cs336report.report.render import render_report
+
+    here, elsewhere = hints((workdir / "report/cpu/report.md").read_text())
+    assert elsewhere and all(re.search(r"\bCUDA GPUs?\b", need) for need in elsewhere), elsewhere
+    dropped = ("benchmarking_warmup", "naive_ddp_benchmarking", "ddp_bucketed_benchmarking")
+    results = [p for p in sorted((workdir / "results").glob("*/*.json")) if p.parent.name not in dropped]
+    render_report([str(p) for p in results], run_config(workdir), tmp_path / "out", links_from=workdir / "report/cpu")
+    more, _ = hints((tmp_path / "out/report.md").read_text())
+    forced = {command: set(command.split("--forcerun ", 1)[1].split(" -- ")[0].split()) for command in here | more}
+    assert set(dropped) <= set().union(*forced.values()), forced  # each missing rule has a command
+    for command, rules in forced.items():
+        jobs = planned_jobs(workdir, command)
+        assert rules <= set(jobs) and jobs.get("report") == 1, (command, jobs)
 
 
 def test_bad_config_stops_before_any_job(workdir, tmp_path):

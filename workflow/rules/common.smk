@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import sys
+from importlib import metadata
 
 sys.path.insert(0, workflow.basedir)
 os.environ.update(
@@ -91,6 +92,25 @@ os.environ.update(CS336REPORT_WORKER="1" if CFG.data["worker"] else "0")
 # Where torch's installation has no bytecode and may not be given it, every job's Python reads the
 # bytecode the first one compiled (cs336report/bytecode.py) instead of compiling torch's again.
 bytecode.apply(os.environ, os.getcwd())
+
+
+# What changes a job's result beyond its cell and its code is an input or a param of its rule: the
+# student's code travels in the cells (student.checkout's source hash), and the Triton that the
+# jobs' Python imports is a param of the rules that run Triton (the handout's tests skip the
+# Triton cases without it; the flash rules time its kernels), so installing, upgrading or removing
+# Triton reruns them. Under --sdm conda the environment file pins it (Snakemake's software-env
+# trigger). Not every installed package: torch and the rest are in each record's provenance.
+def package_version(*names):
+    """``name version`` of the first of ``names`` installed, or "not installed"."""
+    for name in names:
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+TRITON = package_version("triton", "pytorch-triton")
 
 # Each cell's resolved settings are a file named by their hash (written when a job needs it), so
 # the command line stays short and a changed cell, which gets a new file, reruns that cell only.

@@ -4,6 +4,12 @@ from cs336report.coverage import with_expected_cells
 from cs336report.publish import published_files
 
 REPORT_DIR = CFG.report_dir
+# The console of a run: a line a job and its phases, and a last line naming the report
+# (cs336report/console.py); a dry run (a plan of jobs) and --verbose keep Snakemake's own.
+if not workflow.output_settings.dryrun and not workflow.output_settings.verbose:
+    from cs336report import console
+
+    console.install(REPORT_DIR)
 PUBLISHED_DIR = CFG.data["published"]["dir"]
 RUN_RESULTS = list(dict.fromkeys(f for files in REPORT_INPUTS.values() for f in files))
 if CFG.render_published:
