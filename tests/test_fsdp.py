@@ -302,3 +302,25 @@ def test_training_equals_one_process_with_nccl():
     for rank_out in launch(_correctness_rank, 2, backend="nccl", timeout_s=300):
         assert rank_out["adamw"]["error"] <= 1e-5
         assert rank_out["sgd_bf16"]["error"] <= 1e-5
+
+
+def test_the_handout_suite_measures_what_its_cases_do_not_check(tmp_path, monkeypatch):
+    """The suite's correctness case passes for ours, exactly against the averaged halves, with half the
+    parameters a rank; a DDP wrapper given as the FSDP passes it too, holding every parameter."""
+    import types
+
+    from cs336report.distributed.ddp import DDPIndividualParameters
+    from cs336report.handout_suite import _fsdp
+
+    for name in ("ours", "ddp"):
+        (tmp_path / name).mkdir()
+    ours = _fsdp.run_fsdp_ranks(tmp_path / "ours", "correctness", "fp32")
+    assert all(r["split"] == 0.0 and r["whole"] <= 1e-6 for r in ours)
+    assert all(0.5 <= r["parameter_fraction"] < 0.51 for r in ours)
+    replicating = types.SimpleNamespace(  # the ranks fork from here, so they see this adapter
+        get_fsdp=lambda module, compute_dtype=None: DDPIndividualParameters(module),
+        fsdp_on_after_backward=lambda model, _optimizer: model.finish_gradient_synchronization(),
+        fsdp_gather_full_params=lambda model: dict(model.module.named_parameters()))
+    monkeypatch.setattr(_fsdp, "fsdp_adapters", lambda: replicating)
+    ddp = _fsdp.run_fsdp_ranks(tmp_path / "ddp", "correctness", "fp32")
+    assert all(r["split"] == 0.0 and r["parameter_fraction"] == 1.0 for r in ddp)
