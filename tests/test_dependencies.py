@@ -18,6 +18,7 @@ NOT_DECLARED = {
     "numpy": "installed with torch, pandas and matplotlib",
     "triton": "optional: the CUDA build of torch brings it; without it the Triton paths say so",
     "pynvml": "optional: contention reads GPU processes with it where present, else nvidia-smi",
+    "cs336_basics": "optional: the course's model package, whose layers the FSDP cases use where present",
 }
 # Imported only in the Snakemake process, never in a job: declared in pyproject, left out of the jobs'
 # conda environment (which runs no Snakemake).

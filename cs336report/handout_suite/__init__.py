@@ -1,8 +1,8 @@
 """cs336report's own suite of the handout's test cases, run through the handout's adapters.
 
 The cases are those the course grades (FlashAttention-2 forward and backward in PyTorch and
-Triton; the two overlapping DDP wrappers; the sharded optimizer), written here from the
-handout's description, each compared against a float32 reference. Every test records the
+Triton; the two overlapping DDP wrappers; the sharded optimizer; the 2026 edition's FSDP), written
+here from the handout's description, each compared against a float32 reference. Every test records the
 largest absolute deviation it saw as the JUnit property ``max_abs_error`` (before asserting, so
 a failing test records it too). The handout_tests experiment runs them with pytest::
 
