@@ -137,3 +137,12 @@ def test_a_message_after_a_table_still_ends_it():
 def test_real_exports_still_parse(tmp_path):
     frames = parse_exports(exports(tmp_path))
     assert len(frames["cuda_gpu_kern_sum"]) == 72 and len(frames["nvtx_kern_sum"]) == 174
+
+
+@pytest.mark.parametrize("data", [b"\x1f\x8b", b"\x1f\x8b\x08\x00garbage"], ids=["magic-only", "corrupt"])
+def test_a_truncated_or_corrupt_gzip_export_is_refused_naming_the_file(tmp_path, data):
+    path = tmp_path / "run_cuda_gpu_kern_sum.csv"
+    path.write_bytes(data)
+    with pytest.raises(NsysParseError) as info:
+        parse_file(path)
+    assert info.value.source == str(path) and "gzip" in str(info.value)

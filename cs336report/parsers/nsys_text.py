@@ -13,9 +13,12 @@ from __future__ import annotations
 import codecs
 import gzip
 import re
+import zlib
 from pathlib import Path
 
 import numpy as np
+
+from .nsys_columns import NsysParseError
 
 __all__ = ["decode", "read_text", "Lines"]
 
@@ -63,7 +66,12 @@ def decode(data: bytes) -> tuple[str, str]:
 def read_text(path: str | Path) -> tuple[str, str]:
     """:func:`decode` of a file's bytes, decompressed first when they are gzip's."""
     data = Path(path).read_bytes()
-    return decode(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise NsysParseError(str(path), 1, "a complete gzip stream", f"truncated or corrupt: {exc}") from exc
+    return decode(data)
 
 
 def _line_starts(text: str, chunk: int = 1 << 24) -> np.ndarray:
