@@ -24,11 +24,17 @@ from typing import Callable
 
 import torch
 
-from .measure import recorded_events
-
 _CUDA = torch.autograd.DeviceType.CUDA
 # A gap between two kernels shorter than this is the device's own latency between queued kernels.
 SHORT_GAP_US = 10.0
+
+
+def recorded_events(prof) -> list | None:
+    """The events of a finished ``torch.profiler.profile`` as its profiler recorded them (objects
+    with ``name()`` and ``shapes()``), or None where this torch keeps them elsewhere."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    events = getattr(results, "events", None)
+    return events() if callable(events) else None
 
 
 def kernel_times(fn: Callable[[], object], steps: int = 5) -> dict[str, dict]:
@@ -55,7 +61,7 @@ def device_activities(prof) -> list[tuple[str, float, float]]:
     """``(name, start µs, end µs)`` of every GPU activity (kernel, memcpy, memset) of a finished
     ``torch.profiler.profile``, times from the profile's first event.
 
-    Read as the profiler recorded them (:func:`cs336report.measure.recorded_events`), with names
+    Read as the profiler recorded them (:func:`recorded_events`), with names
     demangled as torch.profiler's own event list has them. That list (``prof.events()``) first builds
     a Python object for every event, the host's launch of each kernel too, and links them into a tree:
     about 0.1 ms a kernel launch, more than a large model's step itself takes for its thousands of

@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 
 from .annotate import region
+from .kernel_times import kernel_total, recorded_events
 from .progress import progress
 
 # A result whose inter-quartile range exceeds this fraction of the median is flagged noisy.
@@ -113,8 +114,6 @@ def kernels_alone(step: Callable[[], object], device: str, steps: int = 1) -> di
     """
     if not device.startswith("cuda"):
         return None
-    from .kernel_times import kernel_total
-
     kernels_s, launches = kernel_total(step, steps)
     return {"kernels_s": kernels_s, "launches": launches, "steps": steps,
             "method": "torch.profiler: the sum of the step's kernel durations"}
@@ -175,14 +174,6 @@ def count_casts(step: Callable[[], object], device: str) -> dict:
         shape = (inputs or [[]])[0]
         elements += math.prod(shape) if shape else 0
     return {"op": CAST_OP, "calls": calls, "elements": elements}
-
-
-def recorded_events(prof) -> list | None:
-    """The events of a finished ``torch.profiler.profile`` as its profiler recorded them (objects
-    with ``name()`` and ``shapes()``), or None where this torch keeps them elsewhere."""
-    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
-    events = getattr(results, "events", None)
-    return events() if callable(events) else None
 
 
 def summarize(samples: list[float]) -> dict:
