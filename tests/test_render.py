@@ -95,7 +95,8 @@ def test_cost_splits_job_time_into_timed_steps_first_compiled_calls_and_the_rest
     """H200 records: a compiled_model cell (warm-up, measured steps, a first call) and the leaderboard (do_bench calls)."""
     from pathlib import Path
 
-    from cs336report.report.cost import cost_of as _cost, timed_seconds as _timed_seconds
+    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
     from cs336report.results import load
 
@@ -158,7 +159,7 @@ def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
     import json
     from pathlib import Path
 
-    from cs336report.report.cost import timed_seconds as _timed_seconds
+    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
 
     path = Path(__file__).resolve().parent.parent / "report/data/ddp_bucketed_benchmarking/bucketed-1mb-xl-ctx128-w2.json.gz"
     if not path.exists():
@@ -173,7 +174,8 @@ def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
 
 
 def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_rule_first():
-    from cs336report.report.cost import cost_of as _cost, timed_seconds as _timed_seconds
+    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
     from cs336report.results import load
 
@@ -191,7 +193,7 @@ def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_
 
 
 def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_path):
-    from cs336report.report.cost import timed_seconds as _timed_seconds
+    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.targets import COST_TARGET_S
 
     record, _ = _compiled_copies(tmp_path / "probe", 1)
@@ -293,7 +295,7 @@ def test_a_distributed_cells_ranks_count_their_steps_once():
     rank's steps (per-phase dicts) and an all-reduce's per-call latencies are timed work too."""
     from pathlib import Path
 
-    from cs336report.report.cost import timed_seconds as _timed_seconds
+    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
     from cs336report.results import load
 
     two = {"ranks": [{"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.0]}},

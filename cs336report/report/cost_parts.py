@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .cost import timed_seconds
 from .tables import Cell, Table, fmt_seconds
+from .timed_steps import timed_seconds
 
 # the parts of a cell, as the cost appendix names them
 PART_LABELS = {
