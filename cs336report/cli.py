@@ -322,8 +322,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     # With several GPU slots, a job runs on the GPUs and cores it claims, one that times nothing on
-    # the cores the timed jobs leave (cs336report.gpu_slots); otherwise nothing is bound.
-    from .gpu_slots import claim
+    # the cores the timed jobs leave (cs336report.machine.gpu_slots); otherwise nothing is bound.
+    from .machine.gpu_slots import claim
 
     # The slots stay held until this process has exited, shutdown included (gpu_slots.claim).
     with claim(getattr(args, "gpus", 0), until_exit=True):
@@ -332,4 +332,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def _gpus_argument(p) -> None:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (Snakemake's resources.gpu): with "
-                   "several GPU slots it runs on that many free ones and their cores (cs336report.gpu_slots)")
+                   "several GPU slots it runs on that many free ones and their cores (cs336report.machine.gpu_slots)")

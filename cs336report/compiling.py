@@ -40,8 +40,8 @@ from typing import Callable
 import torch
 
 from .measure import synchronize
-from .progress import progress
-from .scratch import scratch_dir
+from .machine.progress import progress
+from .machine.scratch import scratch_dir
 
 
 # The environment variables Inductor and Triton read their cache folders from (at use, not import).

@@ -30,7 +30,7 @@ import torch
 
 from .annotate import region
 from .kernel_times import kernel_total, recorded_events
-from .progress import progress
+from .machine.progress import progress
 
 # A result whose inter-quartile range exceeds this fraction of the median is flagged noisy.
 NOISE_THRESHOLD = 0.10

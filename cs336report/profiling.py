@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from .clock import boot_s
+from .machine.clock import boot_s
 from .results import SCHEMA, now_iso, save
 
 REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum", "cuda_api_sum")

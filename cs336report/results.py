@@ -33,7 +33,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from .gpu_slots import placement
+from .machine.gpu_slots import placement
 
 SCHEMA = "cs336report.result/1"
 STATUSES = ("ok", "oom", "error", "skipped", "not_implemented", "not_run")

@@ -8,7 +8,7 @@ runs with its named attention and softmax functions wrapped in profiler ranges
 (:func:`cs336report.models.instrumented`).
 
 Every record says who else used the machine while it ran (``contention``, see
-:mod:`cs336report.contention`): the processes that held the GPU and the workflow's other jobs at
+:mod:`cs336report.machine.contention`): the processes that held the GPU and the workflow's other jobs at
 its start and end, and ``shared`` when there were any.
 
 A cell whose steps vary more than its ``noisy_cv`` allows (coefficient of variation of the
@@ -37,12 +37,13 @@ import time
 import traceback
 from pathlib import Path
 
-from . import contention, experiments
+from .machine import contention
+from . import experiments
 from .compiling import pin_ptxas
 from .measure import is_out_of_memory, release_memory, summarize, thaw
 from .models import instrumented
 from .results import SCHEMA, load, now_iso, provenance, save, whole_step
-from .scratch import scratch
+from .machine.scratch import scratch
 
 _cells_run = 0  # cells this process has run (started) so far
 

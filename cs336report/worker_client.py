@@ -313,7 +313,7 @@ def _wait_gone(pid, timeout: float) -> bool:
     """Wait until process ``pid`` has exited (True), at most ``timeout`` seconds."""
     if not isinstance(pid, int):
         return True
-    from .contention import proc_stat
+    from .machine.contention import proc_stat
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

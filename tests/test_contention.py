@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from cs336report import contention
+from cs336report.machine import contention
 from cs336report.runner import run_cell
 from helpers import cell
 

@@ -294,7 +294,7 @@ def test_an_nccl_cell_without_its_gpus_is_recorded_not_run_without_a_profiler(tm
 
 def test_clock_stamps_a_child_process_on_the_parents_clock(tmp_path):
     """A process started between two stamps of its parent starts between them on the boot-time clock."""
-    from cs336report import clock
+    from cs336report.machine import clock
 
     before = clock.boot_s()
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)

@@ -1,4 +1,4 @@
-"""Scratch folders that a killed process does not leave behind (cs336report.scratch)."""
+"""Scratch folders that a killed process does not leave behind (cs336report.machine.scratch)."""
 
 import os
 import signal
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cs336report import compiling
-from cs336report.scratch import alive, remove_stale, scratch, scratch_dir
+from cs336report.machine.scratch import alive, remove_stale, scratch, scratch_dir
 
 
 def _dead_pid() -> int:

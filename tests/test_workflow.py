@@ -49,7 +49,7 @@ def test_the_jobs_share_a_bytecode_cache_only_where_the_installation_has_none(wo
     made; where it has none and may not be written, every job's Python compiles into the run's cache."""
     import os
 
-    from cs336report import bytecode
+    from cs336report.machine import bytecode
 
     cache = workdir / ".snakemake" / "cs336report" / "pycache"
     compiled = [p.as_posix() for p in cache.rglob("*.pyc")]

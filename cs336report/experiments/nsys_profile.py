@@ -22,7 +22,7 @@ Two profilers, chosen per cell by ``profiler``:
 
 The Python timer keeps timing every step, so each result also says how long the steps took
 under the profiler. ``timeline_s`` says where the profiled process's time went: when it started (on
-the host's boot-time clock, :mod:`cs336report.clock`) and, in seconds since then, when the cell
+the host's boot-time clock, :mod:`cs336report.machine.clock`) and, in seconds since then, when the cell
 began (after the interpreter, torch and the runner), when its model was built, and when the warm-up
 and the captured steps ended. The launch record stamps nsys's start and end on the same clock.
 
@@ -36,7 +36,8 @@ from pathlib import Path
 
 import torch
 
-from .. import accounting, annotate, clock
+from .. import accounting, annotate
+from ..machine import clock
 from ..measure import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from .benchmarking import cell_name, prepare, transformer_cell
 

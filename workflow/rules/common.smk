@@ -12,7 +12,8 @@ os.environ.update(
     )
 )
 
-from cs336report import bytecode, experiments, gpu_slots
+from cs336report import experiments
+from cs336report.machine import bytecode, gpu_slots
 from cs336report.codeinputs import closure
 from cs336report.config import Config
 from cs336report.handout import BY_ID, HANDOUT
@@ -36,7 +37,7 @@ GPU = 1 if CFG.device == "cuda" else 0
 # cluster each job has its own GPU: no limit here.
 if "gpu" not in workflow.global_resources and not config.get("jobs_elsewhere", False):
     workflow.register_resource("gpu", 1)
-# GPU slots (cs336report/gpu_slots.py): with --resources gpu=K (K > 1, at most the GPUs present)
+# GPU slots (cs336report/machine/gpu_slots.py): with --resources gpu=K (K > 1, at most the GPUs present)
 # each GPU job runs on GPUs and cores of its own; with one slot nothing is bound, and a job that
 # measures takes every core Snakemake is given (threads: TIMED), so no parse or render job runs
 # beside a timed cell: Snakemake schedules by cores. With K slots a timed job takes its slots'
@@ -89,7 +90,7 @@ CONDA_ENV = "../envs/cs336report.yaml"
 os.environ.update(CS336REPORT_WORKER="1" if CFG.data["worker"] else "0")
 
 # Where torch's installation has no bytecode and may not be given it, every job's Python reads the
-# bytecode the first one compiled (cs336report/bytecode.py) instead of compiling torch's again.
+# bytecode the first one compiled (cs336report/machine/bytecode.py) instead of compiling torch's again.
 bytecode.apply(os.environ, os.getcwd())
 
 # Each cell's resolved settings are a file named by their hash (written when a job needs it), so
@@ -228,7 +229,7 @@ def resolved_config():
 
 def distributed_gpus(experiment):
     """resources function: the GPUs a distributed cell's processes hold
-    (cs336report.gpu_slots.distributed_gpus)."""
+    (cs336report.machine.gpu_slots.distributed_gpus)."""
     from cs336report.distributed.launch import gpus_present
 
     def gpus(wildcards):

@@ -105,7 +105,7 @@ def workflow_jobs() -> list[dict] | None:
 def _starting(cpus: str | None) -> bool:
     """With several GPU slots, whether a job of the workflow is still starting: it may run on every
     core Snakemake was given, which no job does once it has claimed its slot or the untimed jobs'
-    cores (:func:`cs336report.gpu_slots.claim`, in its first tenth of a second)."""
+    cores (:func:`cs336report.machine.gpu_slots.claim`, in its first tenth of a second)."""
     given = os.environ.get(CPUS_ENV)
     if int(os.environ.get(SLOTS_ENV) or 0) <= 1 or not given or not cpus:
         return False
@@ -241,7 +241,7 @@ def _on_gpus(process: dict, gpus) -> bool:
 def verdict(start: dict, end: dict, own_pid: int | None = None) -> dict:
     """The cell's mark from its two snapshots: the other processes that held its GPUs, the other
     jobs of the workflow that ran on its cores, and ``shared`` when there was either (the cell's
-    timings are not compared with others'). With several GPU slots (:mod:`cs336report.gpu_slots`)
+    timings are not compared with others'). With several GPU slots (:mod:`cs336report.machine.gpu_slots`)
     a job on other GPUs and other cores is a neighbour, listed but not sharing. This process's
     ancestors are not other users: a cell's repeats run in processes it starts and waits for, which
     keeps its CUDA context meanwhile."""
