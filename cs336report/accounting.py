@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from . import accounting_compiled
 from .accounting_compiled import compiled_saved_items
-from .spec import ModelSpec
+from .names.spec import ModelSpec
 
 FLOP_FORMULA = (
     "forward = L·(8·B·T·d² + 4·B·T²·d + 6·B·T·d·f) + 2·B·T·d·V; "

@@ -16,7 +16,7 @@ from .accounting import (
     saved_activation_items,
 )
 from .accounting_compiled import per_tensor_update_bytes
-from .spec import ModelSpec
+from .names.spec import ModelSpec
 
 
 def cublas_workspace_bytes(capability: str | None) -> int:

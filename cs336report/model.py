@@ -27,7 +27,7 @@ IMPLEMENTATIONS = ("naive", "native")
 
 
 # the shape of a model size lives in a module without torch, for the formulas and the report
-from .spec import ModelSpec  # noqa: E402,F401
+from .names.spec import ModelSpec  # noqa: E402,F401
 
 
 def _trunc_normal(shape, std: float, device, dtype) -> nn.Parameter:

@@ -6,7 +6,7 @@ Rule ``nsys_parse``, command ``parse-nsys``: the exports are read by
 measurements (the profiled run's measured and warm-up steps) and the wall times of the
 profiled run and of the export. It works on exports brought from another machine too
 (``python -m cs336report parse-nsys PREFIX --out FILE``): the cell's settings are then read
-from its name, which must follow :func:`cs336report.experiments.benchmarking_names.cell_name`, and
+from its name, which must follow :func:`cs336report.names.benchmarking.cell_name`, and
 the record has no wall time.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import DEFAULT_CONFIG, load_file
-from .experiments.benchmarking_names import CELL_NAME_FORM, cell_from_name
+from .names.benchmarking import CELL_NAME_FORM, cell_from_name
 from .parsers import nsys
 from .parsers.kernel_ranges import summarise
 from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file

@@ -148,7 +148,7 @@ def test_a_resolved_handout_config_expects_the_handout_cells_only():
 
 
 def test_a_rerun_command_names_the_grid_only_where_the_device_would_not_pick_it():
-    from cs336report.handout import RERUN_OPTIONS, grid_option, rerun_command
+    from cs336report.names.handout import RERUN_OPTIONS, grid_option, rerun_command
 
     assert [grid_option(g, d) for g, d in (("gpu", "cuda"), ("cpu", "cpu"), ("handout", "cuda"), ("cpu", "cuda"))] == \
         ["", "", "--config grid=handout", "--config grid=cpu"]

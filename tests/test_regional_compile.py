@@ -16,7 +16,7 @@ from cs336report.compiling import repeated_blocks
 from cs336report.config import Config, load_file
 from cs336report.experiments import torch_compile
 from cs336report.model import TransformerLM
-from cs336report.spec import ModelSpec
+from cs336report.names.spec import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

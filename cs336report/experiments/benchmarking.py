@@ -36,7 +36,7 @@ from ..master_weights import MasterWeightAdamW
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from ..step_graph import capture_step
-from .benchmarking_names import CELL_NAME_FORM, MODES, cell_from_name, cell_name  # noqa: F401 (names used here and by callers)
+from ..names.benchmarking import CELL_NAME_FORM, MODES, cell_from_name, cell_name  # noqa: F401 (names used here and by callers)
 
 TIMING = ("whole steps, one synchronize per step at its end; phases between events recorded in the same steps "
           "(on a CPU, the wall clock)")

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import scaled_dot_product_attention
-from .flash_names import IMPLEMENTATIONS
+from ..names.flash import IMPLEMENTATIONS
 
 SDPA_BACKENDS = {
     "sdpa_flash": "FLASH_ATTENTION",

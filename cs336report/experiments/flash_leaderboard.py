@@ -20,7 +20,7 @@ import torch
 from ..measure import release_memory, summarize, synchronize
 from . import flash_benchmarking as fb
 
-from .flash_names import KERNEL_PROFILE_STEPS  # noqa: E402,F401
+from ..names.flash import KERNEL_PROFILE_STEPS  # noqa: E402,F401
 
 
 def leaderboard_cells(cfg) -> dict[str, dict]:

@@ -26,7 +26,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
-from ..handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
+from ..names.handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
 from ..results import load, record_status
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
@@ -183,7 +183,7 @@ class RenderContext:
 
     def settings(self, experiment: str, handout: dict | None = None) -> list[dict]:
         """The run settings of ``experiment``'s cells, flagged where they differ from ``handout``
-        (default: the handout's benchmarking settings, :data:`cs336report.handout.BENCHMARKING_SETTINGS`)."""
+        (default: the handout's benchmarking settings, :data:`cs336report.names.handout.BENCHMARKING_SETTINGS`)."""
         cells = [r["config"] for r in self.records(experiment)]
         if not cells:
             return []

@@ -16,7 +16,7 @@ from cs336report import experiments
 from cs336report.machine import bytecode, gpu_slots
 from cs336report.codeinputs import closure
 from cs336report.config import Config
-from cs336report.handout import BY_ID, HANDOUT
+from cs336report.names.handout import BY_ID, HANDOUT
 from snakemake.exceptions import WorkflowError
 
 # Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ... import accounting
 from ...kernels import classify, summarise_by_class
-from ...spec import ModelSpec
+from ...names.spec import ModelSpec
 from ..tables import Cell, Table, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from .compile_model import MODE_LABELS, PHASES, model_frame, same_card

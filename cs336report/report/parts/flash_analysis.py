@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...experiments.flash_names import IMPLEMENTATIONS, PASSES
+from ...names.flash import IMPLEMENTATIONS, PASSES
 from ..tables import sig
 from .flash_frames import PASS_LABELS, focus_d
 

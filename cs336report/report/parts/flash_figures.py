@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...experiments.flash_names import IMPLEMENTATIONS, PASSES
+from ...names.flash import IMPLEMENTATIONS, PASSES
 from .flash_frames import ORDER, PASS_LABELS, present_implementations
 
 

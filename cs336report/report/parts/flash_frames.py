@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ...experiments.flash_names import IMPLEMENTATIONS, PASSES
+from ...names.flash import IMPLEMENTATIONS, PASSES
 
 PASS_LABELS = {"forward": "forward", "backward": "backward", "forward_backward": "forward + backward"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...experiments.flash_names import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS
+from ...names.flash import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS
 from ..tables import Cell, Table, sig, status_cell
 from ..targets import LEADERBOARD_TARGET_MS, on_target_card
 from .flash_frames import ORDER

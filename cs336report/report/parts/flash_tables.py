@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...experiments.flash_names import IMPLEMENTATIONS
+from ...names.flash import IMPLEMENTATIONS
 from ..tables import Cell, Table, sig, status_cell
 from .flash_frames import PASS_LABELS, present_implementations
 from .flash_leaderboard import KERNEL_LABELS

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ... import accounting, accounting_peak
-from ...spec import ModelSpec
+from ...names.spec import ModelSpec
 from ..labels import PEAK_ALLOCATED, PREDICTED, SNAPSHOT_PEAK
 from ..tables import Cell, Table, sig, status_cell
 from .memory_frame import MODE_LABELS, byte_unit, in_unit, is_measured, model_spec

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from ... import accounting
-from ...spec import ModelSpec
+from ...names.spec import ModelSpec
 from ..tables import sig
 
 MODE_ORDER = ("forward_no_grad", "forward", "forward_backward", "train_step")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...spec import ModelSpec
+from ...names.spec import ModelSpec
 
 DTYPES = ((4, "fp32"), (2, "bf16"), (1, "bool"), (8, "int64"))
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from ... import accounting
 from ...kernels import CLASSES
-from ...spec import ModelSpec
+from ...names.spec import ModelSpec
 from ..plots import legend_outside
 from ..tables import Cell, Num, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
 from .nsys_frames import (MODE_LABELS, fb_kernels, fmt_ms, forward_kernels, forward_source, is_number,

@@ -6,7 +6,7 @@ build() puts together the frames, tables, figures, analysis and leaderboard of
 
 from __future__ import annotations
 
-from ...experiments.flash_names import IMPLEMENTATIONS, PASSES
+from ...names.flash import IMPLEMENTATIONS, PASSES
 from .. import answer_parts
 from .. import kernel_overhead
 from ..parts.flash_analysis import FIT_POINTS, analysis, first_oom, memory_exponents, speedups

@@ -19,7 +19,7 @@ template quotes is computed from those records, by the parts build() calls
 from __future__ import annotations
 
 from ... import accounting
-from ...handout import BENCHMARKING_SETTINGS
+from ...names.handout import BENCHMARKING_SETTINGS
 from ..parts.nsys_checks import checks_table
 from ..parts.nsys_frames import MODE_LABELS, cell_frame, class_frame, forward_source, kernel_frame, span
 from ..parts.nsys_kernels import (NON_TRIVIAL, attention_table, class_figure, class_table, gain_table, gemm_shift_table,
