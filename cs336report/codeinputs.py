@@ -6,7 +6,7 @@ does not. The closure is read from the source with :mod:`ast` (nothing is import
 modules of this package only:
 
     closure(["cs336report.runner", "cs336report.experiments.benchmarking"])
-    # ['cs336report/__init__.py', 'cs336report/accounting.py', ..., 'cs336report/runner.py']
+    # ['cs336report/__init__.py', 'cs336report/accounting/transformer.py', ..., 'cs336report/runner.py']
 
 Static ``import`` statements anywhere in a module count, and so does
 ``importlib.import_module("<literal>", __name__)``. A package whose ``__init__`` imports its

@@ -10,7 +10,7 @@ fewest bytes it can, recomputing element-wise work in backward instead of saving
 :func:`compiled_saved_tensors` runs that same pipeline (Inductor's decompositions and partition
 function) with a backend that stops short of generating kernels: its forward "compiler" records
 the forward graph and runs it as it is, once, to see which saved outputs are new storages. That
-makes it run in seconds on a CPU, for the formula in :mod:`cs336report.accounting_compiled`.
+makes it run in seconds on a CPU, for the formula in :mod:`cs336report.accounting.compiled`.
 
     saved = compiled_saved_tensors(model, tokens, "bf16")  # [{"name", "shape", "dtype", "bytes", "role"}, ...]
 """

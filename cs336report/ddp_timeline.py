@@ -4,7 +4,7 @@ Rule ``ddp_overlap_parse``, command ``parse-ddp-timeline``. From ``cuda_gpu_trac
 with device and stream) and ``nvtx_gpu_proj_trace`` (each rank's ``ddp_step rank <r>`` ranges on
 the GPU), it keeps, for every rank, the GPU work of its last profiled step on its own device:
 rows ``[stream, start_us, dur_us, nccl]`` from the step's first kernel on, and the overlap of
-communication and compute (:func:`cs336report.distributed.overlap.hidden_fraction`). Where the
+communication and compute (:func:`cs336report.accounting.overlap.hidden_fraction`). Where the
 profile came from torch.profiler (no nsys), the run's own record already holds rank 0's kernels and
 is used as it is. A profile in which nsys recorded no kernel (its export is empty) is a failed
 cell, recorded with the reason, not a broken export.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from .distributed.overlap import NVTX_STEP, hidden_fraction
+from .accounting.overlap import NVTX_STEP, hidden_fraction
 from .parsers.nsys_columns import NsysParseError
 from .parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
 from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file

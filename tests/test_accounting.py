@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from cs336report import accounting, accounting_peak
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.model import ModelSpec, TransformerLM, cross_entropy
 
 

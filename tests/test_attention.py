@@ -9,7 +9,8 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, experiments
+from cs336report import experiments
+from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import attention, torch_compile
 from cs336report.report.render import render_report
@@ -393,7 +394,7 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
     assert math.isfinite(data["tflops"])
     # the kernels of a step, from torch.profiler: matrix products and the fused optimizer among them, no more
     # GPU time than a step takes
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     assert len(data["whole_steps_s"]) == cell["whole_steps"] and min(data["whole_steps_s"]) > 0
     assert data["kernel_steps"] == cell["kernel_steps"] == 3
@@ -615,8 +616,8 @@ def test_the_optimized_steps_gpu_time_is_summed_by_kernel_class():
     """A real H100 record (kernels of 3 profiled steps) and the roofline probe of the same host: the matrix
     products' rate by the formula's non-attention terms, the dtype conversions autocast adds, and the time
     no kernel ran."""
-    from cs336report.kernels import classify
     from cs336report.model import ModelSpec
+    from cs336report.parsers.kernels import classify
     from cs336report.results import load
 
     folder = Path(__file__).parent / "fixtures" / "kernels_h100"
@@ -766,7 +767,7 @@ def test_published_compiled_model_answer_names_speed_ups_over_host_bound_steps(t
 def test_published_optimized_step_counts_every_casting_copy_as_a_conversion(tmp_path):
     """The eager copy's dynamic-cast path (loads and stores that cast) converts dtype as much as a
     ``_to_copy`` kernel does: both count in the launches that only convert dtypes."""
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
     from cs336report.report.parts.compile_optimized import dtype_conversion
     from cs336report.results import load
 

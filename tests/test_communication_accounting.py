@@ -7,9 +7,8 @@ import math
 
 import pytest
 
-from cs336report.accounting_distributed import (XXL, communication_accounting, data_parallel_bytes,
-                                                fsdp_bytes_per_device, forward_times, part_a, part_b,
-                                                part_c, part_d)
+from cs336report.accounting.distributed import (XXL, communication_accounting, data_parallel_bytes,
+                                                fsdp_bytes_per_device, forward_times, part_a, part_b, part_c, part_d)
 from cs336report.experiments import communication_accounting as experiment
 from helpers import without_record_links
 
@@ -71,7 +70,7 @@ def test_substituted_arithmetic_gives_the_value():
 
 
 def test_the_largest_batch_below_a_strict_bound_fits():
-    from cs336report.accounting_distributed import part_b
+    from cs336report.accounting.distributed import part_b
 
     step = next(s for s in part_b(XXL()) if s.name == "largest batch for any N_FSDP")
     a = {s.name: s.value for s in part_a(XXL())}

@@ -1,4 +1,4 @@
-"""The compiled graph's saved activations (cs336report.accounting_compiled) against what Inductor's
+"""The compiled graph's saved activations (cs336report.accounting.compiled) against what Inductor's
 partitioner makes the forward keep, traced on the CPU (cs336report.compiled_census), and the
 optimized step's optimizer terms."""
 
@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from cs336report import accounting, accounting_peak
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.compiled_census import compiled_saved_tensors
 from cs336report.model import ModelSpec, TransformerLM
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from cs336report import accounting
+from cs336report.accounting import transformer as accounting
 from cs336report.model import ModelSpec, TransformerLM, softmax
 
 

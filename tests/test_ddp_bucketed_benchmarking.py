@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from cs336report.distributed import bucket_model as bm
+from cs336report.accounting import bucket_model as bm
 from cs336report.report import ddp
 
 S, T_B = 8e9, 0.27  # XL's fp32 gradients (bytes), a backward pass (s)

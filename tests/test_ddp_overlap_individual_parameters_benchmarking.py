@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from cs336report.distributed.overlap import hidden_fraction, union
+from cs336report.accounting.overlap import hidden_fraction, union
 from cs336report.distributed.train import kernels_of_last_step
 
 

@@ -1,9 +1,9 @@
-"""Tests for cs336report.kernels, the CUDA kernel name classifier."""
+"""Tests for cs336report.parsers.kernels, the CUDA kernel name classifier."""
 
 import pandas as pd
 import pytest
 
-from cs336report.kernels import CLASSES, classify, is_gemm, summarise_by_class
+from cs336report.parsers.kernels import CLASSES, classify, is_gemm, summarise_by_class
 
 # Kernel names as nsys reports them (cuBLAS/cuBLASLt, CUTLASS, PyTorch at::native,
 # Triton from torch.compile, flash attention, memory operations).

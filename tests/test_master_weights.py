@@ -163,7 +163,7 @@ def test_the_compiled_update_writes_back_what_the_eager_one_computes_and_reads_a
     """Inductor (CPU here) runs the same update in place, and its kernels carry AdamW's lerp in their names."""
     from torch._inductor.utils import run_and_get_code
 
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     shapes = [(48, 32), (32,)]  # a matrix with a bf16 working copy, a gain without one
     grads = [torch.randn(shapes[0]).to(torch.bfloat16), torch.randn(shapes[1])]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report import accounting, accounting_peak
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.model import ModelSpec
 from cs336report.report.parts.memory_accounting import TRAIN_STEP_EXPERIMENTS, accounting_analysis, train_step_rows
 from cs336report.report.sections import memory_profiling

@@ -19,7 +19,8 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, accounting_peak, experiments
+from cs336report import experiments
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import memory
 from cs336report.model import ModelSpec, TransformerLM, cross_entropy

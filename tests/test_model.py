@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from cs336report import accounting
+from cs336report.accounting import transformer as accounting
 from cs336report.config import Config
 from cs336report.model import ModelSpec, TransformerLM, scaled_dot_product_attention
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report import accounting
+from cs336report.accounting import transformer as accounting
 from cs336report.model import ModelSpec
-from cs336report.parsers import nsys
 from cs336report.nsys_step import parse_stats
+from cs336report.parsers import nsys
 from cs336report.parsers.kernel_ranges import short_name
 from cs336report.report.render import RenderContext, render_report
 from cs336report.report.sections import nsys_profile as section
@@ -101,7 +101,7 @@ def test_forward_backward_top_kernel_comes_from_the_training_step(parsed):
 def test_gemm_share_forward_against_training_step(parsed):
     d = build(list(parsed["paths"].values()))
     fwd = range_kernels(raw("forward"), "forward")
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     gemm_fwd = fwd[[classify(k) == "gemm" for k in fwd.index]]["total_ns"].sum() / fwd["total_ns"].sum()
     row = _rows(d["shift_table"])[0]
@@ -117,7 +117,7 @@ def test_gemm_share_forward_against_training_step(parsed):
 def test_softmax_against_the_attention_matmuls(parsed):
     d = build(list(parsed["paths"].values()))
     frames = raw("forward")
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     def gemm_time(rng):
         k = range_kernels(frames, rng)
@@ -137,7 +137,7 @@ def test_softmax_against_the_attention_matmuls(parsed):
 def test_non_gemm_kernels_listed_are_the_non_trivial_ones(parsed):
     d = build(list(parsed["paths"].values()))
     fwd = range_kernels(raw("forward"), "forward")
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     share = fwd["total_ns"] / fwd["total_ns"].sum()
     expected = [short_name(k) for k in share.sort_values(ascending=False).index

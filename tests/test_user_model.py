@@ -19,7 +19,8 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, annotate, experiments, models
+from cs336report import annotate, experiments, models
+from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
 from cs336report.model import ModelSpec, TransformerLM
 from cs336report.parsers.snapshot import parse_snapshot

@@ -39,12 +39,12 @@ import timeit
 import torch
 import torch.distributed as dist
 
+from ..accounting.overlap import NVTX_STEP
 from ..experiments.benchmarking import set_tf32, transformer_cell
 from ..measure import summarize
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from .ddp import VARIANTS, trainable
-from .overlap import NVTX_STEP
 from .launch import START_METHOD, launch
 
 # The student's wrappers: variant -> the resolver's piece (cs336report.student.PIECES)

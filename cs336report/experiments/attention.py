@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import accounting
+from ..accounting import transformer as accounting
 from ..compiling import compile_fn, first_call
 from ..measure import is_out_of_memory, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from ..model import scaled_dot_product_attention

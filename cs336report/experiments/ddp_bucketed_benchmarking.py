@@ -1,6 +1,6 @@
 """ddp_bucketed_benchmarking: (a) time per step of bucketed DDP at each bucket size, and PyTorch's
 own DistributedDataParallel at its bucket caps as the reference; (b) the overhead model fitted to
-these steps lives in :mod:`cs336report.distributed.bucket_model`. With a student checkout, the
+these steps lives in :mod:`cs336report.accounting.bucket_model`. With a student checkout, the
 student's wrapper (``get_ddp_bucketed``) runs at each bucket size too (``student_bucketed``). The loop
 and its timing: :mod:`cs336report.distributed.train`.
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch.profiler import record_function
 
-from .. import accounting
+from ..accounting import transformer as accounting
 from ..measure import peak_memory, reset_peak_memory, synchronize
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import torch
 
-from .. import accounting, annotate
+from .. import annotate
+from ..accounting import transformer as accounting
 from ..machine import clock
 from ..measure import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from .benchmarking import cell_name, prepare, transformer_cell

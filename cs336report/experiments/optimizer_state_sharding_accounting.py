@@ -34,8 +34,8 @@ from contextlib import nullcontext
 import torch
 import torch.distributed as dist
 
-from .. import accounting
-from ..accounting_distributed import data_parallel_bytes
+from ..accounting import transformer as accounting
+from ..accounting.distributed import data_parallel_bytes
 from ..distributed.launch import launch
 from ..distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
 from ..measure import PhaseTimer, summarize, synchronize, time_steps

@@ -7,7 +7,7 @@ steps ran inside the NVTX ranges of :mod:`cs336report.annotate`: every measured 
 ``backward``, ``optimizer_step`` and, inside attention, ``attention_scores``, ``softmax``
 and ``attention_value``. Output: :func:`summarise` returns a JSON-ready dict with, for each
 phase, one row per kernel name (total, instances, average, median, min, max, share of the
-phase) over the measured steps, the class of each kernel (:func:`cs336report.kernels.classify`),
+phase) over the measured steps, the class of each kernel (:func:`cs336report.parsers.kernels.classify`),
 class totals, the phases' wall times, the kernel launch calls of the CUDA API summary
 (``launches``), and sanity checks.
 
@@ -48,7 +48,7 @@ import re
 
 import pandas as pd
 
-from ..kernels import classify, summarise_by_class
+from .kernels import classify, summarise_by_class
 from .nsys_ranges import RANGE_ALIASES, canonical_range, canonical_ranges, per_step_check, range_rows, warmup_steps
 
 __all__ = ["PHASES", "RANGES", "RANGE_ALIASES", "canonical_range", "summarise", "short_name"]

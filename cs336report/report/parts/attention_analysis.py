@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ... import accounting
 from .. import checks
+from ...accounting import transformer as accounting
 from ..tables import Cell, Num, Table, fmt_bytes, sig
 from .attention_frame import label, memory_column
 from .attention_tables import bytes_cell

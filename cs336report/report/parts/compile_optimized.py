@@ -6,9 +6,9 @@ import math
 
 import pandas as pd
 
-from ... import accounting
-from ...kernels import classify, summarise_by_class
+from ...accounting import transformer as accounting
 from ...names.spec import ModelSpec
+from ...parsers.kernels import classify, summarise_by_class
 from ..tables import Cell, Table, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from .compile_model import MODE_LABELS, PHASES, model_frame, same_card

@@ -1,4 +1,4 @@
-"""memory_profiling's analytic accounting: the formula of :mod:`cs336report.accounting_peak` beside
+"""memory_profiling's analytic accounting: the formula of :mod:`cs336report.accounting.peak` beside
 (1) each memory_profiling cell's snapshot peak (requested), tensor bytes against tensor bytes, and
 (2) every train step the report measured (memory_profiling, benchmarking, benchmarking_bf16,
 compiled_model, optimized_step), its peak allocated against the same tensors in allocator blocks.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import accounting, accounting_peak
+from ...accounting import transformer as accounting, peak as accounting_peak
 from ...names.spec import ModelSpec
 from ..labels import PEAK_ALLOCATED, PREDICTED, SNAPSHOT_PEAK
 from ..tables import Cell, Table, sig, status_cell
@@ -28,7 +28,7 @@ def _impl(implementation: str | None) -> str:
 
 
 def prediction_inputs(record: dict) -> dict | None:
-    """The arguments of :func:`cs336report.accounting_peak.predicted_peak_bytes` for one Transformer step on
+    """The arguments of :func:`cs336report.accounting.peak.predicted_peak_bytes` for one Transformer step on
     record (benchmarking, compiled_model, optimized_step, ...): its model, batch, context and mode, the
     implementation, precision, the optimizer its train step ran, whether the model ran compiled and with
     master weights, the naive attention's saved matrices and the GPU's compute capability. None without a

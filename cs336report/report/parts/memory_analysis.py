@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import accounting, accounting_peak
+from ...accounting import transformer as accounting, peak as accounting_peak
 from ..tables import Num, fmt_bytes, fmt_pct, fmt_seconds, sig
 from .memory_frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, is_measured, model_spec
 from .memory_shapes import explain_size, named_shapes

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ... import accounting
+from ...accounting import transformer as accounting
 from ...names.spec import ModelSpec
 from ..tables import sig
 

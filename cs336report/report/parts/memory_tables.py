@@ -7,7 +7,7 @@ import statistics
 
 import pandas as pd
 
-from ... import accounting
+from ...accounting import transformer as accounting
 from ..labels import PEAK_ALLOCATED, PEAK_HOST, PEAK_RESERVED, SNAPSHOT_PEAK, legend
 from ..tables import Cell, Table, fmt_bytes, fmt_seconds, sig, status_cell
 from .memory_frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, MiB, byte_unit, in_unit, is_measured, model_spec

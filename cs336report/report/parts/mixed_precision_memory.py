@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from ... import accounting_peak
 from .. import checks
+from ...accounting import peak as accounting_peak
 from ..labels import PEAK_ALLOCATED, PREDICTED
 from ..tables import Cell, Table, fmt_bytes, fmt_pct, sig, status_cell
 from .bench_frame import MODE_COLUMNS
@@ -50,7 +50,7 @@ def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = N
 
 
 def predicted(record: dict) -> dict | None:
-    """The formula's peak of one Transformer record (cs336report.accounting), or None without a model."""
+    """The formula's peak of one Transformer record (cs336report.accounting.transformer), or None without a model."""
     inputs = prediction_inputs(record)
     if inputs is None or inputs["mode"] not in MODE_COLUMNS:
         return None

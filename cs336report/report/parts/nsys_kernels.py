@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import accounting
-from ...kernels import CLASSES
+from ...accounting import transformer as accounting
 from ...names.spec import ModelSpec
+from ...parsers.kernels import CLASSES
 from ..plots import legend_outside
 from ..tables import Cell, Num, Table, fmt_count, fmt_pct, fmt_seconds, sig, status_cell
 from .nsys_frames import (MODE_LABELS, fb_kernels, fmt_ms, forward_kernels, forward_source, is_number,

@@ -9,14 +9,14 @@ build() calls (``report/parts/memory_*.py``).
 
 from __future__ import annotations
 
-from ... import accounting, accounting_peak
 from .. import answer_parts
-from ..parts.memory_analysis import analysis, settings, weight_copies
-from ..parts.memory_frame import MODE_LABELS, frame, model_spec
-from ..parts.memory_shapes import explain_size
+from ...accounting import transformer as accounting, peak as accounting_peak
 from ..labels import MEMORY_LABELS, PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK
 from ..parts.memory_accounting import (TRAIN_STEP_EXPERIMENTS, accounting_analysis, accounting_rows, accounting_table,
                                        train_step_rows, train_step_table)
+from ..parts.memory_analysis import analysis, settings, weight_copies
+from ..parts.memory_frame import MODE_LABELS, frame, model_spec
+from ..parts.memory_shapes import explain_size
 from ..parts.memory_tables import (category_tables, peak_table, precision_table, ramp_rows, ramp_table, residual_table,
                                    snapshot_table, top_table)
 from ..parts.memory_timeline import timeline_figure

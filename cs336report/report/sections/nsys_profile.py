@@ -18,7 +18,7 @@ template quotes is computed from those records, by the parts build() calls
 
 from __future__ import annotations
 
-from ... import accounting
+from ...accounting import transformer as accounting
 from ...names.handout import BENCHMARKING_SETTINGS
 from ..parts.nsys_checks import checks_table
 from ..parts.nsys_frames import MODE_LABELS, cell_frame, class_frame, forward_source, kernel_frame, span

@@ -6,7 +6,7 @@ build() puts together the frame, tables, analysis and figure of ``report/parts/a
 
 from __future__ import annotations
 
-from ... import accounting
+from ...accounting import transformer as accounting
 from ..parts.attention_analysis import analysis, fit_exponent
 from ..parts.attention_figure import scaling_figure
 from ..parts.attention_frame import frame, memory_column

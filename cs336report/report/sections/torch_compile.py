@@ -11,8 +11,8 @@ import math
 
 import pandas as pd
 
-from ... import accounting
 from .. import answer_parts, checks
+from ...accounting import transformer as accounting
 from ..parts.attention_figure import scaling_figure
 from ..parts.attention_frame import memory_column
 from ..parts.attention_frame import frame as attention_frame

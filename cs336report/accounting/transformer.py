@@ -17,9 +17,9 @@ Per forward pass, with B = batch, T = context, d = d_model, f = d_ff, L = layers
 
 from __future__ import annotations
 
-from . import accounting_compiled
-from .accounting_compiled import compiled_saved_items
-from .names.spec import ModelSpec
+from . import compiled as accounting_compiled
+from ..names.spec import ModelSpec
+from .compiled import compiled_saved_items
 
 FLOP_FORMULA = (
     "forward = L·(8·B·T·d² + 4·B·T²·d + 6·B·T·d·f) + 2·B·T·d·V; "

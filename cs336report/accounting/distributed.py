@@ -16,7 +16,7 @@ optimizer_state_sharding_accounting (problem 21): the bytes each rank holds and 
 under data parallelism with and without optimizer-state sharding, and under ZeRO stage 1 as
 Rajbhandari et al. (2020) define it, for a model of P fp32 parameters trained with AdamW.
 
-    python -c "from cs336report.accounting_distributed import *; print(communication_accounting(XXL()))"
+    python -c "from cs336report.accounting.distributed import *; print(communication_accounting(XXL()))"
 """
 
 from __future__ import annotations

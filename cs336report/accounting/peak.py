@@ -7,16 +7,9 @@ for the memory sections to check the CUDA allocator's own peak against.
 
 from __future__ import annotations
 
-from .accounting import (
-    MiB,
-    Items,
-    _bytes,
-    compute_bytes,
-    param_count,
-    saved_activation_items,
-)
-from .accounting_compiled import per_tensor_update_bytes
-from .names.spec import ModelSpec
+from ..names.spec import ModelSpec
+from .compiled import per_tensor_update_bytes
+from .transformer import MiB, Items, _bytes, compute_bytes, param_count, saved_activation_items
 
 
 def cublas_workspace_bytes(capability: str | None) -> int:

@@ -32,7 +32,7 @@ one kernel per tensor); one tensor at a time where it runs eagerly (:data:`PER_T
 
 from __future__ import annotations
 
-from .names.spec import ModelSpec
+from ..names.spec import ModelSpec
 
 COMPILED_ACTIVATION_FORMULA = (
     "saved for backward by the compiled graph = 4 bytes × 2·L·B·T·d "
