@@ -1,5 +1,6 @@
 """Finding a configured model's objects by name: ``package.module:name`` in, the object (or a
 :class:`ModelError` naming the config key) out, and the checks on a factory that need no call.
+The folders a checkout's packages import from go first on ``sys.path`` (:func:`add_paths`).
 
     resolve("cs336_basics.model:BasicsTransformerLM")           # the class
     resolve("cs336_basics.model:Block.forward", "model.attention")  # a dotted name
@@ -13,6 +14,13 @@ import sys
 from pathlib import Path
 
 FACTORY_ARGS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff", "rope_theta")
+
+
+def add_paths(paths) -> None:
+    """Put ``paths`` first on sys.path (once each), so the checkout's packages are the ones imported."""
+    for path in reversed(list(paths or ())):
+        if path not in sys.path:
+            sys.path.insert(0, path)
 
 
 class ModelError(ValueError):

@@ -47,11 +47,11 @@ from .model_paths import (  # noqa: F401  (ModelError, resolve and the checks: c
     ModelError,
     _owner,
     _split,
+    add_paths,
     check_factory,
     check_from_paths,
     resolve,
 )
-from .student import add_paths
 
 # Ranges around the user's functions; nested, so softmax time is inside attention time.
 ATTENTION_RANGE = "scaled_dot_product_attention"

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from .model_paths import add_paths
+
 BUILTIN = "built-in"
 KEY = "student.checkout"
 ADAPTERS_FILE = Path("tests") / "adapters.py"
@@ -123,13 +125,6 @@ def checkout_paths(checkout: str | Path) -> list[str]:
     """Folders a checkout's code imports from: its root (cs336_systems) and cs336-basics/ (cs336_basics)."""
     root = Path(checkout).resolve()
     return [str(p) for p in (root, root / BASICS_DIR) if p.is_dir()]
-
-
-def add_paths(paths) -> None:
-    """Put ``paths`` first on sys.path (once each), so the checkout's packages are the ones imported."""
-    for path in reversed(list(paths or ())):
-        if path not in sys.path:
-            sys.path.insert(0, path)
 
 
 def source_hash(checkout: str | Path) -> str:

@@ -221,7 +221,7 @@ def _default_roles(model_config: dict, paths: list[str]) -> list[str]:
     """Name the handout model's attention and softmax for profiler ranges where the checkout defines them;
     the model check drops each one the model does not call."""
     from .models import ModelError, resolve
-    from .student import add_paths
+    from .model_paths import add_paths
 
     add_paths(paths)
     found = []
