@@ -4,7 +4,7 @@ The YAML config (workflow/config/default.yaml) is checked against the JSON schem
 workflow/schemas/config.schema.yaml, defaults are filled in, and then the checks a schema
 cannot express run: every size a grid names must exist, a user's model named by
 ``model.factory`` must import and map token ids to logits of the right shape
-(:func:`cs336report.models.check_source`), and ``device: auto`` becomes ``cuda`` or
+(:func:`cs336report.lm.build.check_source`), and ``device: auto`` becomes ``cuda`` or
 ``cpu``. Every error names the config key it is about.
 
     cfg = Config.from_dict(yaml.safe_load(open("workflow/config/default.yaml")))
@@ -184,10 +184,10 @@ def _require_cuda(source: str) -> None:
 
 
 def _check_model(model: dict | None, source: str, device: str) -> dict | None:
-    """Import and try the user's model named by the ``model`` key (see cs336report.models.check_source)."""
+    """Import and try the user's model named by the ``model`` key (see cs336report.lm.build.check_source)."""
     if not model:
         return None
-    from .models import ModelError, check_source
+    from .lm.build import ModelError, check_source
 
     try:
         return check_source(model, device)

@@ -278,7 +278,7 @@ def _git_in(cwd: Path, *args: str) -> str | None:
 
 def portable_path(path: str | None, module: str | None = None) -> str | None:
     """A file named without the machine's folders: relative to the import root it lies under
-    (``cs336report/model.py``, ``mypkg/model.py``), else to the working folder, else its name.
+    (``cs336report/lm/model.py``, ``mypkg/model.py``), else to the working folder, else its name.
 
     ``module``, the dotted name the file was imported as, names it the same way on any machine,
     also where the path is another machine's (a record made elsewhere)."""

@@ -5,7 +5,7 @@ more GPUs than the host has is one with status "not_run" ("not run: needs N GPUs
 exception is a result with status "error" and the message (the traceback goes to the log). Either way the
 workflow goes on, and the report shows the cell as such. A cell that runs a user's model
 runs with its named attention and softmax functions wrapped in profiler ranges
-(:func:`cs336report.models.instrumented`).
+(:func:`cs336report.lm.build.instrumented`).
 
 Every record says who else used the machine while it ran (``contention``, see
 :mod:`cs336report.machine.contention`): the processes that held the GPU and the workflow's other jobs at
@@ -38,11 +38,11 @@ import traceback
 from pathlib import Path
 
 from . import experiments
+from .lm.build import instrumented
 from .machine import contention
 from .machine.scratch import scratch
 from .measure.compiling import pin_ptxas
 from .measure.timing import is_out_of_memory, release_memory, summarize, thaw
-from .models import instrumented
 from .results import SCHEMA, load, now_iso, provenance, save, whole_step
 
 _cells_run = 0  # cells this process has run (started) so far

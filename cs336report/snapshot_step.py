@@ -11,7 +11,7 @@ resident memory of the parsing process (``ru_maxrss``), read before and after th
 nothing heavy (torch included) is imported before the parse, so the peak is the parse's.
 
 For a cell that runs a user's model, the parse adds the categories and model-code paths of
-:func:`cs336report.models.snapshot_options`.
+:func:`cs336report.lm.build.snapshot_options`.
 
 The record takes its status, config and provenance from the capture record: a capture
 that ran out of memory gives an ``oom`` record, which still carries the parsed snapshot
@@ -60,7 +60,7 @@ def parse_step(snapshot: str | os.PathLike, out: str | os.PathLike, result: str 
     error = capture.get("error") if capture else None
     config = capture["config"] if capture else (cell or {})
     if (config.get("model_source") or {}).get("factory"):
-        from .models import snapshot_options  # a user's model: its package and named functions
+        from .lm.build import snapshot_options  # a user's model: its package and named functions
 
         options = {**snapshot_options(config), **options}
     rss_before = peak_rss_bytes()

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .model_paths import add_paths
+from .lm.model_paths import add_paths
 
 BUILTIN = "built-in"
 KEY = "student.checkout"

@@ -220,8 +220,8 @@ def model_for_checkout(model_config: dict | None, student: dict | None) -> dict 
 def _default_roles(model_config: dict, paths: list[str]) -> list[str]:
     """Name the handout model's attention and softmax for profiler ranges where the checkout defines them;
     the model check drops each one the model does not call."""
-    from .models import ModelError, resolve
-    from .model_paths import add_paths
+    from .lm.build import ModelError, resolve
+    from .lm.model_paths import add_paths
 
     add_paths(paths)
     found = []

@@ -3,7 +3,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cs336report.accounting import transformer as accounting, peak as accounting_peak
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 
 
 @pytest.mark.parametrize("context", [16, 48])

@@ -616,7 +616,7 @@ def test_the_optimized_steps_gpu_time_is_summed_by_kernel_class():
     """A real H100 record (kernels of 3 profiled steps) and the roofline probe of the same host: the matrix
     products' rate by the formula's non-attention terms, the dtype conversions autocast adds, and the time
     no kernel ran."""
-    from cs336report.model import ModelSpec
+    from cs336report.lm.model import ModelSpec
     from cs336report.parsers.kernels import classify
     from cs336report.results import load
 

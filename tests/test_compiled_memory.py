@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from cs336report.accounting import transformer as accounting, peak as accounting_peak
+from cs336report.lm.model import ModelSpec, TransformerLM
 from cs336report.measure.compiled_census import compiled_saved_tensors
-from cs336report.model import ModelSpec, TransformerLM
 
 # B·T·d, B·T·f, B·h·T², the weights' sizes and the byte counts of their 2- and 4-byte tensors all
 # differ at this size, so each saved tensor's bytes tell what it is

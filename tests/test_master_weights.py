@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from cs336report.master_weights import MasterWeightAdamW, adamw_scalars, adamw_update, autocast_cast_weights
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.lm.master_weights import MasterWeightAdamW, adamw_scalars, adamw_update, autocast_cast_weights
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 
 SPEC = ModelSpec(vocab_size=61, d_model=32, num_layers=2, num_heads=4, d_ff=48, rope_theta=10_000.0)
 LR = 1e-2  # large enough that a weight moves by many bf16 steps in a few updates

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cs336report.accounting import transformer as accounting, peak as accounting_peak
-from cs336report.model import ModelSpec
+from cs336report.lm.model import ModelSpec
 from cs336report.report.parts.memory_accounting import TRAIN_STEP_EXPERIMENTS, accounting_analysis, train_step_rows
 from cs336report.report.sections import memory_profiling
 from cs336report.results import load

@@ -14,7 +14,7 @@ from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import autocast_benchmarking as ab
 from cs336report.experiments import benchmarking, norm_sensitivity, precision
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.report import checks
 from cs336report.report.render import RenderContext, environments, render_report
 from cs336report.report.sections import benchmarking_mixed_precision as bmp

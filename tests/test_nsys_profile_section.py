@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from cs336report.accounting import transformer as accounting
-from cs336report.model import ModelSpec
+from cs336report.lm.model import ModelSpec
 from cs336report.nsys_step import parse_stats
 from cs336report.parsers import nsys
 from cs336report.parsers.kernel_ranges import short_name

@@ -25,7 +25,7 @@ def test_records_hold_no_absolute_path(tmp_path):
     text = json.dumps(record)
     for folder in {str(REPO), os.getcwd(), str(tmp_path)}:
         assert folder not in text
-    assert record["data"]["model"]["file"] == "cs336report/model.py"
+    assert record["data"]["model"]["file"] == "cs336report/lm/model.py"
     assert len(record["provenance"]["code_hash"]) == 16
 
 
@@ -39,7 +39,7 @@ def test_code_hash_needs_no_git_and_matches_the_commit(tmp_path):
     subprocess.run(git + ["commit", "-qm", "c"], check=True)
     sha = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     assert results.commit_code_hash(sha, tmp_path / "repo") == results.code_hash(pkg)
-    (pkg / "model.py").write_text((pkg / "model.py").read_text() + "\n# edited\n")
+    (pkg / "lm" / "model.py").write_text((pkg / "lm" / "model.py").read_text() + "\n# edited\n")
     assert results.commit_code_hash(sha, tmp_path / "repo") != results.code_hash(pkg)
 
 
@@ -91,11 +91,11 @@ def test_a_file_of_another_machine_is_named_by_its_module():
     same way wherever it is rendered (here the path lies under no folder of this machine)."""
     from cs336report.results import portable_path
 
-    foreign = "/somewhere/else/checkout/cs336report/model.py"
-    assert portable_path(foreign, "cs336report.model") == "cs336report/model.py"
+    foreign = "/somewhere/else/checkout/cs336report/lm/model.py"
+    assert portable_path(foreign, "cs336report.lm.model") == "cs336report/lm/model.py"
     assert portable_path("/x/y/mypkg/__init__.py", "mypkg") == "mypkg/__init__.py"
     assert portable_path(foreign) == "model.py"  # without its module: only the name is certain
-    assert portable_path("cs336report/model.py", "cs336report.model") == "cs336report/model.py"
+    assert portable_path("cs336report/lm/model.py", "cs336report.lm.model") == "cs336report/lm/model.py"
 
 
 def test_the_appendix_tells_apart_machines_that_share_a_name():

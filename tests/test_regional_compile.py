@@ -14,8 +14,8 @@ from torch import nn
 
 from cs336report.config import Config, load_file
 from cs336report.experiments import torch_compile
+from cs336report.lm.model import TransformerLM
 from cs336report.measure.compiling import repeated_blocks
-from cs336report.model import TransformerLM
 from cs336report.names.spec import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 import torch
 
 from cs336report import results
-from cs336report.model import TransformerLM
+from cs336report.lm.model import TransformerLM
 from cs336report.report.render import render_report
 from cs336report.runner import run_cell
 from helpers import cell, tiny_config

@@ -19,11 +19,12 @@ import pytest
 import torch
 import yaml
 
-from cs336report import experiments, models
+from cs336report import experiments
 from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
+from cs336report.lm import build as models
+from cs336report.lm.model import ModelSpec, TransformerLM
 from cs336report.measure import annotate
-from cs336report.model import ModelSpec, TransformerLM
 from cs336report.parsers.snapshot import parse_snapshot
 from cs336report.report.render import render_report
 from cs336report.report.sections import SECTIONS
@@ -264,7 +265,7 @@ def test_result_names_the_model_file_and_hashes(tmp_path):
 def test_builtin_model_provenance_matches_reference(tmp_path):
     name, cell = bench_cell(config(None), "forward")
     info = run_cell("benchmarking", name, cell, tmp_path / "r.json")["data"]["model"]
-    assert info["kind"] == "builtin" and info["object"] == "cs336report.model:TransformerLM"
+    assert info["kind"] == "builtin" and info["object"] == "cs336report.lm.model:TransformerLM"
     assert info["params_match"] is True
 
 

@@ -23,7 +23,7 @@ After the blocks: the final norm's input in fp32 and its output in c. Against th
 W1x·σ(W1x) and the duplicate 16-bit copies autocast makes per matrix product. Under bf16 it saves
 a 16-bit copy of every matrix weight: autocast's cache holds the same bytes in eager mode.
 
-The optimized step's optimizer (:mod:`cs336report.master_weights`): with master weights, every
+The optimized step's optimizer (:mod:`cs336report.lm.master_weights`): with master weights, every
 matrix weight is a bf16 parameter (its working copy, 2 bytes) whose fp32 value the optimizer keeps
 (4 bytes); its gradient is bf16 (2 bytes); autocast finds the weights in bf16 and copies none. The
 update's temporaries: none where it runs fused (torch's fused AdamW, or the update compiled into

@@ -178,7 +178,7 @@ def predicted_peak_bytes(spec: ModelSpec, batch: int, context: int, mode: str, g
     a model whose softmax took amax); ``optimizer``: foreach or fused AdamW, or ``per_tensor`` (an
     update one tensor at a time); ``compiled``: the model runs torch.compile'd (what its graph
     saves, accounting_compiled); ``master_weights``: under 16-bit autocast, the matrix weights are
-    bf16 working copies of fp32 masters the optimizer keeps (cs336report.master_weights);
+    bf16 working copies of fp32 masters the optimizer keeps (cs336report.lm.master_weights);
     ``attention_output_merged``: see accounting_compiled.compiled_saved_items."""
     moments = _moments(spec, batch, context, mode, grad, impl, precision, optimizer, saved_matrices, capability,
                        output_held, compiled, master_weights, attention_output_merged)

@@ -41,9 +41,9 @@ import torch.distributed as dist
 
 from ..accounting.overlap import NVTX_STEP
 from ..experiments.benchmarking import set_tf32, transformer_cell
+from ..lm.build import build_model
+from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import summarize
-from ..model import ModelSpec, cross_entropy
-from ..models import build_model
 from .ddp import VARIANTS, trainable
 from .launch import START_METHOD, launch
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import torch
 
 from . import benchmarking
+from ..lm.build import build_model
+from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import is_out_of_memory, release_memory
-from ..model import ModelSpec, cross_entropy
-from ..models import build_model
 from .benchmarking import autocast_context, cell_name, set_tf32, transformer_cell
 
 GRID_KEYS = ("implementations", "precisions", "sizes", "contexts", "modes")

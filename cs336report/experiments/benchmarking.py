@@ -27,15 +27,15 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from ..accounting import transformer as accounting
-from ..master_weights import MasterWeightAdamW
+from ..lm.build import build_model
+from ..lm.master_weights import MasterWeightAdamW
+from ..lm.model import ModelSpec, cross_entropy
 from ..measure.annotate import region
 from ..measure.compiling import compile_model, first_call
 from ..measure.kernel_times import idle_time, kernel_times
 from ..measure.step_graph import capture_step
 from ..measure.timing import (PhaseEvents, PhaseTimer, Spent, count_casts, host_time, kernels_alone, peak_memory,
                               reset_peak_memory, summarize, time_steps)
-from ..model import ModelSpec, cross_entropy
-from ..models import build_model
 from ..names.benchmarking import CELL_NAME_FORM, MODES, cell_from_name, cell_name  # noqa: F401 (names used here and by callers)
 
 TIMING = ("whole steps, one synchronize per step at its end; phases between events recorded in the same steps "
@@ -173,7 +173,7 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     AdamW step, as the mode asks) and returns the synchronized time of each phase
     (``step(phases="events")``: the phases' event times, read after the step, see ``run``). A cell with
     ``master_weights`` (and autocast) runs the model on bf16 working copies of its fp32 master
-    weights, and its AdamW step writes them (:mod:`cs336report.master_weights`). ``shared`` is
+    weights, and its AdamW step writes them (:mod:`cs336report.lm.master_weights`). ``shared`` is
     the state of a job whose cells differ only in mode: the model (and its compiled forward)
     built for an earlier cell of the job is reused, so its graphs are compiled once per job.
     """

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..model import scaled_dot_product_attention
+from ..lm.model import scaled_dot_product_attention
 from ..names.flash import IMPLEMENTATIONS
 
 SDPA_BACKENDS = {

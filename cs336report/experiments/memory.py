@@ -33,9 +33,9 @@ import torch
 from torch.profiler import record_function
 
 from ..accounting import transformer as accounting
+from ..lm.build import build_model
+from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import peak_memory, reset_peak_memory, synchronize
-from ..model import ModelSpec, cross_entropy
-from ..models import build_model
 from .benchmarking import autocast_context, set_tf32, transformer_cell
 
 SNAPSHOT_DIR = "results/memory_profiling"

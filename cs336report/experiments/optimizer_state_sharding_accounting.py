@@ -38,9 +38,9 @@ from ..accounting import transformer as accounting
 from ..accounting.distributed import data_parallel_bytes
 from ..distributed.launch import launch
 from ..distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
+from ..lm.build import build_model
+from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import PhaseTimer, summarize, synchronize, time_steps
-from ..model import ModelSpec, cross_entropy
-from ..models import build_model
 from ..student import adapter_errors
 from .benchmarking import set_tf32, transformer_cell
 

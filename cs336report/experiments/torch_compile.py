@@ -17,7 +17,7 @@ Three experiments:
   ``native`` implementation (F.linear, F.scaled_dot_product_attention), bf16 autocast,
   ``torch.compile`` and AdamW in one fused pass per tensor; with ``master_weights`` (the default)
   the weights autocast would convert are bf16 working copies that the optimizer step writes from
-  fp32 master weights (:mod:`cs336report.master_weights`), so no step converts a weight, and the
+  fp32 master weights (:mod:`cs336report.lm.master_weights`), so no step converts a weight, and the
   update is compiled with the model. Its FLOP rate is compared in the report with the bf16
   matmul peak the roofline probe measured. ``whole_steps`` more steps are then timed with one
   synchronization each, at the step's end, for the step without its phase timing. On CUDA,

@@ -103,7 +103,7 @@ def _classify_triton(kind: str, ops: str) -> str | None:
         return "gemm"
     if "softmax" in lowered:
         return "softmax"
-    # a compiled AdamW step (cs336report.master_weights) fuses each tensor's update into one kernel,
+    # a compiled AdamW step (cs336report.lm.master_weights) fuses each tensor's update into one kernel,
     # named by its operators: the first moment's lerp marks it
     if re.search(r"adam|sgd|foreach|lerp", lowered):
         return "optimizer"

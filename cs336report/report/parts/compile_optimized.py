@@ -13,7 +13,7 @@ from ..tables import Cell, Table, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds,
 from ..targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from .compile_model import MODE_LABELS, PHASES, model_frame, same_card
 
-# The optimizer step of cs336report.master_weights, byte by byte (the accounting of ADAMW_TRAFFIC_FORMULA).
+# The optimizer step of cs336report.lm.master_weights, byte by byte (the accounting of ADAMW_TRAFFIC_FORMULA).
 MASTER_TRAFFIC_FORMULA = ("Memory traffic of the AdamW step with master weights = 28 bytes × parameters, as without them: "
                           "for a weight with a bf16 working copy it reads the fp32 master, the bf16 gradient and both fp32 "
                           "moments (14 bytes) and writes the master, both moments and the working copy (14 bytes); for a "

@@ -40,18 +40,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .accounting import transformer as accounting
-from .measure import annotate
+from ..accounting import transformer as accounting
+from ..measure import annotate
 from .model import ModelSpec, TransformerLM
-from .model_paths import (  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)
-    ModelError,
-    _owner,
-    _split,
-    add_paths,
-    check_factory,
-    check_from_paths,
-    resolve,
-)
+from .model_paths import ModelError, _owner, _split, add_paths, check_factory, check_from_paths, resolve  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)
 
 # Ranges around the user's functions; nested, so softmax time is inside attention time.
 ATTENTION_RANGE = "scaled_dot_product_attention"
@@ -77,7 +69,7 @@ def source_info(obj) -> dict:
         digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()[:16] if file else None
     except (TypeError, OSError):
         file, digest = None, None
-    from .results import portable_path  # the machine's folders stay out of the record
+    from ..results import portable_path  # the machine's folders stay out of the record
 
     return {"object": f"{obj.__module__}:{obj.__qualname__}", "file": portable_path(file, obj.__module__), "sha256_16": digest}
 
@@ -145,7 +137,7 @@ def snapshot_options(cell: dict) -> dict:
 
         parse_snapshot(path, **snapshot_options(cell))
     """
-    from .parsers.snapshot import Rule
+    from ..parsers.snapshot import Rule
 
     source = cell.get("model_source") or {}
     if not source.get("factory"):

@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .measure.annotate import region
+from ..measure.annotate import region
 
 IMPLEMENTATIONS = ("naive", "native")
 
 
 # the shape of a model size lives in a module without torch, for the formulas and the report
-from .names.spec import ModelSpec  # noqa: E402,F401
+from ..names.spec import ModelSpec  # noqa: E402,F401
 
 
 def _trunc_normal(shape, std: float, device, dtype) -> nn.Parameter:
