@@ -197,11 +197,11 @@ def _check_model(model: dict | None, source: str, device: str) -> dict | None:
 
 
 def _check_student(student: dict | None, source: str, device: str) -> dict | None:
-    """Import and try the student's checkout named by ``student.checkout`` (see cs336report.student_check)."""
+    """Import and try the student's checkout named by ``student.checkout`` (see cs336report.student.check)."""
     if not (student or {}).get("checkout"):
         return None
-    from .student import StudentError
-    from .student_check import check_checkout
+    from .student.check import check_checkout
+    from .student.resolve import StudentError
 
     try:
         return check_checkout(student, device)
@@ -214,8 +214,8 @@ def _student_model(model: dict | None, student: dict | None, source: str) -> dic
     """The ``model`` key, defaulting to the checkout's cs336_basics model when a checkout is named."""
     if not student:
         return model
-    from .student import StudentError
-    from .student_check import model_for_checkout
+    from .student.check import model_for_checkout
+    from .student.resolve import StudentError
 
     try:
         return model_for_checkout(model, student)

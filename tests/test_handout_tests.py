@@ -19,7 +19,7 @@ import yaml
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import handout_tests
 from cs336report.runner import run_cell
-from cs336report.student_check import check_checkout
+from cs336report.student.check import check_checkout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIELDS = {"id", "name", "problem", "subquestion", "outcome", "seconds", "message", "max_abs_error"}

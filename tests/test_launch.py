@@ -81,13 +81,13 @@ def test_nccl_without_enough_gpus_is_refused_before_start():
 
 
 def _not_implemented_on_every_rank(rank, world_size, device):
-    from cs336report.student import AdapterNotImplemented
+    from cs336report.student.resolve import AdapterNotImplemented
 
     raise AdapterNotImplemented("get_ddp_bucketed raises NotImplementedError (repo:get_ddp_bucketed)")
 
 
 def test_a_ranks_result_status_reaches_the_caller():
-    from cs336report.student import AdapterNotImplemented, adapter_errors
+    from cs336report.student.resolve import AdapterNotImplemented, adapter_errors
 
     with pytest.raises(RankFailed) as info:
         launch(_not_implemented_on_every_rank, 2, backend="gloo", timeout_s=30)

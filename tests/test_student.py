@@ -15,10 +15,10 @@ import pytest
 import torch
 import yaml
 
-from cs336report import adapters, student
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
 from cs336report.experiments import flash_benchmarking
 from cs336report.runner import run_cell
+from cs336report.student import adapters, resolve as student
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 STUDENT_REPO = FIXTURES / "student_repo"
@@ -85,7 +85,7 @@ def test_builtin_adapters_return_our_functions():
 
 def test_builtin_adapter_of_a_missing_module_is_not_implemented():
     with pytest.raises(NotImplementedError, match="get_ddp_bucketed: cs336report.no_such_module.X"):
-        adapters._load(".no_such_module", "X", "get_ddp_bucketed")
+        adapters._load("..no_such_module", "X", "get_ddp_bucketed")
 
 
 def test_resolver_without_a_checkout_gives_ours():

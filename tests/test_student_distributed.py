@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs336report import student
 from cs336report.config import Config
 from cs336report.experiments import ddp_bucketed_benchmarking as bucketed
 from cs336report.experiments import ddp_overlap_individual_parameters_benchmarking as individual
@@ -22,6 +21,7 @@ from cs336report.report.sections import optimizer_state_sharding_accounting as s
 from cs336report.report.student_rows import same_weights
 from cs336report.results import load
 from cs336report.runner import run_cell
+from cs336report.student import resolve as student
 from test_student import STUDENT_REPO, copy_repo, edit_adapter, entry, fresh_imports, raw_config  # noqa: F401
 
 MICRO = {"d_model": 32, "d_ff": 64, "num_layers": 1, "num_heads": 2, "vocab_size": 100, "rope_theta": 10000.0}

@@ -5,7 +5,7 @@ ddp_bucketed_benchmarking).
 One cell is one DDP variant (``naive``, ``flat``, ``individual``, ``bucketed`` with a bucket size,
 or ``torch_ddp``: PyTorch's own DistributedDataParallel with ``bucket_cap_mb``) on one model; with a
 student checkout also ``student_individual`` and ``student_bucketed``: the student's wrappers
-through the handout's adapters (:mod:`cs336report.student`), driven as the handout's tests drive
+through the handout's adapters (:mod:`cs336report.student.resolve`), driven as the handout's tests drive
 them (``on_train_batch_start`` before the step, untimed like ``zero_grad``; ``on_after_backward``
 as the ``sync`` phase; AdamW over the wrapper's parameters). Each
 of ``world_size`` ranks builds the model (same seed; the wrapper broadcasts rank 0's anyway) and
@@ -47,7 +47,7 @@ from ..measure.timing import summarize
 from .ddp import VARIANTS, trainable
 from .launch import START_METHOD, launch
 
-# The student's wrappers: variant -> the resolver's piece (cs336report.student.PIECES)
+# The student's wrappers: variant -> the resolver's piece (cs336report.student.resolve.PIECES)
 STUDENT_VARIANTS = {"student_individual": "ddp_individual_parameters", "student_bucketed": "ddp_bucketed"}
 DDP_VARIANTS = (*VARIANTS, "torch_ddp", *STUDENT_VARIANTS)
 
@@ -79,7 +79,7 @@ def ddp_cell_name(cell: dict) -> str:
 
 def _student_wrapper(cell: dict):
     """The student's piece of a student variant, from the resolver; AdapterNotImplemented if it is not there."""
-    from .. import student as resolver
+    from ..student import resolve as resolver
 
     found = resolver.implementation(STUDENT_VARIANTS[cell["variant"]], cell.get("student"))
     if not found:
@@ -90,7 +90,7 @@ def _student_wrapper(cell: dict):
 def _wrap_student(model, cell: dict):
     """The student's wrapper through their adapters, as :func:`_wrap` returns ours: the handout's
     hooks ``(ddp_model, optimizer)`` finish the synchronization and start each step."""
-    from .. import student as resolver
+    from ..student import resolve as resolver
 
     impl = _student_wrapper(cell)
     args = (cell["bucket_size_mb"],) if cell["variant"] == "student_bucketed" else ()
@@ -251,7 +251,7 @@ def run_ddp(cell: dict) -> dict:
     """Measure one DDP cell; returns the ``data`` of its record."""
     from .link import describe
 
-    from ..student import adapter_errors
+    from ..student.resolve import adapter_errors
 
     if cell["variant"] in STUDENT_VARIANTS:
         _student_wrapper(cell)  # a missing adapter fails here, before any process starts

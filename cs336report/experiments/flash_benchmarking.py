@@ -146,7 +146,7 @@ def classify(exc: BaseException) -> str:
     """"oom", "unsupported" (backend cannot run this input, or Triton cannot run here), "not_implemented"
     (a student's adapter) or "error"."""
     from ..flash import TritonUnavailableError
-    from ..student import AdapterNotImplemented
+    from ..student.resolve import AdapterNotImplemented
 
     if isinstance(exc, AdapterNotImplemented):
         return "not_implemented"

@@ -59,7 +59,7 @@ STUDENT_ROWS = {"student_triton": ("triton", "triton_fixed"),
 
 def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Callable, dict]:
     """A FlashAttention-2 autograd function from the resolver; AdapterNotImplemented if it is not implemented."""
-    from .. import student as resolver
+    from ..student import resolve as resolver
 
     if impl in STUDENT_ROWS and not student:
         raise ValueError(f"implementation {impl!r} runs the student's code: set student.checkout")
@@ -82,7 +82,7 @@ def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Call
 def attention_function(impl: str, causal: bool = True, student: dict | None = None) -> tuple[Callable, dict]:
     """``(attn(q, k, v) -> o, notes)`` for implementation ``impl``; notes describe how it runs.
 
-    The FlashAttention-2 implementations come from the resolver (:mod:`cs336report.student`): the
+    The FlashAttention-2 implementations come from the resolver (:mod:`cs336report.student.resolve`): the
     student's through their adapters when ``student`` (a cell's ``student`` entry) is given.
     """
     if impl not in IMPLEMENTATIONS:

@@ -27,7 +27,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..student import BUILTIN, PIECES, AdapterNotImplemented, checkout_paths
+from ..student.resolve import BUILTIN, PIECES, AdapterNotImplemented, checkout_paths
 
 SUITES = ("attention", "ddp", "sharded_optimizer")
 # The handout's test files of each suite (the course's names), and ours.

@@ -5,7 +5,7 @@ One cell is one optimizer (``adamw``: plain AdamW on every rank; ``sharded``: ou
 :class:`~cs336report.distributed.sharded_optimizer.ShardedOptimizer`; ``zero``:
 ``torch.distributed.optim.ZeroRedundancyOptimizer``; with a student checkout also ``student``: the
 student's ``get_sharded_optimizer(params, AdamW, lr=...)`` through the handout's adapters, see
-:mod:`cs336report.student`) on one model, run by ``world_size`` ranks of one
+:mod:`cs336report.student.resolve`) on one model, run by ``world_size`` ranks of one
 node (NCCL, one GPU each; Gloo on the CPU). Every rank builds the same model (same seed, then
 rank 0's weights broadcast), takes its share of the global batch, and trains: forward and backward,
 the gradients averaged (one asynchronous all-reduce per parameter, waited for together: the same
@@ -41,7 +41,7 @@ from ..distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
 from ..lm.build import build_model
 from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import PhaseTimer, summarize, synchronize, time_steps
-from ..student import adapter_errors
+from ..student.resolve import adapter_errors
 from .benchmarking import set_tf32, transformer_cell
 
 OPTIMIZERS = ("adamw", "sharded", "zero", "student")
@@ -75,7 +75,7 @@ def cells(cfg) -> dict[str, dict]:
 
 def student_optimizer(student: dict | None):
     """The student's sharded optimizer adapter from the resolver; AdapterNotImplemented if it is not there."""
-    from .. import student as resolver
+    from ..student import resolve as resolver
 
     if not student:
         raise ValueError("optimizer 'student' runs the student's code: set student.checkout")
@@ -99,7 +99,7 @@ def make_optimizer(name: str, params, student: dict | None = None):
         opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=LR)
         return opt, lambda: [opt.optim]
     if name == "student":  # as the handout's tests build it
-        from .. import student as resolver
+        from ..student import resolve as resolver
 
         opt = resolver.call(student_optimizer(student), params, torch.optim.AdamW, lr=LR)
         return opt, lambda: holders(opt)

@@ -2,7 +2,7 @@
 
 :func:`check_checkout` takes the ``student`` config key and returns the ``student`` entry that
 cells carry (checkout folder, name, a hash of its Python files, and each piece's verdict), or
-raises :class:`~cs336report.student.StudentError` naming the key, the adapter and the fix:
+raises :class:`~cs336report.student.resolve.StudentError` naming the key, the adapter and the fix:
 
 * the folder and its ``tests/adapters.py`` exist, and the adapters import;
 * every adapter of the handout is defined and accepts the arguments the handout's tests pass;
@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .student import (ADAPTERS_FILE, BASICS_DIR, HOOK_ARGS, KEY, PIECES, AdapterNotImplemented, StudentError,
-                      call, checkout_paths, implementation, load_adapters, source_hash)
+from .resolve import (ADAPTERS_FILE, BASICS_DIR, HOOK_ARGS, KEY, PIECES, AdapterNotImplemented, StudentError, call,
+                      checkout_paths, implementation, load_adapters, source_hash)
 
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
 KEEP_RAISING = "or make the adapter raise NotImplementedError until it works"
@@ -202,7 +202,7 @@ def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | N
 def model_for_checkout(model_config: dict | None, student: dict | None) -> dict | None:
     """The ``model`` key with a checkout: its cs336_basics BasicsTransformerLM unless a factory is named,
     importable from the checkout's folders."""
-    from .student import DEFAULT_FACTORY
+    from .resolve import DEFAULT_FACTORY
 
     model_config = dict(model_config or {})
     if not student:
@@ -220,8 +220,8 @@ def model_for_checkout(model_config: dict | None, student: dict | None) -> dict 
 def _default_roles(model_config: dict, paths: list[str]) -> list[str]:
     """Name the handout model's attention and softmax for profiler ranges where the checkout defines them;
     the model check drops each one the model does not call."""
-    from .lm.build import ModelError, resolve
-    from .lm.model_paths import add_paths
+    from ..lm.build import ModelError, resolve
+    from ..lm.model_paths import add_paths
 
     add_paths(paths)
     found = []

@@ -14,7 +14,7 @@ ours directly::
         ...                          # the cell is "not implemented" (raise impl.error())
     Flash, provenance = impl         # the autograd.Function class; "built-in" or "<checkout>:<adapter>"
 
-With no checkout, the built-in pieces come through our own adapters (:mod:`cs336report.adapters`).
+With no checkout, the built-in pieces come through our own adapters (:mod:`cs336report.student.adapters`).
 An adapter that raises ``NotImplementedError`` or returns the wrong kind of object resolves to a
 :class:`NotImplementedAdapter`: our implementation never stands in for the student's.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .lm.model_paths import add_paths
+from ..lm.model_paths import add_paths
 
 BUILTIN = "built-in"
 KEY = "student.checkout"
