@@ -67,7 +67,7 @@ def _run(args) -> int:
 
 
 def _run_job(args) -> int:
-    from .results import result_stem
+    from .records.store import result_stem
 
     cells = _json_arg(args.cells)
     names = [name for name, _ in cells]

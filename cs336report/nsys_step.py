@@ -19,7 +19,7 @@ from .names.benchmarking import CELL_NAME_FORM, cell_from_name
 from .parsers import nsys
 from .parsers.kernel_ranges import summarise
 from .profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file
-from .results import SCHEMA, load, now_iso, save
+from .records.store import SCHEMA, load, now_iso, save
 
 __all__ = ["CellNameError", "parse_stats"]
 

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from .machine.clock import boot_s
-from .results import SCHEMA, now_iso, save
+from .records.store import SCHEMA, now_iso, save
 
 REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum", "cuda_api_sum")
 PROFILE_FLAGS = ("-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none",
@@ -104,7 +104,7 @@ def _run_echoed(command: list[str]) -> tuple[int, list[str]]:
 
 
 def _failed_record(experiment: str, name: str, cell: dict, message: str) -> dict:
-    from .results import provenance  # imports torch; only needed when the child left no record
+    from .records.store import provenance  # imports torch; only needed when the child left no record
 
     return {"schema": SCHEMA, "experiment": experiment, "cell": name, "status": "error", "error": message,
             "config": cell, "data": {}, "provenance": provenance(cell.get("device", "cpu")),

@@ -5,7 +5,7 @@ folder that is committed with the report, so the report can be re-rendered anywh
 
 The folder holds ``<experiment>/<cell>.json.gz`` records (the compact JSON of each record,
 gzip-compressed with a fixed header, so the same record always gives the same bytes; read one
-with ``zcat`` or :func:`cs336report.results.load`), ``config.json`` (the resolved config of the
+with ``zcat`` or :func:`cs336report.records.store.load`), ``config.json`` (the resolved config of the
 run) and ``manifest.json`` (the list of records, in the order the report reads them); those two
 stay plain JSON. Raw profiler files (``.nsys-rep``, snapshot pickles) are never copied.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .coverage import expected_cells
-from .results import commit_code_hash, host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
+from .records.coverage import expected_cells
+from .records.store import commit_code_hash, host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
 
 PUBLISHED_SUFFIX = ".json.gz"
 
@@ -245,13 +245,13 @@ def missing_targets(out_dir: str | Path, host_bound: bool = False) -> tuple[list
     the cell's own limit) or of a cell that needed more GPUs than its host had (not run), with the other cells of their jobs, which one job writes together; how
     many configured cells have no record, how many its config asks for in all, and how many
     records are listed to run again. ``host_bound``: also the cells timed host-bound beside other
-    jobs (:func:`~cs336report.results.host_bound_beside_jobs`), to time again with one GPU slot.
+    jobs (:func:`~cs336report.records.store.host_bound_beside_jobs`), to time again with one GPU slot.
 
     Build them with Snakemake under the config the folder was published with, then add them with
     ``publish --merge``.
     """
-    from .coverage import coverage, expected_cells, result_target
     from .experiments import job_of_cell
+    from .records.coverage import coverage, expected_cells, result_target
 
     files, config = published_files(out_dir)
     expected = expected_cells(config)

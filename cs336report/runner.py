@@ -43,7 +43,7 @@ from .machine import contention
 from .machine.scratch import scratch
 from .measure.compiling import pin_ptxas
 from .measure.timing import is_out_of_memory, release_memory, summarize, thaw
-from .results import SCHEMA, load, now_iso, provenance, save, whole_step
+from .records.store import SCHEMA, load, now_iso, provenance, save, whole_step
 
 _cells_run = 0  # cells this process has run (started) so far
 

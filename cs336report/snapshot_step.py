@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from .parsers.snapshot import SnapshotError, parse_snapshot
-from .results import SCHEMA, load, now_iso, save
+from .records.store import SCHEMA, load, now_iso, save
 
 EXPERIMENT = "memory_profiling_parse"
 PARSE_OPTIONS = {"top_n": 20, "max_points": 3000, "chain_depth": 6}
@@ -94,7 +94,7 @@ def parse_step(snapshot: str | os.PathLike, out: str | os.PathLike, result: str 
     if capture is not None:
         provenance = capture["provenance"]
     else:
-        from .results import provenance as current
+        from .records.store import provenance as current
 
         # a snapshot with no capture record was written by code this run cannot name: the
         # parser's machine is recorded, but not its code hash, which would claim the snapshot's

@@ -409,7 +409,7 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
 
 def test_first_steps_served_from_inductors_cache_are_marked_and_left_out_of_the_compile_range():
     """H200 records: small/128/forward found its graphs in the cache (2 hits, 2.84 s); the other two compiled."""
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     folder = Path(__file__).parent / "fixtures" / "compile"
     records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
@@ -436,7 +436,7 @@ CARDS = Path(__file__).parent / "fixtures" / "cards"
 
 
 def _card_records():
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     return {p.name.split(".json")[0]: dict(load(p), _path=str(p)) for p in CARDS.glob("*.json.gz")}
 
@@ -489,7 +489,7 @@ def test_optimized_step_is_set_against_adamws_memory_traffic_at_the_measured_cop
 
 
 def test_a_compiled_cell_is_not_compared_with_a_twin_from_another_card():
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     folder = Path(__file__).parent / "fixtures" / "compile"
     records = {p.name: dict(load(p), _path=str(p)) for p in folder.glob("*ctx512-forward*.json.gz")}
@@ -510,7 +510,7 @@ H200_ATTENTION = Path(__file__).parent / "fixtures" / "attention_h200"
 
 
 def h200_records(*names: str) -> list[dict]:
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     return [load(H200_ATTENTION / f"{name}.json.gz") for name in names]
 
@@ -534,7 +534,7 @@ def test_memory_columns_leave_out_what_an_earlier_cell_of_the_process_still_held
 def test_an_oom_while_another_process_held_the_card_is_not_the_cells_own_limit():
     """H200 records: the compiled d_head 64, seq 32768 cell ran out while the worker held 64.85 GiB;
     the eager d_head 32, seq 32768 cell ran out on its own."""
-    from cs336report.results import other_processes_bytes, record_status
+    from cs336report.records.store import other_processes_bytes, record_status
 
     shared, own = h200_records("compiled-fp32-d64-s32768", "naive-fp32-d32-s32768")
     assert other_processes_bytes(shared["error"]) == pytest.approx(64.85 * 2**30, rel=1e-3)
@@ -573,7 +573,7 @@ def test_memory_added_by_the_kept_forward_is_counted_from_just_before_it(monkeyp
 def test_torch_compiles_own_set_up_is_reported_beside_the_first_call():
     """An H100 record with compile.setup_s (torch.compile importing the compiler, compile_threads 1)
     reports its range; the H200 records from before it was recorded report none."""
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     eager = attention_section.frame(h200_records("naive-fp32-d64-s16384"))
     (old,) = h200_records("compiled-fp32-d64-s16384")
@@ -618,7 +618,7 @@ def test_the_optimized_steps_gpu_time_is_summed_by_kernel_class():
     no kernel ran."""
     from cs336report.lm.model import ModelSpec
     from cs336report.parsers.kernels import classify
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     folder = Path(__file__).parent / "fixtures" / "kernels_h100"
     record = dict(load(folder / "optimized_step.json.gz"), _path="optimized_step.json.gz")
@@ -666,7 +666,7 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
     compiled = sorted((PUBLISHED / "compiled_attention").glob("compiled-fp32-*.json.gz"))
     if not eager or not compiled:
         pytest.skip("no published records")
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     render_report([str(p) for p in eager + compiled], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r")
     answers = (tmp_path / "r" / "answers.md").read_text()
@@ -738,8 +738,8 @@ def test_published_compiled_model_answer_names_speed_ups_over_host_bound_steps(t
     bench = sorted((PUBLISHED / "benchmarking").glob("*.json.gz"))
     if not compiled or not bench:
         pytest.skip("no published records")
+    from cs336report.records.store import load
     from cs336report.report import checks
-    from cs336report.results import load
 
     records = [{**load(p), "_path": str(p)} for p in bench]
     host_bound = checks.host_bound_sources(checks.timing_flags(records))
@@ -768,8 +768,8 @@ def test_published_optimized_step_counts_every_casting_copy_as_a_conversion(tmp_
     """The eager copy's dynamic-cast path (loads and stores that cast) converts dtype as much as a
     ``_to_copy`` kernel does: both count in the launches that only convert dtypes."""
     from cs336report.parsers.kernels import classify
+    from cs336report.records.store import load
     from cs336report.report.parts.compile_optimized import dtype_conversion
-    from cs336report.results import load
 
     paths = sorted((PUBLISHED / "optimized_step").glob("*.json.gz"))
     if not paths:

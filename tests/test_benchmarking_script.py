@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from cs336report.config import DEFAULT_CONFIG, Config, load_files
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
 from cs336report.report.sections import benchmarking_script as section
-from cs336report.results import load
 
 # fp32 forward cells of small, xl and 2.7B at contexts 128-1024, from a 4 x H200 run (README there)
 LEFT_OUT = Path(__file__).parent / "fixtures" / "bf16_sizes_left_out_h200"

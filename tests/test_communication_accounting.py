@@ -102,9 +102,9 @@ def test_zero_stage_one_moves_two_thirds_of_what_sharding_with_broadcast_moves()
 def _section_data(tmp_path):
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.render import RenderContext
     from cs336report.report.sections import communication_accounting as section
-    from cs336report.results import load
 
     record = load(Path(__file__).parent / "fixtures" / "sharding" / "xxl.json.gz")
     return section, section.build(RenderContext([record], {"_device": "cpu", "_grid": "cpu"}, tmp_path))

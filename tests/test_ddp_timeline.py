@@ -210,9 +210,9 @@ FAILED_PROFILE = Path(__file__).parent / "fixtures" / "ddp_profile_failed_h200"
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_a_failed_profile_beside_a_drawn_one_is_named_in_the_answer(tmp_path, mode):
     from cs336report.config import DEFAULT_CONFIG, Config, load_file
+    from cs336report.records.store import load
     from cs336report.report.render import RenderContext, environments
     from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as section
-    from cs336report.results import load
 
     cfg = Config.from_dict(load_file(DEFAULT_CONFIG), cuda_available=True)
     records = [load(p) for p in sorted(FAILED_PROFILE.glob("*/*.json.gz"))]

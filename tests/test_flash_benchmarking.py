@@ -25,11 +25,11 @@ from cs336report.experiments import flash_benchmarking as fb
 from cs336report.experiments import flash_leaderboard as fl
 from cs336report.flash import reference_attention
 from cs336report.measure.timing import summarize
+from cs336report.records.store import SCHEMA, load, save
 from cs336report.report.render import render_report
 from cs336report.report.sections import flash_benchmarking as section
 from cs336report.report.tables import sig
 from cs336report.report.targets import LEADERBOARD_TARGET_MS
-from cs336report.results import SCHEMA, load, save
 
 
 def config(cuda: bool) -> Config:
@@ -769,7 +769,7 @@ def test_the_leaderboard_section_says_when_tuning_chose_the_default_tiles(tmp_pa
     for row in other["data"]["rows"]:
         if row["implementation"] == "triton_fixed":
             row["tiles"]["fwd"]["Q_TILE_SIZE"] = 64
-    from cs336report.results import save
+    from cs336report.records.store import save
     save(other, tmp_path / "other" / "leaderboard.json")
     render_report([str(tmp_path / "other" / "leaderboard.json")], {"_device": "cuda", "_grid": "gpu"},
                   tmp_path / "o", draw=False)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from cs336report.machine import contention, gpu_slots
-from cs336report.results import load
+from cs336report.records.store import load
 
 
 def test_core_lists_read_and_write_the_kernels_format():

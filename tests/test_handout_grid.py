@@ -137,7 +137,7 @@ def test_a_resolved_handout_config_expects_the_handout_cells_only():
     """The report and publish read the configured cells back from the resolved config (config.json).
     Resolving it a second time must not merge the gpu grid in again: that brought back the experiments
     the handout grid sets to null (the leaderboard, the optimized step, the autocast memory study)."""
-    from cs336report.coverage import with_expected_cells
+    from cs336report.records.coverage import with_expected_cells
 
     cfg = _config("handout")
     data = {k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")}

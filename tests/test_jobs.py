@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cs336report import experiments
-from cs336report.results import load
+from cs336report.records.store import load
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JOB_FIXTURE = Path(__file__).parent / "fixtures/compile/job-h100"  # one compiled_model job on an H100

@@ -11,9 +11,9 @@ import pytest
 
 from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.lm.model import ModelSpec
+from cs336report.records.store import load
 from cs336report.report.parts.memory_accounting import TRAIN_STEP_EXPERIMENTS, accounting_analysis, train_step_rows
 from cs336report.report.sections import memory_profiling
-from cs336report.results import load
 
 DATA = Path(__file__).resolve().parents[1] / "report" / "data"
 MiB = 2**20

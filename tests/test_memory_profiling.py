@@ -25,10 +25,10 @@ from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import memory
 from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.parsers.snapshot import parse_snapshot
+from cs336report.records.store import load, save
 from cs336report.report.render import render_report
 from cs336report.report.sections import memory_profiling as section
 from cs336report.report.tables import fmt_bytes, sig
-from cs336report.results import load, save
 from cs336report.runner import run_cell
 from cs336report.snapshot_step import parse_step
 

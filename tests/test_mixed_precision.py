@@ -15,11 +15,11 @@ from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import autocast_benchmarking as ab
 from cs336report.experiments import benchmarking, norm_sensitivity, precision
 from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.records.store import load
 from cs336report.report import checks
 from cs336report.report.render import RenderContext, environments, render_report
 from cs336report.report.sections import benchmarking_mixed_precision as bmp
 from cs336report.report.sections import mixed_precision_accumulation as mpa
-from cs336report.results import load
 from cs336report.runner import run_cell
 
 MICRO = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 2, "vocab_size": 100}

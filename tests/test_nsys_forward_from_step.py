@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from cs336report.config import DEFAULT_CONFIG, Config, load_files
+from cs336report.records.store import load
 from cs336report.report.parts.nsys_frames import forward_source
 from cs336report.report.render import RenderContext, environments
 from cs336report.report.sections import nsys_profile as section
-from cs336report.results import load
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nsys_step_h200"
 

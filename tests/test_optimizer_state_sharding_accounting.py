@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from cs336report.experiments import optimizer_state_sharding_accounting as experiment
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
 from cs336report.report.sections import optimizer_state_sharding_accounting as section
-from cs336report.results import load
 from helpers import tiny_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sharding"
@@ -114,10 +114,10 @@ PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data" / "optimi
 def test_published_answer_splits_memory_and_time_from_the_records(tmp_path):
     """The H200 records: the optimizer step's own allocation halves too, the peaks are named by the phase
     they were taken in, and a difference of the steps beyond their spread is given per phase (none within it)."""
+    from cs336report.records.store import load
     from cs336report.report.render import RenderContext, environments
     from cs336report.report.sections import optimizer_state_sharding_accounting as section
     from cs336report.report.tables import fmt_bytes
-    from cs336report.results import load
 
     records = [{**load(p), "_path": str(p)} for p in sorted(PUBLISHED.glob("*.json.gz"))]
     rank0 = {r["config"]["optimizer"]: r["data"]["ranks"][0] for r in records}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cs336report import results
 from cs336report.publish import publish
+from cs336report.records import store as results
 from cs336report.report.appendix import unclean_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_merge_refuses_a_cpu_record_in_a_gpu_folder(tmp_path):
 def test_a_file_of_another_machine_is_named_by_its_module():
     """A published record holds the path of the machine that made it; the report names the file the
     same way wherever it is rendered (here the path lies under no folder of this machine)."""
-    from cs336report.results import portable_path
+    from cs336report.records.store import portable_path
 
     foreign = "/somewhere/else/checkout/cs336report/lm/model.py"
     assert portable_path(foreign, "cs336report.lm.model") == "cs336report/lm/model.py"

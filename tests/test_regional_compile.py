@@ -120,7 +120,7 @@ REGIONAL = Path(__file__).parent / "fixtures/compile/regional-h100"  # 2.7B, con
 
 
 def _records(*names: str) -> list[dict]:
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     return [{**load(p), "_path": str(p)} for n in names for p in sorted(REGIONAL.glob(f"{n}-*.json.gz"))]
 

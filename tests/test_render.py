@@ -95,10 +95,10 @@ def test_cost_splits_job_time_into_timed_steps_first_compiled_calls_and_the_rest
     """H200 records: a compiled_model cell (warm-up, measured steps, a first call) and the leaderboard (do_bench calls)."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.cost import cost_of as _cost
-    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
+    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
 
     fixtures = Path(__file__).parent / "fixtures"
     compiled = load(fixtures / "compile/naive-fp32-small-ctx128-train_step-compiled.json.gz")
@@ -174,10 +174,10 @@ def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
 
 
 def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_rule_first():
+    from cs336report.records.store import load
     from cs336report.report.cost import cost_of as _cost
-    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
+    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
 
     record, paths = _compiled_copies(__import__("pathlib").Path(__import__("tempfile").mkdtemp()), 3)
     records = [load(p) for p in paths]
@@ -237,9 +237,9 @@ def test_warm_up_study_speaks_of_one_and_two_warm_up_steps():
     """H200 records of the warm-up study (0, 1, 2, 5 warm-up steps)."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.sections import benchmarking_script as section
     from cs336report.report.tables import sig
-    from cs336report.results import load
 
     records = [load(p) for p in sorted((Path(__file__).parent / "fixtures" / "warmup_h200").glob("*.json.gz"))]
     wf = section.frame(records)
@@ -261,9 +261,9 @@ def test_backward_to_forward_ratio_comes_from_the_phase_columns_of_the_table():
     import statistics
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.sections import benchmarking_script as section
     from cs336report.report.tables import fmt_mean_std, sig
-    from cs336report.results import load
 
     records = [load(p) for p in sorted((Path(__file__).parent / "fixtures" / "benchmarking_h200").glob("*.json.gz"))]
     df = section.frame(records)
@@ -295,8 +295,8 @@ def test_a_distributed_cells_ranks_count_their_steps_once():
     rank's steps (per-phase dicts) and an all-reduce's per-call latencies are timed work too."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.timed_steps import timed_seconds as _timed_seconds
-    from cs336report.results import load
 
     two = {"ranks": [{"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.0]}},
                      {"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.5]}}]}
@@ -319,7 +319,7 @@ def test_a_one_gpu_host_renders_every_distributed_problem_as_not_run(tmp_path):
 
     from cs336report import experiments
     from cs336report.config import Config
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     here = Path(__file__).parent / "fixtures" / "one_gpu_h100" / "ddp_bucketed_benchmarking"
     not_run = load(here / "bucketed-10mb-xl-ctx128-w2.json.gz")
@@ -400,8 +400,8 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
     import re
 
     from cs336report.measure.timing import summarize
+    from cs336report.records.store import load
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
 
     stats = {int(p.name.split("-w")[-1].split(".")[0]): load(p)["data"]["stats_s"] for p in here if "-w" in p.name}
     apart = {n: abs(stats[n]["mean"] - stats[5]["mean"]) > math.hypot(stats[n]["std"], stats[5]["std"]) for n in (1, 2)}
@@ -420,7 +420,7 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
     if any(apart.values()):
         assert "one run per setting cannot tell the two apart" in both
     # the 2-step run moved onto the 5-step mean: within the spread, and said so
-    from cs336report.results import save
+    from cs336report.records.store import save
 
     w2 = next(p for p in here if p.name.endswith("-w2.json.gz"))
     moved = load(w2)
@@ -451,8 +451,8 @@ def test_cost_rows_go_to_the_section_of_their_own_name():
     problem 18, the section of its name, and problem 16's rule stays with 16."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.cost import cost_of
-    from cs336report.results import load
 
     here = Path(__file__).parent / "fixtures" / "ddp_h200"
     records = [{**load(p), "_path": str(p)} for p in sorted(here.glob("ddp_*/*.json.gz"))]
@@ -494,7 +494,7 @@ def test_the_experiments_appendix_says_who_writes_a_profiled_cells_record(tmp_pa
     run inside the profiler: the appendix says both, not "the rule of the same name" alone."""
     from pathlib import Path
 
-    from cs336report.coverage import result_target
+    from cs336report.records.coverage import result_target
 
     assert result_target("nsys_profile", "c").startswith("results/nsys_parse/")
     data = Path(__file__).resolve().parent.parent / "report" / "data" / "roofline"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cs336report import results
+from cs336report.records import store as results
 from cs336report.runner import run_cell
 from helpers import cell
 

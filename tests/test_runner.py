@@ -1,7 +1,7 @@
 import torch
 
-from cs336report import results
 from cs336report.lm.model import TransformerLM
+from cs336report.records import store as results
 from cs336report.report.render import render_report
 from cs336report.runner import run_cell
 from helpers import cell, tiny_config
@@ -86,7 +86,7 @@ def test_a_noisy_host_bound_cell_is_not_measured_again():
     """Records of one run of the gpu grid on 4 H200s, beside three busy neighbours: the small model's
     host-bound step and the 2.7B model's GPU-bound one were both noisy; only the second is worth
     measuring again (the report compares no host-bound cell)."""
-    from cs336report.results import load
+    from cs336report.records.store import load
     from cs336report.runner import needs_repeats
 
     here = FIXTURES / "neighbours_h200"

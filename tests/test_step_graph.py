@@ -97,10 +97,10 @@ def test_the_h100_records_of_the_step_with_and_without_its_graph_render_apart():
     targets name both."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.parts import compile_optimized
     from cs336report.report.tables import fmt_pct
     from cs336report.report.targets import targets_table
-    from cs336report.results import load
 
     folder = Path(__file__).parent / "fixtures" / "step_graph_h100"
     name = "native-bf16-2.7B-ctx512-train_step-compiled-fused"
@@ -143,9 +143,9 @@ def test_the_idle_split_is_given_with_its_own_total(tmp_path):
     import re
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.render import render_report
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
 
     data = Path(__file__).resolve().parent.parent / "report" / "data"
     paths = sorted((data / "optimized_step").glob("*.json.gz")) + sorted((data / "roofline").glob("*.json.gz"))

@@ -5,10 +5,10 @@ from pathlib import Path
 
 from cs336report import experiments
 from cs336report.config import Config
+from cs336report.records.store import load
 from cs336report.report.render import render_report
 from cs336report.report.tables import sig
 from cs336report.report.targets import COST_TARGET_S
-from cs336report.results import load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100 = [FIXTURES / "flash/leaderboard-h100.json.gz", FIXTURES / "cards/optimized_step-h100.json.gz",

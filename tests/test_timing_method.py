@@ -143,7 +143,7 @@ def test_a_gpu_bound_step_can_be_issued_in_nearly_all_its_wall_time():
     time alone would call it host-bound; the kernels-alone step is what tells it is not."""
     from pathlib import Path
 
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     here = Path(__file__).parent / "fixtures" / "neighbours_h200"
     train = load(here / "naive-fp32-2.7B-ctx1024-train_step.json.gz")["data"]
@@ -163,7 +163,7 @@ def test_the_kernel_sum_tells_host_bound_from_a_full_queue_in_h100_records():
     the launch queue holds, and its kernels fill 0.93 of its step: the GPU set its time."""
     from pathlib import Path
 
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     here = Path(__file__).parent / "fixtures" / "host_probe_h100"
     small = load(here / "naive-fp32-small-ctx128-forward.json.gz")["data"]

@@ -6,10 +6,10 @@ from pathlib import Path
 import yaml
 
 from cs336report.config import DEFAULT_CONFIG
+from cs336report.records.store import load
 from cs336report.report.checks import cut_down_grid
 from cs336report.report.render import render_report
 from cs336report.report.targets import targets_table
-from cs336report.results import load
 
 DATA = Path(__file__).resolve().parents[1] / "report" / "data"
 USER = {"kind": "user", "factory": "student_lm.network:build", "object": "student_lm.network:StudentLM",

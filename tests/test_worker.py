@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, snakemake
 from helpers import cell
 
-from cs336report import results
+from cs336report.records import store as results
 
 SOCKETS = Path(".snakemake/cs336report-worker")
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "CS336REPORT_WORKER_IDLE_S": "120"}

@@ -120,7 +120,7 @@ def test_uncompiled_twins_that_benchmarking_does_not_run_are_their_own_jobs(work
 
 
 def test_editing_the_coverage_module_rerenders_the_report_only(workdir):
-    assert jobs_after_editing(workdir, "coverage.py") == {"report": 1}
+    assert jobs_after_editing(workdir, "records/coverage.py") == {"report": 1}
 
 
 def test_bad_config_stops_before_any_job(workdir, tmp_path):

@@ -69,7 +69,7 @@ def source_info(obj) -> dict:
         digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()[:16] if file else None
     except (TypeError, OSError):
         file, digest = None, None
-    from ..results import portable_path  # the machine's folders stay out of the record
+    from ..records.store import portable_path  # the machine's folders stay out of the record
 
     return {"object": f"{obj.__module__}:{obj.__qualname__}", "file": portable_path(file, obj.__module__), "sha256_16": digest}
 

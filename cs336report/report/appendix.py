@@ -4,7 +4,7 @@ they ran) and the table of every experiment cell with its status and settings.
 
 from __future__ import annotations
 
-from ..results import portable_path, record_status
+from ..records.store import portable_path, record_status
 from .tables import Cell, Table, status_cell
 
 

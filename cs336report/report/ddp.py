@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 
 from ..accounting.overlap import hidden_fraction  # noqa: E402
 from ..distributed.link import link_between, nvlink_peak  # noqa: E402
-from ..results import host_bound_beside_jobs  # noqa: E402
+from ..records.store import host_bound_beside_jobs  # noqa: E402
 from .tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
 
 DDP_EXPERIMENTS = ("naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",

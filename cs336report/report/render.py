@@ -25,9 +25,9 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
-from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
 from ..names.handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
-from ..results import load, record_status
+from ..records.coverage import coverage as cell_coverage, expected_cells, not_run_reason
+from ..records.store import load, record_status
 from .appendix import experiments_table, provenance_summary
 from .checks import cut_down_grid
 from .cost import cost_of

@@ -4,7 +4,7 @@ recorded it."""
 
 from __future__ import annotations
 
-from ..results import whole_step
+from ..records.store import whole_step
 
 
 # Lists of per-step or per-call seconds that results keep: warm-up and measured steps, and the

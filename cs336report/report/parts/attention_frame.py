@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from ...accounting import transformer as accounting
-from ...results import other_processes_bytes, record_status
+from ...records.store import other_processes_bytes, record_status
 
 VARIANTS = ("naive", "compiled", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math")
 LABELS = {

@@ -33,7 +33,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from .machine.gpu_slots import placement
+from ..machine.gpu_slots import placement
 
 SCHEMA = "cs336report.result/1"
 STATUSES = ("ok", "oom", "error", "skipped", "not_implemented", "not_run")
@@ -224,7 +224,7 @@ def _nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # The code a record's numbers depend on: the package's Python files (templates and workflow
 # files shape the report and the schedule, not the measurement).
 CODE_GLOB = "**/*.py"

@@ -13,8 +13,8 @@ from typing import Iterable
 
 def expected_cells(config: dict) -> dict[str, dict] | None:
     """The cells a resolved config asks for, per experiment (None when the config cannot say)."""
-    from . import experiments
-    from .config import Config
+    from .. import experiments
+    from ..config import Config
 
     try:
         device = config.get("_device") or ("cuda" if config["device"] == "cuda" else "cpu")
