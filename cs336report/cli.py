@@ -57,10 +57,10 @@ def _run(args) -> int:
     cell = _json_arg(args.cell)
     no_worker = args.no_worker or os.environ.get("CS336REPORT_WORKER") == "0"
     if args.log and not no_worker:  # a warm worker runs it (torch is imported there, not here)
-        from .worker_client import run_client
+        from .run.worker_client import run_client
 
         return run_client(args.experiment, args.name, cell, args.out, args.log)
-    from .runner import run_cell
+    from .run.runner import run_cell
 
     run_cell(args.experiment, args.name, cell, args.out)
     return 0
@@ -77,7 +77,7 @@ def _run_job(args) -> int:
         print(f"error: --out files {stems} do not match the job's cells {names} (same names, same order)",
               file=sys.stderr)
         return 2
-    from .runner import run_job
+    from .run.runner import run_job
 
     run_job(args.experiment, args.job, [(name, cell, out) for (name, cell), out in zip(cells, args.out)],
             share=not args.no_share)
@@ -85,7 +85,7 @@ def _run_job(args) -> int:
 
 
 def _worker_stop(args) -> int:
-    from .worker_client import SOCKET_DIR, stop_workers
+    from .run.worker_client import SOCKET_DIR, stop_workers
 
     for line in stop_workers(args.dir or SOCKET_DIR):
         print(line)
@@ -113,21 +113,21 @@ def _publish(args) -> int:
 
 
 def _profile(args) -> int:
-    from .profiling import profile_cell
+    from .run.profiling import profile_cell
 
     profile_cell(args.experiment, args.name, _json_arg(args.cell), args.out_dir)
     return 0
 
 
 def _profile_job(args) -> int:
-    from .profiling import profile_job
+    from .run.profiling import profile_job
 
     profile_job(args.experiment, args.job, [tuple(c) for c in _json_arg(args.cells)], args.out_dir)
     return 0
 
 
 def _nsys_stats(args) -> int:
-    from .profiling import REPORTS, export_stats
+    from .run.profiling import REPORTS, export_stats
 
     reports = tuple(args.reports.split(",")) if args.reports else REPORTS
     export = export_stats(args.profile_dir, args.out_dir, nsys=args.nsys, reports=reports)
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out", required=True)
     p.add_argument("--log", help="the cell's log: with it, a warm worker process runs the cell and writes its "
-                   "output there (cs336report.worker); without it, this process runs the cell")
+                   "output there (cs336report.run.worker); without it, this process runs the cell")
     p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log "
                    "(also CS336REPORT_WORKER=0, which the workflow sets for `worker: false`)")
     p.set_defaults(func=_run)

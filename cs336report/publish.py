@@ -46,7 +46,7 @@ def _benchmark_row(tsv: Path) -> dict:
 
 
 def job_of(record: dict) -> str | None:
-    """The name of the job of several cells that wrote ``record``, if one did (see :func:`cs336report.runner.run_job`)."""
+    """The name of the job of several cells that wrote ``record``, if one did (see :func:`cs336report.run.runner.run_job`)."""
     return (record.get("job") or {}).get("name")
 
 

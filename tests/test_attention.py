@@ -17,7 +17,7 @@ from cs336report.report.render import render_report
 from cs336report.report.sections import pytorch_attention as attention_section
 from cs336report.report.sections import torch_compile as compile_section
 from cs336report.report.tables import fmt_bytes, fmt_pct, fmt_seconds, sig
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 
 def config(device: str = "cpu", **grid) -> Config:

@@ -78,7 +78,7 @@ import json, torch
 import torch._inductor.async_compile as ac
 from torch._inductor.codecache import PyCodeCache
 from cs336report.measure.compiling import compile_fn, first_call
-from cs336report.worker import global_state, reset_process_state
+from cs336report.run.worker import global_state, reset_process_state
 initial = global_state()
 f = lambda x: (x.cos() * 3 - 1).sum()
 x = torch.randn(32)
@@ -146,8 +146,8 @@ def test_a_repeat_of_a_compiled_cell_loads_what_its_first_run_compiled(tmp_path)
 
 
 def test_the_runner_hands_a_repeat_the_cells_compile_folder(tmp_path, monkeypatch):
-    from cs336report import runner
     from cs336report.measure import compiling
+    from cs336report.run import runner
 
     seen = []
 

@@ -8,7 +8,7 @@ import sys
 import time
 
 from cs336report.machine import contention
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from helpers import cell
 
 

@@ -118,7 +118,7 @@ def test_profile_cells_are_gpu_cells_apart_from_the_timed_ones():
 
 
 def test_the_ddp_profile_is_traced_whole_and_exports_the_trace_reports(tmp_path, monkeypatch):
-    from cs336report import profiling
+    from cs336report.run import profiling
 
     cell = {"nsys": "nsys", "profiler": "nsys"}
     whole = profiling.nsys_profile_command({**cell, "capture_range": False}, tmp_path, ["python"])
@@ -184,7 +184,7 @@ def test_nsys_traces_every_rank_of_a_profiled_ddp_cell(tmp_path):
     from cs336report import experiments
     from cs336report.config import DEFAULT_CONFIG, Config, load_file
     from cs336report.ddp_timeline import REPORTS
-    from cs336report.profiling import export_stats, profile_cell
+    from cs336report.run.profiling import export_stats, profile_cell
 
     if torch.cuda.device_count() < 2 or shutil.which("nsys") is None:
         pytest.skip("needs two GPUs and nsys on PATH")

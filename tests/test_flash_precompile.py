@@ -110,7 +110,8 @@ def test_a_path_already_set_or_no_bundled_ptxas_is_left_alone(monkeypatch, tmp_p
 
 
 def test_a_gpu_cell_runs_with_the_assembler_pinned_a_cpu_cell_without(monkeypatch, tmp_path):
-    from cs336report import experiments, runner
+    from cs336report import experiments
+    from cs336report.run import runner
 
     compiling, bundled = _fresh_pin(monkeypatch, tmp_path, ship=True)
     seen = {}

@@ -18,7 +18,7 @@ import yaml
 
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import handout_tests
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from cs336report.student.check import check_checkout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

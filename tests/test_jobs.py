@@ -53,7 +53,7 @@ def test_a_compiled_job_compiles_the_model_once_for_its_forward_and_train_step(w
 
 
 def test_a_failed_cell_empties_the_jobs_shared_state(tmp_path, monkeypatch):
-    from cs336report.runner import run_job
+    from cs336report.run.runner import run_job
 
     seen = []
 

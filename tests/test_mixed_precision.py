@@ -20,7 +20,7 @@ from cs336report.report import checks
 from cs336report.report.render import RenderContext, environments, render_report
 from cs336report.report.sections import benchmarking_mixed_precision as bmp
 from cs336report.report.sections import mixed_precision_accumulation as mpa
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 MICRO = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 2, "vocab_size": 100}
 

@@ -16,7 +16,7 @@ from cs336report.records.store import load
 from cs336report.report.render import RenderContext
 from cs336report.report.sections import minimal_ddp_flat_benchmarking as flat_section
 from cs336report.report.sections import naive_ddp_benchmarking as section
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 
 def _cell(cuda: bool, experiment=naive_ddp_benchmarking):

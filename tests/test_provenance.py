@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_records_hold_no_absolute_path(tmp_path):
-    from cs336report.runner import run_cell
+    from cs336report.run.runner import run_cell
     from helpers import cell
 
     name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
@@ -70,7 +70,7 @@ def test_publish_refuses_records_that_are_not_from_one_clean_commit(tmp_path, mo
 
 
 def test_merge_refuses_a_cpu_record_in_a_gpu_folder(tmp_path):
-    from cs336report.runner import run_cell
+    from cs336report.run.runner import run_cell
     from helpers import cell
 
     config = json.loads((REPO / "report/data/config.json").read_text())

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from cs336report.report.render import md_cell, render_report
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from helpers import cell, tiny_config
 
 EVIL = "<script>alert(1)</script> a|b `c` *d*"

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cs336report.records import store as results
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from helpers import cell
 
 

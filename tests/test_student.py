@@ -17,7 +17,7 @@ import yaml
 
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
 from cs336report.experiments import flash_benchmarking
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from cs336report.student import adapters, resolve as student
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

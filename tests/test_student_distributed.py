@@ -20,7 +20,7 @@ from cs336report.report.sections import ddp_bucketed_benchmarking as bucketed_se
 from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as individual_section
 from cs336report.report.sections import optimizer_state_sharding_accounting as sharding_section
 from cs336report.report.student_rows import same_weights
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from cs336report.student import resolve as student
 from test_student import STUDENT_REPO, copy_repo, edit_adapter, entry, fresh_imports, raw_config  # noqa: F401
 

@@ -28,7 +28,7 @@ from cs336report.measure import annotate
 from cs336report.parsers.snapshot import parse_snapshot
 from cs336report.report.render import render_report
 from cs336report.report.sections import SECTIONS
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 REPO = Path(__file__).resolve().parent.parent
 USER_DIR = Path(__file__).resolve().parent / "fixtures" / "user_model"

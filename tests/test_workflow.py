@@ -293,7 +293,7 @@ def test_each_cell_rule_lists_the_code_its_cells_run(workdir):
         root = Path(experiments.__file__).resolve().parent.parent
         modules = {Path(inspect.getsourcefile(f)).resolve() for f in (cells, runner)}
         need = {f"cs336report/{m.relative_to(root).as_posix()}" for m in modules}
-        need |= {"cs336report/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
+        need |= {"cs336report/run/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
         need -= {"cs336report/__init__.py"}  # the package's version string
         if name not in COMPILING_RULES:
             need -= {"cs336report/measure/compiling.py"}

@@ -56,7 +56,7 @@ def transformer_cell(cfg, size: str, context: int, mode: str, precision: str, im
     """
     run = cfg.run
     source = {"model_source": cfg.model_source} if getattr(cfg, "model_source", None) else {}
-    # Noisy GPU cells are measured again in fresh processes (cs336report.runner). CPU cells are not:
+    # Noisy GPU cells are measured again in fresh processes (cs336report.run.runner). CPU cells are not:
     # the CPU grid checks the code paths end to end, and its times share the host with everything.
     if repeatable and run.get("repeats") and cfg.device == "cuda":
         source.update(repeats=run["repeats"], noisy_cv=run.get("noisy_cv", NOISY_CV))

@@ -2,7 +2,7 @@
 
 A few DDP steps of each profiled variant (naive, per-parameter, one bucket size) with the grid's
 model and batch, run under ``nsys profile`` (rule ``ddp_overlap_profile``, through
-:func:`cs336report.profiling.profile_cell`; its ranks are spawned, which nsys follows). Each rank
+:func:`cs336report.run.profiling.profile_cell`; its ranks are spawned, which nsys follows). Each rank
 marks its profiled steps with an NVTX range ``ddp_step rank <r>``; ``nsys stats`` exports every kernel
 (``cuda_gpu_trace``) and the ranges projected onto the GPU (``nvtx_gpu_proj_trace``), and
 :mod:`cs336report.ddp_timeline` keeps the kernels of each rank's last profiled step. Where nsys is

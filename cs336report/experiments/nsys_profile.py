@@ -12,7 +12,7 @@ Two profilers, chosen per cell by ``profiler``:
 
 ``nsys``
     the ranges are NVTX ranges. The process runs under ``nsys profile
-    --capture-range=cudaProfilerApi`` (see :mod:`cs336report.profiling`), and the profiler is
+    --capture-range=cudaProfilerApi`` (see :mod:`cs336report.run.profiling`), and the profiler is
     started (``cudaProfilerStart``) after the warm-up steps and stopped after the measured
     ones, so the report holds the measured steps only.
 ``torch``
@@ -93,7 +93,7 @@ def job_name(cell: dict) -> str:
 def profile_jobs(cells: dict[str, dict]) -> dict[str, list[str]]:
     """The cells grouped into one profiled process per size and mode (:func:`job_name`): its
     contexts, longest first, each captured in a range of its own
-    (:func:`cs336report.profiling.profile_job`), so that the process start-up, CUDA's start under
+    (:func:`cs336report.run.profiling.profile_job`), so that the process start-up, CUDA's start under
     the profiler and the imports are paid once per job, not once per cell. Longest first: the cell
     that needs the most memory runs on an allocator that holds nothing yet."""
     jobs: dict[str, list[str]] = {}

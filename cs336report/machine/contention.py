@@ -136,9 +136,9 @@ def _is_shell(words: list[str]) -> bool:
 
 
 def _is_worker(words: list[str]) -> bool:
-    """A warm worker (:mod:`cs336report.worker`) runs the cells its clients hand over; each of those
+    """A warm worker (:mod:`cs336report.run.worker`) runs the cells its clients hand over; each of those
     clients waits as a process of its own for as long as its cell runs, and is counted instead."""
-    return "cs336report.worker" in words and "serve" in words
+    return "cs336report.run.worker" in words and "serve" in words
 
 
 def _is_own_client(words: list[str]) -> bool:

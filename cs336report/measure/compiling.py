@@ -13,13 +13,13 @@ and measured steps.
 Inductor and Triton keep compiled graphs and kernels in on-disk caches shared by every process
 of the machine, so a cell compiled after another of the same shapes would skip most of its
 compilation. :func:`compile_fn` therefore points both caches at a folder of the process's own
-(removed when the process exits). A warm worker (:mod:`cs336report.worker`) runs compiled cells
+(removed when the process exits). A warm worker (:mod:`cs336report.run.worker`) runs compiled cells
 one after another in one process: between cells it resets TorchDynamo and empties those caches
 (:func:`clear_private_caches`), so each cell's first call compiles its graph from scratch, without
 the process start-up, the import of Inductor and the start of its compile workers, which the
 worker paid once (the cell's ``process.cells_before`` says how many cells ran before it). The one
 exception is by design: a compiled_model job runs the cells of one model in one process
-(:func:`cs336report.runner.run_job`), and its later cells record the earlier cells' first calls
+(:func:`cs336report.run.runner.run_job`), and its later cells record the earlier cells' first calls
 beside their own.
 
 Triton puts the version of its assembler (``ptxas``) in every kernel's cache key, read once a
@@ -46,7 +46,7 @@ from .timing import synchronize
 
 # The environment variables Inductor and Triton read their cache folders from (at use, not import).
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-# A cell measured again in a fresh process (cs336report.runner.repeat_in_fresh_processes) is handed
+# A cell measured again in a fresh process (cs336report.run.runner.repeat_in_fresh_processes) is handed
 # the folder its first run compiled into: the repeat times steps, not compilation, so it loads the
 # graphs and kernels already made instead of compiling them again.
 REUSE_ENV = "CS336REPORT_REUSE_COMPILE_CACHE"
@@ -63,7 +63,7 @@ def _bundled_ptxas() -> str:
 def pin_ptxas() -> str | None:
     """Set ``TRITON_PTXAS_PATH`` to the ``ptxas`` torch ships (``torch/bin/ptxas``) where the variable
     is unset and there is one; returns the variable's value afterwards. Once a process: a GPU cell
-    calls it before it runs (:func:`cs336report.runner.run_cell`), and so do the Triton launchers.
+    calls it before it runs (:func:`cs336report.run.runner.run_cell`), and so do the Triton launchers.
 
     Triton reads the assembler's version once a process and puts it in every kernel's cache key.
     Inductor, the first time it compiles, sets the variable to a ``ptxas`` bundled with torch where

@@ -14,7 +14,7 @@ os.environ.update(
 
 from cs336report import experiments
 from cs336report.machine import bytecode, gpu_slots
-from cs336report.codeinputs import closure
+from cs336report.run.codeinputs import closure
 from cs336report.config import Config
 from cs336report.names.handout import BY_ID, HANDOUT
 from snakemake.exceptions import WorkflowError
@@ -84,7 +84,7 @@ _CONDA = "conda" in {
 os.environ.update(CS336REPORT_PYTHON="python" if _CONDA else PY)
 CONDA_ENV = "../envs/cs336report.yaml"
 
-# A warm worker process runs the cell (cs336report/worker.py); `worker: false` runs each cell in
+# A warm worker process runs the cell (cs336report/run/worker.py); `worker: false` runs each cell in
 # its own process. The choice reaches the jobs through the environment, so switching it reruns
 # nothing.
 os.environ.update(CS336REPORT_WORKER="1" if CFG.data["worker"] else "0")
@@ -203,11 +203,11 @@ def result_files(experiment):
 
 def code(*modules):
     """Source files of the modules named (cs336report.<module>) and of every package module they
-    import: editing any of them reruns the rule (cs336report/codeinputs.py)."""
+    import: editing any of them reruns the rule (cs336report/run/codeinputs.py)."""
     return closure([f"cs336report.{m}" for m in modules])
 
 
-def cell_code(experiment, entry="runner"):
+def cell_code(experiment, entry="run.runner"):
     """Source files a cell of ``experiment`` runs: ``entry`` (the runner), the modules of the
     experiment's cells and run functions, and their imports."""
     functions = experiments.registry()[experiment]

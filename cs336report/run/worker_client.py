@@ -1,4 +1,4 @@
-"""The client side of the warm worker (:mod:`cs336report.worker`): which worker a cell goes to, and
+"""The client side of the warm worker (:mod:`cs336report.run.worker`): which worker a cell goes to, and
 how ``python -m cs336report run`` hands it over.
 
 ``run_client`` takes the first free slot of the worker key (a lock file each), connects to that
@@ -7,7 +7,7 @@ go-ahead and waits for the reply; where no worker can serve, it runs the cell in
 ``stop_workers`` (``python -m cs336report worker-stop``) asks every worker under a folder to exit
 and waits until each is gone. The socket protocol (one JSON object a line) and the slot locks
 are shared with the worker, which imports them from here. The design, the failure cases and the
-state a worker puts back between cells are described in :mod:`cs336report.worker`.
+state a worker puts back between cells are described in :mod:`cs336report.run.worker`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ MAX_SLOTS = 32
 CONNECT_TRIES = 3
 EXIT_WAIT_S = 60.0  # worker-stop waits this long for a worker to be gone (its exit shuts down compile workers)
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Environment variables that change what a torch process does (read at import or at start-up).
 KEY_ENV = ("CUDA_VISIBLE_DEVICES", "CS336REPORT_GIT_COMMIT", "PYTHONPATH")
 KEY_ENV_PREFIXES = (
@@ -140,7 +140,7 @@ def _start(path: Path) -> socket.socket:
     """Start a worker on ``path`` (the caller holds its slot lock) and return a connection to it."""
     path.unlink(missing_ok=True)  # a socket left by a worker that was killed
     log_path = path.parent / "worker.log"
-    cmd = [sys.executable, "-m", "cs336report.worker", "serve", "--socket", str(path),
+    cmd = [sys.executable, "-m", "cs336report.run.worker", "serve", "--socket", str(path),
            "--idle-timeout", str(_idle_timeout())]
     try:
         with open(log_path, "ab") as log:
@@ -313,7 +313,7 @@ def _wait_gone(pid, timeout: float) -> bool:
     """Wait until process ``pid`` has exited (True), at most ``timeout`` seconds."""
     if not isinstance(pid, int):
         return True
-    from .machine.contention import proc_stat
+    from ..machine.contention import proc_stat
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

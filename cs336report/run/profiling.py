@@ -47,8 +47,8 @@ import sys
 import time
 from pathlib import Path
 
-from .machine.clock import boot_s
-from .records.store import SCHEMA, now_iso, save
+from ..machine.clock import boot_s
+from ..records.store import SCHEMA, now_iso, save
 
 REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum", "cuda_api_sum")
 PROFILE_FLAGS = ("-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none",
@@ -104,7 +104,7 @@ def _run_echoed(command: list[str]) -> tuple[int, list[str]]:
 
 
 def _failed_record(experiment: str, name: str, cell: dict, message: str) -> dict:
-    from .records.store import provenance  # imports torch; only needed when the child left no record
+    from ..records.store import provenance  # imports torch; only needed when the child left no record
 
     return {"schema": SCHEMA, "experiment": experiment, "cell": name, "status": "error", "error": message,
             "config": cell, "data": {}, "provenance": provenance(cell.get("device", "cpu")),
@@ -115,7 +115,7 @@ def _too_few_gpus(cell: dict) -> bool:
     """An NCCL cell of more processes than this job has GPUs (the runner records it as not run)."""
     if cell.get("backend") != "nccl":  # only NCCL needs GPUs; other cells need not import torch here
         return False
-    from .distributed.launch import enough_gpus
+    from ..distributed.launch import enough_gpus
 
     return not enough_gpus("nccl", int(cell.get("world_size") or 1))
 
@@ -191,7 +191,7 @@ def profile_job(experiment: str, job: str, cells: list[tuple[str, dict]], out_di
     ranges do not match one to one, none is given out and each cell's export says so. As for one
     cell (:func:`profile_cell`), a job after which nsys exited 0 with every cell ok but a range
     without its report runs once more. With torch.profiler the cells run in this process."""
-    from .experiments.nsys_profile import CAPTURE_MARK
+    from ..experiments.nsys_profile import CAPTURE_MARK
 
     out_dir = Path(out_dir)
     folders = {name: out_dir / name for name, _ in cells}
@@ -291,7 +291,7 @@ def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None 
         export["reason"] = (f"no nsys report in {profile_dir} (profiler {launch.get('profiler')}): "
                             f"{', '.join(reports)} come from nsys only")
     elif trace_name and (profile_dir / trace_name).exists():
-        from .parsers import torchprof
+        from ..parsers import torchprof
 
         trace = torchprof.load_trace(profile_dir / trace_name)
         torchprof.write_exports(torchprof.stats_from_trace(trace, source=str(profile_dir / trace_name)),

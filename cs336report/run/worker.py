@@ -39,11 +39,11 @@ process-global state back to what it was at start-up before the next cell.
   append to the same log, so the log reads in order. A client gone before its go-ahead (or
   silent for ``GO_TIMEOUT_S``) costs the worker nothing: it runs no cell and waits for the next.
 * **Provenance.** Every record says which process ran it: ``process: {pid, cells_before}``
-  (``cells_before`` is 0 for a fresh process), set by :func:`cs336report.runner.run_cell`.
+  (``cells_before`` is 0 for a fresh process), set by :func:`cs336report.run.runner.run_cell`.
 
 ``python -m cs336report worker-stop`` asks every worker listening under the folder to exit;
 the Snakefile calls it when the workflow ends. The client side (the key, the slots, starting a
-worker, handing it a cell, worker-stop) is :mod:`cs336report.worker_client`; it imports neither
+worker, handing it a cell, worker-stop) is :mod:`cs336report.run.worker_client`; it imports neither
 torch nor the experiments unless it has to run the cell itself. This module is the worker.
 """
 
@@ -156,7 +156,7 @@ def reset_process_state(initial: dict) -> None:
         if clear_workspaces is not None:
             clear_workspaces()
         torch.cuda.reset_peak_memory_stats()
-    from .measure.timing import baseline_frozen, freeze_baseline
+    from ..measure.timing import baseline_frozen, freeze_baseline
 
     if baseline_frozen():  # a worker's: what outlived the cell (modules it imported) joins the frozen objects
         freeze_baseline()
@@ -313,7 +313,8 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
     """Listen on ``socket_path`` and run cells, one at a time, until idle, shut down or broken."""
     import torch  # noqa: F401  (what the worker exists to import once)
 
-    from . import experiments, runner
+    from . import runner
+    from .. import experiments
 
     experiments.registry()
     # A cell whose client goes away is stopped by a simulated SIGINT (_ClientWatch), which Python
@@ -321,7 +322,7 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
     # started in the background by a non-interactive shell (`nohup snakemake ... &`). Take it back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     initial = global_state()
-    from .measure.timing import freeze_baseline
+    from ..measure.timing import freeze_baseline
 
     freeze_baseline()  # what the imports made is never scanned again (see reset_process_state)
     path = Path(socket_path)
@@ -370,7 +371,7 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cs336report.worker")
+    parser = argparse.ArgumentParser(prog="python -m cs336report.run.worker")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run cells sent to a Unix socket")
     p.add_argument("--socket", required=True)

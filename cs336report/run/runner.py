@@ -18,7 +18,7 @@ and the spread of the repeats' means (``data.repeats``).
 
 Every record says which process ran it: ``process: {pid, cells_before}``, where
 ``cells_before`` counts the cells this process ran before this one (0 for a process started for
-the cell; a warm worker, :mod:`cs336report.worker`, runs many).
+the cell; a warm worker, :mod:`cs336report.run.worker`, runs many).
 
 A job (:func:`run_job`) runs several cells of one experiment in one process, in order, and
 hands each the same ``shared`` dict, so that an experiment can build once what its cells have
@@ -37,13 +37,13 @@ import time
 import traceback
 from pathlib import Path
 
-from . import experiments
-from .lm.build import instrumented
-from .machine import contention
-from .machine.scratch import scratch
-from .measure.compiling import pin_ptxas
-from .measure.timing import is_out_of_memory, release_memory, summarize, thaw
-from .records.store import SCHEMA, load, now_iso, provenance, save, whole_step
+from .. import experiments
+from ..lm.build import instrumented
+from ..machine import contention
+from ..machine.scratch import scratch
+from ..measure.compiling import pin_ptxas
+from ..measure.timing import is_out_of_memory, release_memory, summarize, thaw
+from ..records.store import SCHEMA, load, now_iso, provenance, save, whole_step
 
 _cells_run = 0  # cells this process has run (started) so far
 

@@ -5,8 +5,8 @@ function, or through another module of the package) reruns it, and editing an un
 does not. The closure is read from the source with :mod:`ast` (nothing is imported), over the
 modules of this package only:
 
-    closure(["cs336report.runner", "cs336report.experiments.benchmarking"])
-    # ['cs336report/__init__.py', 'cs336report/accounting/transformer.py', ..., 'cs336report/runner.py']
+    closure(["cs336report.run.runner", "cs336report.experiments.benchmarking"])
+    # ['cs336report/__init__.py', 'cs336report/accounting/transformer.py', ..., 'cs336report/run/runner.py']
 
 Static ``import`` statements anywhere in a module count, and so does
 ``importlib.import_module("<literal>", __name__)``. A package whose ``__init__`` imports its
@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 
 PACKAGE = "cs336report"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 # packages that discover their submodules at run time, but whose rules each name the one they run
 PER_RULE = {f"{PACKAGE}.experiments"}
 
