@@ -100,7 +100,7 @@ def _render(args) -> int:
 
 
 def _publish(args) -> int:
-    from .publish import publish
+    from .steps.publish import publish
 
     try:
         manifest = publish(args.results, _json_arg(args.config_json), args.out, args.benchmarks, merge=args.merge,
@@ -137,8 +137,8 @@ def _nsys_stats(args) -> int:
 
 
 def _parse_nsys(args) -> int:
-    from .nsys_step import CellNameError, parse_stats
     from .parsers.nsys import NsysParseError
+    from .steps.nsys_step import CellNameError, parse_stats
 
     try:
         record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name)
@@ -150,8 +150,8 @@ def _parse_nsys(args) -> int:
 
 
 def _parse_ddp_timeline(args) -> int:
-    from .ddp_timeline import parse_timeline
     from .parsers.nsys_columns import NsysParseError
+    from .steps.ddp_timeline import parse_timeline
 
     try:
         record = parse_timeline(args.stats_dir, args.run, args.out, name=args.name)
@@ -163,7 +163,7 @@ def _parse_ddp_timeline(args) -> int:
 
 
 def _missing(args) -> int:
-    from .publish import missing_targets
+    from .steps.publish import missing_targets
 
     try:
         targets, n_missing, expected, n_shared = missing_targets(args.folder, host_bound=args.host_bound)
@@ -189,7 +189,7 @@ def _rerender_check(args) -> int:
 
 
 def _parse_snapshot(args) -> int:
-    from .snapshot_step import main_args
+    from .steps.snapshot_step import main_args
 
     return main_args(args)
 

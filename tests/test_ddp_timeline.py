@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report.ddp_timeline import parse_timeline
 from cs336report.parsers.nsys_columns import NsysParseError
 from cs336report.parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
+from cs336report.steps.ddp_timeline import parse_timeline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ddp_overlap_h200"
 
@@ -183,8 +183,8 @@ def test_nsys_traces_every_rank_of_a_profiled_ddp_cell(tmp_path):
 
     from cs336report import experiments
     from cs336report.config import DEFAULT_CONFIG, Config, load_file
-    from cs336report.ddp_timeline import REPORTS
     from cs336report.run.profiling import export_stats, profile_cell
+    from cs336report.steps.ddp_timeline import REPORTS
 
     if torch.cuda.device_count() < 2 or shutil.which("nsys") is None:
         pytest.skip("needs two GPUs and nsys on PATH")

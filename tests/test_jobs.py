@@ -86,7 +86,7 @@ def test_run_job_refuses_result_files_that_do_not_match_its_cells(tmp_path, caps
 @pytest.fixture
 def published_job(tmp_path):
     """The H100 job's two records published with the job's benchmark, as the report reads them."""
-    from cs336report.publish import publish
+    from cs336report.steps.publish import publish
 
     results = sorted(str(p) for p in (JOB_FIXTURE / "results/compiled_model").glob("*.json.gz"))
     publish(results, {"device": "cuda"}, tmp_path / "data", JOB_FIXTURE / "benchmarks")

@@ -30,7 +30,7 @@ from cs336report.report.render import render_report
 from cs336report.report.sections import memory_profiling as section
 from cs336report.report.tables import fmt_bytes, sig
 from cs336report.run.runner import run_cell
-from cs336report.snapshot_step import parse_step
+from cs336report.steps.snapshot_step import parse_step
 
 REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "tests" / "fixtures" / "snapshots" / "real"

@@ -15,9 +15,9 @@ import yaml
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments.nsys_profile import resolve_profiler
-from cs336report.nsys_step import parse_stats
 from cs336report.records.store import load, save
 from cs336report.run.profiling import PROFILE_FLAGS, export_stats, nsys_profile_command, profile_cell
+from cs336report.steps.nsys_step import parse_stats
 
 LAYERS = 2
 

@@ -12,13 +12,13 @@ import pytest
 
 from cs336report.accounting import transformer as accounting
 from cs336report.lm.model import ModelSpec
-from cs336report.nsys_step import parse_stats
 from cs336report.parsers import nsys
 from cs336report.parsers.kernel_ranges import short_name
 from cs336report.records.store import load, save
 from cs336report.report.render import RenderContext, render_report
 from cs336report.report.sections import nsys_profile as section
 from cs336report.report.tables import fmt_pct, sig
+from cs336report.steps.nsys_step import parse_stats
 from test_kernel_ranges import REAL, small_cell
 
 MODES = ("forward", "train_step")

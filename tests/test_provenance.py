@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cs336report.publish import publish
 from cs336report.records import store as results
 from cs336report.report.appendix import unclean_records
+from cs336report.steps.publish import publish
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def _record(tmp_path, name, **prov):
 
 
 def test_publish_refuses_records_that_are_not_from_one_clean_commit(tmp_path, monkeypatch):
-    import cs336report.publish as pub
+    import cs336report.steps.publish as pub
 
     monkeypatch.setattr(pub, "commit_code_hash", lambda commit: "feedfacefeedface")
     clean = _record(tmp_path, "a", git_commit="1" * 40, git_dirty=False, code_hash="feedfacefeedface")

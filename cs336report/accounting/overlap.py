@@ -9,7 +9,7 @@ ranks are out of step.
 
 from __future__ import annotations
 
-# The NVTX range of one profiled step of rank r (cs336report.ddp_timeline finds each rank's steps by it).
+# The NVTX range of one profiled step of rank r (cs336report.steps.ddp_timeline finds each rank's steps by it).
 NVTX_STEP = "ddp_step rank {rank}"
 
 

@@ -5,7 +5,7 @@ model and batch, run under ``nsys profile`` (rule ``ddp_overlap_profile``, throu
 :func:`cs336report.run.profiling.profile_cell`; its ranks are spawned, which nsys follows). Each rank
 marks its profiled steps with an NVTX range ``ddp_step rank <r>``; ``nsys stats`` exports every kernel
 (``cuda_gpu_trace``) and the ranges projected onto the GPU (``nvtx_gpu_proj_trace``), and
-:mod:`cs336report.ddp_timeline` keeps the kernels of each rank's last profiled step. Where nsys is
+:mod:`cs336report.steps.ddp_timeline` keeps the kernels of each rank's last profiled step. Where nsys is
 not found the same steps run under torch.profiler in the job's process (``tool: auto``). These
 steps are not timed for the report: the timed cells run apart, without a profiler.
 

@@ -38,7 +38,7 @@ measured steps (with warm-up in the export: the median duration times the ranges
     data = summarise(frames, cell=record["config"])
 
 The phase analysis reads no file and writes none: the workflow's parse step, which reads the
-exports and writes the cell's record, is :func:`cs336report.nsys_step.parse_stats`.
+exports and writes the cell's record, is :func:`cs336report.steps.nsys_step.parse_stats`.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
     else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
     floor (timed steps and first compiled calls), spread over the run's GPUs (else over
     ``host_gpus``, those of the grid's goal), is checked against the report's time goal."""
-    from ..publish import benchmark_of, job_of
+    from ..steps.publish import benchmark_of, job_of
 
     rows = []
     for i, r in enumerate(records):

@@ -29,7 +29,7 @@ or, for a torch.profiler trace, writes the same three summaries in the same layo
 its export folder then holds only ``export.json`` with the reason.
 
 The third step, the parse (rule ``nsys_parse``), is
-:func:`cs336report.nsys_step.parse_stats`.
+:func:`cs336report.steps.nsys_step.parse_stats`.
 
 Neither step imports torch except to run the cell in-process, so the nsys launcher costs no
 more than a Python start.

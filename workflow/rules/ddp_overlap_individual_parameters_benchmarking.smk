@@ -69,7 +69,7 @@ rule ddp_overlap_parse:
     input:
         stats=rules.ddp_overlap_stats.output,
         profile=rules.ddp_overlap_profile.output,
-        code=code("ddp_timeline"),
+        code=code("steps.ddp_timeline"),
     output:
         record(
             "results/ddp_overlap_parse/{cell}.json",

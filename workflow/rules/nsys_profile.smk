@@ -56,7 +56,7 @@ rule nsys_parse:
     input:
         stats=rules.nsys_stats.output,
         profile=nsys_job_dir,
-        code=code("nsys_step"),
+        code=code("steps.nsys_step"),
     output:
         record("results/nsys_parse/{cell}.json", "nsys_profile"),
     log:

@@ -1,7 +1,7 @@
 # The writeup: every result file in, report.md and a self-contained index.html out.
 # With published.render the results are the published ones and no experiment runs.
 from cs336report.records.coverage import with_expected_cells
-from cs336report.publish import published_files
+from cs336report.steps.publish import published_files
 
 REPORT_DIR = CFG.report_dir
 PUBLISHED_DIR = CFG.data["published"]["dir"]

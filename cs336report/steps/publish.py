@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .records.coverage import expected_cells
-from .records.store import commit_code_hash, host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
+from ..records.coverage import expected_cells
+from ..records.store import commit_code_hash, host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
 
 PUBLISHED_SUFFIX = ".json.gz"
 
@@ -250,8 +250,8 @@ def missing_targets(out_dir: str | Path, host_bound: bool = False) -> tuple[list
     Build them with Snakemake under the config the folder was published with, then add them with
     ``publish --merge``.
     """
-    from .experiments import job_of_cell
-    from .records.coverage import coverage, expected_cells, result_target
+    from ..experiments import job_of_cell
+    from ..records.coverage import coverage, expected_cells, result_target
 
     files, config = published_files(out_dir)
     expected = expected_cells(config)

@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from .parsers.snapshot import SnapshotError, parse_snapshot
-from .records.store import SCHEMA, load, now_iso, save
+from ..parsers.snapshot import SnapshotError, parse_snapshot
+from ..records.store import SCHEMA, load, now_iso, save
 
 EXPERIMENT = "memory_profiling_parse"
 PARSE_OPTIONS = {"top_n": 20, "max_points": 3000, "chain_depth": 6}
@@ -60,7 +60,7 @@ def parse_step(snapshot: str | os.PathLike, out: str | os.PathLike, result: str 
     error = capture.get("error") if capture else None
     config = capture["config"] if capture else (cell or {})
     if (config.get("model_source") or {}).get("factory"):
-        from .lm.build import snapshot_options  # a user's model: its package and named functions
+        from ..lm.build import snapshot_options  # a user's model: its package and named functions
 
         options = {**snapshot_options(config), **options}
     rss_before = peak_rss_bytes()
@@ -94,7 +94,7 @@ def parse_step(snapshot: str | os.PathLike, out: str | os.PathLike, result: str 
     if capture is not None:
         provenance = capture["provenance"]
     else:
-        from .records.store import provenance as current
+        from ..records.store import provenance as current
 
         # a snapshot with no capture record was written by code this run cannot name: the
         # parser's machine is recorded, but not its code hash, which would claim the snapshot's

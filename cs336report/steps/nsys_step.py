@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import DEFAULT_CONFIG, load_file
-from .names.benchmarking import CELL_NAME_FORM, cell_from_name
-from .parsers import nsys
-from .parsers.kernel_ranges import summarise
-from .records.store import SCHEMA, load, now_iso, save
-from .run.profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file
+from ..config import DEFAULT_CONFIG, load_file
+from ..names.benchmarking import CELL_NAME_FORM, cell_from_name
+from ..parsers import nsys
+from ..parsers.kernel_ranges import summarise
+from ..records.store import SCHEMA, load, now_iso, save
+from ..run.profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file
 
 __all__ = ["CellNameError", "parse_stats"]
 

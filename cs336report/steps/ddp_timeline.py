@@ -15,11 +15,11 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from .accounting.overlap import NVTX_STEP, hidden_fraction
-from .parsers.nsys_columns import NsysParseError
-from .parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
-from .records.store import load, now_iso, save
-from .run.profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file
+from ..accounting.overlap import NVTX_STEP, hidden_fraction
+from ..parsers.nsys_columns import NsysParseError
+from ..parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
+from ..records.store import load, now_iso, save
+from ..run.profiling import EXPORT_FILE, LAUNCH_FILE, STATS_PREFIX, read_step_file
 
 REPORTS = ("cuda_gpu_trace", "nvtx_gpu_proj_trace")
 COLUMNS = ["stream", "start_us", "dur_us", "nccl"]
