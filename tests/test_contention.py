@@ -46,7 +46,7 @@ def test_nvidia_smi_compute_apps_are_read():
 
 
 def test_cpu_cells_are_never_repeated_and_gpu_cells_carry_the_runs_repeats():
-    from cs336report.experiments import benchmarking
+    from cs336report.experiments import benchmarking_script as benchmarking
 
     from helpers import tiny_config
 

@@ -19,7 +19,7 @@ CELLS = [f"naive-fp32-small-ctx128-{mode}-compiled" for mode in ("forward", "tra
 
 def _tiny_cells() -> list[tuple[str, dict]]:
     from cs336report.config import Config
-    from cs336report.experiments.benchmarking import transformer_cell
+    from cs336report.experiments.benchmarking_script import transformer_cell
     from cs336report.experiments.torch_compile import compiled_model_jobs, model_cell_name
 
     cfg = Config.from_file(REPO_ROOT / "workflow/config/default.yaml")

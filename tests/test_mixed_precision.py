@@ -13,7 +13,7 @@ import yaml
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import autocast_benchmarking as ab
-from cs336report.experiments import benchmarking, norm_sensitivity, precision
+from cs336report.experiments import benchmarking_script as benchmarking, norm_sensitivity, precision
 from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.records.store import load
 from cs336report.report import checks

@@ -79,7 +79,7 @@ def test_the_scope_reaches_the_compiled_cells_only_and_the_model_scope_keeps_cel
 CELL_RUN = r"""
 import json, sys
 import torch
-from cs336report.experiments import benchmarking
+from cs336report.experiments import benchmarking_script as benchmarking
 cell = json.loads(sys.argv[1])
 data = benchmarking.run(cell)
 out = {k: data[k] for k in ("compile", "model", "stats_s")}
@@ -96,7 +96,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_blocks_scope_compiles_one_block_graph_for_every_layer_on_the_cpu():
-    from cs336report.experiments.benchmarking import transformer_cell
+    from cs336report.experiments.benchmarking_script import transformer_cell
 
     cfg = Config.from_file(REPO_ROOT / "workflow/config/default.yaml", cuda_available=False)
     cell = transformer_cell(cfg, "tiny", 16, "forward", "fp32", "naive", compile=True)

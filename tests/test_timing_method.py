@@ -5,7 +5,7 @@ import statistics
 import pytest
 import torch
 
-from cs336report.experiments import benchmarking
+from cs336report.experiments import benchmarking_script as benchmarking
 from cs336report.measure import timing as measure
 from helpers import cell
 

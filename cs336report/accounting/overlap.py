@@ -1,5 +1,5 @@
 """How much of a step's communication ran while the GPU computed: from one step's kernels
-(stream, start, duration, NCCL or not; :func:`cs336report.distributed.train.kernels_of_last_step`).
+(stream, start, duration, NCCL or not; :func:`cs336report.experiments.ddp_training.kernels_of_last_step`).
 
 Communication time is the union of the NCCL kernels' intervals, compute time that of every other
 kernel; the hidden part is where the two unions overlap. An NCCL kernel's duration includes

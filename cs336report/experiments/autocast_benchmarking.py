@@ -9,7 +9,7 @@ Three experiments, all running the configured Transformer:
 * ``autocast_memory`` -- peak memory and time of a smaller grid (by default small and 2.7B at
   contexts 128/256/512, forward and forward+backward) for both model implementations, fp32
   and bf16. Cells already run by ``benchmarking`` or ``benchmarking_bf16`` are not repeated.
-  Both measure with :func:`cs336report.experiments.benchmarking.run`.
+  Both measure with :func:`cs336report.experiments.benchmarking_script.run`.
 * ``autocast_saved_tensors`` -- one forward pass (with the loss, gradients enabled) per
   context and precision, then a walk over the autograd graph that lists every tensor kept
   for the backward pass: which operation saved it, its dtype, its bytes, and whether it is a
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import torch
 
-from . import benchmarking
+from . import benchmarking_script as benchmarking
 from ..lm.build import build_model
 from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import is_out_of_memory, release_memory
-from .benchmarking import autocast_context, cell_name, set_tf32, transformer_cell
+from .benchmarking_script import autocast_context, cell_name, set_tf32, transformer_cell
 
 GRID_KEYS = ("implementations", "precisions", "sizes", "contexts", "modes")
 

@@ -1,12 +1,12 @@
 """ddp_overlap_individual_parameters_benchmarking: (a) time per step with each gradient's
 all-reduce started from its hook during backward, timed without a profiler; (b) the overlap
 itself comes from :mod:`cs336report.experiments.ddp_overlap_profile` (the same steps under nsys).
-The loop and its timing: :mod:`cs336report.distributed.train`.
+The loop and its timing: :mod:`cs336report.experiments.ddp_training`.
 
     python -m cs336report run ddp_overlap_individual_parameters_benchmarking --name individual-xl-ctx128-w2 ...
 """
 
-from ..distributed.train import ddp_cell, ddp_cell_name, run_ddp
+from .ddp_training import ddp_cell, ddp_cell_name, run_ddp
 
 NAME = "ddp_overlap_individual_parameters_benchmarking"
 

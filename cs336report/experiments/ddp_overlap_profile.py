@@ -14,7 +14,7 @@ steps are not timed for the report: the timed cells run apart, without a profile
 
 from __future__ import annotations
 
-from ..distributed.train import ddp_cell, ddp_cell_name, run_ddp
+from .ddp_training import ddp_cell, ddp_cell_name, run_ddp
 from .nsys_profile import resolve_profiler
 
 NAME = "ddp_overlap_profile"

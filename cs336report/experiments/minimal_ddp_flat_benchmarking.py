@@ -1,10 +1,10 @@
 """minimal_ddp_flat_benchmarking: the naive DDP setting with one all-reduce over all gradients
-flattened into one tensor. The loop and its timing: :mod:`cs336report.distributed.train`.
+flattened into one tensor. The loop and its timing: :mod:`cs336report.experiments.ddp_training`.
 
     python -m cs336report run minimal_ddp_flat_benchmarking --name flat-xl-ctx128-w2 --cell '{...}' --out r.json
 """
 
-from ..distributed.train import ddp_cell, ddp_cell_name, run_ddp
+from .ddp_training import ddp_cell, ddp_cell_name, run_ddp
 
 NAME = "minimal_ddp_flat_benchmarking"
 

@@ -1,11 +1,11 @@
 """naive_ddp_benchmarking: the Transformer trained with naive DDP (one all-reduce per gradient
 after backward); time per step and the time spent communicating gradients. The loop and its
-timing: :mod:`cs336report.distributed.train`.
+timing: :mod:`cs336report.experiments.ddp_training`.
 
     python -m cs336report run naive_ddp_benchmarking --name naive-xl-ctx128-w2 --cell '{...}' --out r.json
 """
 
-from ..distributed.train import ddp_cell, ddp_cell_name, run_ddp
+from .ddp_training import ddp_cell, ddp_cell_name, run_ddp
 
 NAME = "naive_ddp_benchmarking"
 

@@ -40,7 +40,7 @@ from ..accounting import transformer as accounting
 from ..machine import clock
 from ..measure import annotate
 from ..measure.timing import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
-from .benchmarking import cell_name, prepare, transformer_cell
+from .benchmarking_script import cell_name, prepare, transformer_cell
 
 PROFILERS = ("nsys", "torch")
 TRACE_FILE = "trace.json.gz"

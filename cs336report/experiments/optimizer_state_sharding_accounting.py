@@ -42,7 +42,7 @@ from ..lm.build import build_model
 from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import PhaseTimer, summarize, synchronize, time_steps
 from ..student.resolve import adapter_errors
-from .benchmarking import set_tf32, transformer_cell
+from .benchmarking_script import set_tf32, transformer_cell
 
 OPTIMIZERS = ("adamw", "sharded", "zero", "student")
 LR = 1e-4

@@ -4,7 +4,7 @@ Three experiments:
 
 * ``compiled_attention`` -- the pytorch_attention grid (or the subset ``d_heads`` x ``seqs``
   of ``grids.<gpu|cpu>.compiled_attention``) with the naive attention under ``torch.compile``,
-  measured exactly like pytorch_attention (:func:`cs336report.experiments.attention.run`).
+  measured exactly like pytorch_attention (:func:`cs336report.experiments.pytorch_attention.run`).
   Its eager baseline is pytorch_attention's naive cell of the same (d_head, seq).
 * ``compiled_model`` -- the Transformer of the benchmarking experiment compiled with
   ``torch.compile`` for the configured sizes x contexts x modes, and the same cells
@@ -31,8 +31,8 @@ Three experiments:
 
 from __future__ import annotations
 
-from . import attention, benchmarking
-from .benchmarking import transformer_cell
+from . import pytorch_attention as attention, benchmarking_script as benchmarking
+from .benchmarking_script import transformer_cell
 
 
 def model_cell_name(cell: dict) -> str:

@@ -9,7 +9,7 @@ https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md). The link's
 from the recorded ``nvidia-smi`` output (:mod:`cs336report.distributed.link`).
 
 DDP steps: per step the slowest rank's time of each phase, summarized when the cell ran
-(``stats_s``; :func:`cs336report.distributed.train.run_ddp`). Nothing here imports torch.
+(``stats_s``; :func:`cs336report.experiments.ddp_training.run_ddp`). Nothing here imports torch.
 """
 
 from __future__ import annotations

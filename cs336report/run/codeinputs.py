@@ -5,7 +5,7 @@ function, or through another module of the package) reruns it, and editing an un
 does not. The closure is read from the source with :mod:`ast` (nothing is imported), over the
 modules of this package only:
 
-    closure(["cs336report.run.runner", "cs336report.experiments.benchmarking"])
+    closure(["cs336report.run.runner", "cs336report.experiments.benchmarking_script"])
     # ['cs336report/__init__.py', 'cs336report/accounting/transformer.py', ..., 'cs336report/run/runner.py']
 
 Static ``import`` statements anywhere in a module count, and so does

@@ -36,7 +36,7 @@ from ..accounting import transformer as accounting
 from ..lm.build import build_model
 from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import peak_memory, reset_peak_memory, synchronize
-from .benchmarking import autocast_context, set_tf32, transformer_cell
+from .benchmarking_script import autocast_context, set_tf32, transformer_cell
 
 SNAPSHOT_DIR = "results/memory_profiling"
 # mode label of the config -> (mode, grad)

@@ -40,12 +40,12 @@ import torch
 import torch.distributed as dist
 
 from ..accounting.overlap import NVTX_STEP
-from ..experiments.benchmarking import set_tf32, transformer_cell
+from ..distributed.ddp import VARIANTS, trainable
+from ..distributed.launch import START_METHOD, launch
 from ..lm.build import build_model
 from ..lm.model import ModelSpec, cross_entropy
 from ..measure.timing import summarize
-from .ddp import VARIANTS, trainable
-from .launch import START_METHOD, launch
+from .benchmarking_script import set_tf32, transformer_cell
 
 # The student's wrappers: variant -> the resolver's piece (cs336report.student.resolve.PIECES)
 STUDENT_VARIANTS = {"student_individual": "ddp_individual_parameters", "student_bucketed": "ddp_bucketed"}
@@ -249,7 +249,7 @@ def rank_start_method(cell: dict) -> str:
 
 def run_ddp(cell: dict) -> dict:
     """Measure one DDP cell; returns the ``data`` of its record."""
-    from .link import describe
+    from ..distributed.link import describe
 
     from ..student.resolve import adapter_errors
 
