@@ -769,7 +769,7 @@ def test_published_optimized_step_counts_every_casting_copy_as_a_conversion(tmp_
     ``_to_copy`` kernel does: both count in the launches that only convert dtypes."""
     from cs336report.parsers.kernels import classify
     from cs336report.records.store import load
-    from cs336report.report.parts.compile_optimized import dtype_conversion
+    from cs336report.report.sections.torch_compile.optimized import dtype_conversion
 
     paths = sorted((PUBLISHED / "optimized_step").glob("*.json.gz"))
     if not paths:

@@ -80,7 +80,7 @@ def test_the_backward_ratio_says_which_forward_it_divides_by(tmp_path):
 def test_the_step_table_note_names_how_its_phases_were_timed():
     """The published cells time their phases between CUDA events inside the steps: the table's note says
     so (it said "synchronized at the boundary", the method of older records)."""
-    from cs336report.report.parts.bench_frame import phase_method
+    from cs336report.report.bench_frame import phase_method
 
     paths = sorted(PUBLISHED.glob("naive-fp32-small-*.json.gz"))
     if not paths:

@@ -108,8 +108,8 @@ def record(**config) -> dict:
 
 def test_a_records_settings_switch_the_terms_on():
     """One reading of a record's settings serves every table that predicts its peak."""
-    from cs336report.report.parts.memory_accounting import prediction_inputs
-    from cs336report.report.parts.mixed_precision_memory import predicted
+    from cs336report.report.sections.benchmarking_mixed_precision.memory import predicted
+    from cs336report.report.sections.memory_profiling.analytic import prediction_inputs
 
     plain = prediction_inputs(record())
     assert (plain["compiled"], plain["master_weights"], plain["optimizer"]) == (False, False, "foreach")

@@ -2,7 +2,7 @@
 cells wrote on this machine."""
 
 from cs336report.records import store as results
-from cs336report.report.cost_parts import parts_frame, parts_table
+from cs336report.report.appendix.cost_parts import parts_frame, parts_table
 from cs336report.run.runner import run_cell
 from helpers import cell
 

@@ -135,8 +135,8 @@ def test_a_compiled_implementation_compiles_once_before_any_shape_is_timed(monke
     do_bench's untimed calls."""
     import time
 
-    from cs336report.report.cost import timed_seconds
-    from cs336report.report.cost_parts import parts_frame
+    from cs336report.report.appendix.cost import timed_seconds
+    from cs336report.report.appendix.cost_parts import parts_frame
 
     calls = []
 
@@ -666,7 +666,7 @@ def test_long_passes_are_profiled_for_fewer_calls(monkeypatch):
 
 
 def test_the_report_sets_kernel_time_beside_do_bench_time():
-    from cs336report.report import kernel_overhead
+    from cs336report.report.sections.flash_benchmarking import kernel_overhead
 
     def shape(seq, bench, kernel):
         passes = {p: {"status": "ok", "stats_s": {"median": bench}, "kernel_s": kernel, "overhead_s": bench - kernel,
@@ -755,7 +755,7 @@ def test_the_leaderboard_section_says_when_tuning_chose_the_default_tiles(tmp_pa
     path = PUBLISHED.parent / "flash_leaderboard" / "leaderboard.json.gz"
     if not path.exists():
         pytest.skip("no published records")
-    from cs336report.report.parts.flash_leaderboard import _launch_tiles
+    from cs336report.report.sections.flash_benchmarking.leaderboard import _launch_tiles
 
     rows = {row["implementation"]: row for row in load(path)["data"]["rows"]}
     assert _launch_tiles(rows["triton"]["tiles"]) == _launch_tiles(rows["triton_fixed"]["tiles"])

@@ -105,7 +105,7 @@ def test_both_cells_of_a_job_carry_the_jobs_benchmark(published_job):
 
 
 def test_the_cost_appendix_counts_a_job_once(published_job):
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
     from cs336report.report.tables import fmt_seconds
 
     wall = published_job[0]["benchmark"]["wall_s"]

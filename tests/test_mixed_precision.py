@@ -495,14 +495,14 @@ def test_a_smaller_size_left_out_is_named_and_not_called_the_slowest(tmp_path, m
 
 
 def test_sizes_left_out_are_joined_in_order():
-    from cs336report.report.parts.mixed_precision_speed import _join
+    from cs336report.report.sections.benchmarking_mixed_precision.speed import _join
 
     assert [_join([]), _join(["a"]), _join(["a", "b"]), _join(["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
 
 
 def test_the_speedup_plot_draws_the_pairs_left_out_hollow(tmp_path):
     from cs336report.config import load_files
-    from cs336report.report.parts import mixed_precision_speed as mps
+    from cs336report.report.sections.benchmarking_mixed_precision import speed as mps
 
     cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
     ctx = _context(cfg, [], tmp_path, [load(p) for p in sorted(LEFT_OUT.glob("*/*.json.gz"))])
@@ -576,7 +576,7 @@ def test_host_bound_bf16_steps_that_still_win_give_lower_bounds_only():
     import pandas as pd
 
     from cs336report.report import headlines
-    from cs336report.report.parts.mixed_precision_speed import lower_bounds, speed_analysis
+    from cs336report.report.sections.benchmarking_mixed_precision.speed import lower_bounds, speed_analysis
 
     rows, records, flags = [], {}, []
     for size, params, fp32, bf16, bf16_flag, fp32_flag in (

@@ -429,7 +429,7 @@ def test_the_softmax_paragraph_says_the_row_reductions_write_little(parsed, tmp_
 def test_the_whole_jobs_table_does_not_set_a_job_against_a_cell(tmp_path):
     """The profiled run's time is a whole job's; the unprofiled column is a cell's own wall time, most
     of them in a warm worker: the table says the two are not a profiler's cost."""
-    from cs336report.report.parts.nsys_timing import cost_table
+    from cs336report.report.sections.nsys_profile.timing import cost_table
 
     table = cost_table(pd.DataFrame(columns=["size", "context", "mode", "status", "plain_status", "timer_mean_s",
                                              "plain_mean_s", "profile_wall_s", "export_wall_s", "plain_wall_s",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cs336report.records import store as results
-from cs336report.report.appendix import unclean_records
+from cs336report.report.appendix.provenance import unclean_records
 from cs336report.steps.publish import publish
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_a_file_of_another_machine_is_named_by_its_module():
 def test_the_appendix_tells_apart_machines_that_share_a_name():
     """Records of one 4-GPU host and four cells run again on a 1-GPU host, both named "vm": the
     appendix lists each machine by its cores and GPU slots, with its records; one machine, once."""
-    from cs336report.report.appendix import provenance_summary
+    from cs336report.report.appendix.provenance import provenance_summary
 
     def record(cores, of):
         return {"provenance": {"hostname": "vm", "cpu_count": cores, "gpu": "NVIDIA H200",

@@ -63,7 +63,7 @@ def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
 
 
 def test_a_chain_whose_first_job_ran_several_cells_counts_that_job_once(tmp_path):
-    from cs336report.report.cost import cost_of
+    from cs336report.report.appendix.cost import cost_of
     from cs336report.steps.publish import benchmark_of
 
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"

@@ -61,7 +61,7 @@ def test_configured_cells_without_a_result_are_listed_as_not_run(tmp_path):
 
 
 def test_commits_line_counts_records_per_commit_and_tree_state():
-    from cs336report.report.appendix import _commits
+    from cs336report.report.appendix.provenance import _commits
 
     def rec(commit, dirty):
         return {"provenance": {"git_commit": commit, "git_dirty": dirty}}
@@ -82,7 +82,7 @@ def test_markdown_text_keeps_quotes_readable_but_no_markup():
 
 
 def test_cost_puts_a_shared_experiment_under_its_own_section():
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
 
     records = [{"experiment": "benchmarking", "wall_s": 2.0, "benchmark": {"wall_s": 3.0}, "_path": "b.json", "data": {}}]
     row = _cost(records)["table"].rows[0]
@@ -96,9 +96,9 @@ def test_cost_splits_job_time_into_timed_steps_first_compiled_calls_and_the_rest
     from pathlib import Path
 
     from cs336report.records.store import load
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
-    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
 
     fixtures = Path(__file__).parent / "fixtures"
     compiled = load(fixtures / "compile/naive-fp32-small-ctx128-train_step-compiled.json.gz")
@@ -159,7 +159,7 @@ def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
     import json
     from pathlib import Path
 
-    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
 
     path = Path(__file__).resolve().parent.parent / "report/data/ddp_bucketed_benchmarking/bucketed-1mb-xl-ctx128-w2.json.gz"
     if not path.exists():
@@ -175,9 +175,9 @@ def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
 
 def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_rule_first():
     from cs336report.records.store import load
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
-    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
 
     record, paths = _compiled_copies(__import__("pathlib").Path(__import__("tempfile").mkdtemp()), 3)
     records = [load(p) for p in paths]
@@ -193,7 +193,7 @@ def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_
 
 
 def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_path):
-    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.targets import COST_TARGET_S
 
     record, _ = _compiled_copies(tmp_path / "probe", 1)
@@ -211,7 +211,7 @@ def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_pa
 
 
 def test_cost_per_section_sums_its_rules_in_the_report_order():
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
     from cs336report.report.sections import SECTIONS
     from cs336report.report.tables import fmt_seconds
 
@@ -296,7 +296,7 @@ def test_a_distributed_cells_ranks_count_their_steps_once():
     from pathlib import Path
 
     from cs336report.records.store import load
-    from cs336report.report.timed_steps import timed_seconds as _timed_seconds
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
 
     two = {"ranks": [{"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.0]}},
                      {"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.5]}}]}
@@ -452,7 +452,7 @@ def test_cost_rows_go_to_the_section_of_their_own_name():
     from pathlib import Path
 
     from cs336report.records.store import load
-    from cs336report.report.cost import cost_of
+    from cs336report.report.appendix.cost import cost_of
 
     here = Path(__file__).parent / "fixtures" / "ddp_h200"
     records = [{**load(p), "_path": str(p)} for p in sorted(here.glob("ddp_*/*.json.gz"))]
@@ -464,7 +464,7 @@ def test_cost_rows_go_to_the_section_of_their_own_name():
 def test_cost_gives_each_handout_suite_to_the_problems_it_grades_and_reads_every_peak():
     """handout_tests' three jobs serve different problems: each is costed under the first problem its
     tests grade. The peak column reads an attention cell's peak and a FlashAttention job's largest shape."""
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
     from cs336report.report.tables import fmt_bytes
 
     def suite(name, problems, job_s):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cs336report.records.store import load
-from cs336report.report.cost import cost_of
+from cs336report.report.appendix.cost import cost_of
+from cs336report.report.appendix.run_time import GAP_S, forecast, gpus_held, run_span, too_large
 from cs336report.report.render import render_report
-from cs336report.report.run_time import GAP_S, forecast, gpus_held, run_span, too_large
 from cs336report.report.tables import Table, fmt_seconds
 from cs336report.report.targets import COST_TARGET_S, targets_table
 

@@ -98,7 +98,7 @@ def test_the_h100_records_of_the_step_with_and_without_its_graph_render_apart():
     from pathlib import Path
 
     from cs336report.records.store import load
-    from cs336report.report.parts import compile_optimized
+    from cs336report.report.sections.torch_compile.optimized import optimized
     from cs336report.report.tables import fmt_pct
     from cs336report.report.targets import targets_table
 
@@ -106,7 +106,7 @@ def test_the_h100_records_of_the_step_with_and_without_its_graph_render_apart():
     name = "native-bf16-2.7B-ctx512-train_step-compiled-fused"
     plain, graph = (dict(load(folder / f"{n}.json.gz"), _path=f"{n}.json.gz") for n in (name, f"{name}-stepgraph"))
     roofline = load(folder / "roofline.json.gz")
-    out = compile_optimized.optimized([plain, graph], [], [roofline], "naive")
+    out = optimized([plain, graph], [], [roofline], "naive")
     items = {("graph" if "one CUDA graph" in it["switches"] else "plain"): it for it in out["items"]}
     assert set(items) == {"graph", "plain"} and all(it["is_target"] for it in items.values())
     peak = roofline["data"]["matmul"]["bf16"]["tflops"]

@@ -180,7 +180,7 @@ def test_the_kernel_sum_tells_host_bound_from_a_full_queue_in_h100_records():
 def test_the_report_says_how_each_records_phases_were_timed():
     import pandas as pd
 
-    from cs336report.report.parts.bench_frame import phase_method, phase_timing
+    from cs336report.report.bench_frame import phase_method, phase_timing
 
     def record(device, timing):
         return {"config": {"device": device}, "data": {"timing": timing} if timing else {}}

@@ -28,9 +28,9 @@ from markupsafe import Markup, escape
 from ..names.handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
 from ..records.coverage import coverage as cell_coverage, expected_cells, not_run_reason
 from ..records.store import load, record_status
-from .appendix import experiments_table, provenance_summary
+from .appendix.cost import cost_of
+from .appendix.provenance import experiments_table, provenance_summary
 from .checks import cut_down_grid
-from .cost import cost_of
 from .sections import SECTIONS
 from .tables import MD_SOURCES_INLINE, source_of
 from .targets import COST_TARGET_GPUS, targets_table

@@ -8,7 +8,7 @@ import pandas as pd
 
 from .. import answer_parts, checks, plots
 from ...accounting import transformer as accounting
-from ..parts.bench_frame import MODE_COLUMNS, frame, phase_timing
+from ..bench_frame import MODE_COLUMNS, frame, phase_timing
 from ..tables import Cell, Num, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
 
 ID = "benchmarking_script"
