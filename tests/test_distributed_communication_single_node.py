@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cs336report.config import Config
-from cs336report.distributed.link import link_between, nvlink_peak
+from cs336report.accounting.interconnect import link_between, nvlink_peak
 from cs336report.experiments import distributed_communication_single_node as ar
 from cs336report.records.store import load
 from cs336report.report.render import RenderContext, render_report
