@@ -50,7 +50,7 @@ def test_render_published_without_a_published_folder_says_what_to_do(workdir):
 
 
 def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
-    from cs336report.steps.publish import benchmark_of
+    from cs336report.records.job_timing import benchmark_of
 
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
     for rule, (wall, rss, cpu) in {"nsys_profile": (10.0, 900.0, 8.0), "nsys_stats": (2.0, 300.0, 1.5)}.items():
@@ -64,7 +64,7 @@ def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
 
 def test_a_chain_whose_first_job_ran_several_cells_counts_that_job_once(tmp_path):
     from cs336report.report.appendix.cost import cost_of
-    from cs336report.steps.publish import benchmark_of
+    from cs336report.records.job_timing import benchmark_of
 
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
     rows = {("nsys_profile", "job"): 30.0, ("nsys_stats", "a"): 2.0, ("nsys_parse", "a"): 1.0,

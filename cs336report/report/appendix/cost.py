@@ -7,6 +7,7 @@ import functools
 
 import pandas as pd
 
+from ...records.job_timing import benchmark_of, job_of
 from ..sections import SECTIONS
 from ..tables import Cell, Table, fmt_bytes, fmt_seconds
 from ..targets import COST_TARGET_S
@@ -73,7 +74,6 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
     else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
     floor (timed steps and first compiled calls), spread over the run's GPUs (else over
     ``host_gpus``, those of the grid's goal), is checked against the report's time goal."""
-    from ...steps.publish import benchmark_of, job_of
 
     rows = []
     for i, r in enumerate(records):
