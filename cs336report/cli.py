@@ -93,9 +93,13 @@ def _worker_stop(args) -> int:
 
 
 def _render(args) -> int:
+    from .experiments import expected_cells
     from .report.render import render_report
 
-    render_report(args.results, _json_arg(args.config_json), args.out)
+    config = _json_arg(args.config_json)
+    # the report rule passes the configured cells' names (_expected); a config without them has its
+    # cells resolved here, so that the report imports no experiment
+    render_report(args.results, config, args.out, expected=None if "_expected" in config else expected_cells(config))
     return 0
 
 

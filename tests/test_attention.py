@@ -232,7 +232,7 @@ def test_section_reports_the_oom_point_accounting_and_scaling(tmp_path, monkeypa
     oom_above(monkeypatch, 64)
     paths = run_all(cfg, "pytorch_attention", tmp_path)
     monkeypatch.undo()
-    render_report(paths, config_json(cfg), tmp_path / "report")
+    render_report(paths, config_json(cfg), tmp_path / "report", expected=experiments.expected_cells(config_json(cfg)))
     md = (tmp_path / "report" / "report.md").read_text()
     html = (tmp_path / "report" / "index.html").read_text()
     section = md.split('<a id="evidence-pytorch_attention"></a>', 1)[1].split("<a id=", 1)[0]
@@ -282,7 +282,8 @@ def test_torch_compile_section_pairs_compiled_cells_with_their_eager_twins(tmp_p
     pairs = compile_section.model_pairs([dict(compiled, _path=str(path))], [dict(eager, _path=str(eager_paths[0]))])
     assert len(pairs) == 1
     assert pairs.iloc[0]["mean_s_eager"] / pairs.iloc[0]["mean_s"] == pytest.approx(2.0)
-    render_report(eager_paths + [path], config_json(cfg), tmp_path / "report")
+    render_report(eager_paths + [path], config_json(cfg), tmp_path / "report",
+                  expected=experiments.expected_cells(config_json(cfg)))
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
     assert "forward 2.00× (micro, context 8)" in section
@@ -320,7 +321,7 @@ def test_optimized_step_shows_where_the_time_goes(tmp_path):
     assert record["status"] == "ok", record["error"]
     data = record["data"]
     assert set(data["phase_stats_s"]) == {"forward", "backward", "optimizer_step"}
-    render_report(paths, config_json(cfg), tmp_path / "report")
+    render_report(paths, config_json(cfg), tmp_path / "report", expected=experiments.expected_cells(config_json(cfg)))
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
     roofline = json.loads((tmp_path / "roofline" / "probe.json").read_text())["data"]["matmul"]["bf16"]["tflops"]

@@ -414,7 +414,8 @@ def test_census_part_totals_match_the_result(cpu_results, tmp_path):
 
 def test_sections_render_in_both_formats(cpu_results, tmp_path):
     cfg, paths = cpu_results
-    render_report(paths, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "out")
+    config = {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}
+    render_report(paths, config, tmp_path / "out", expected=experiments.expected_cells(config))
     md = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "index.html").read_text()
     for section in ("mixed_precision_accumulation", "benchmarking_mixed_precision"):
@@ -539,7 +540,7 @@ def test_published_memory_grid_saves_from_a_context_only_where_every_longer_one_
     change = {ctx: peak[("bf16", ctx)] - peak[("fp32", ctx)] for ctx in (128, 256, 512)}
     assert change[512] < 0  # the published cells save at the longest context
     start = min(ctx for ctx in change if all(change[c] < 0 for c in change if c >= ctx))
-    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False)
+    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False, expected=experiments.expected_cells(config))
     evidence = (tmp_path / "r" / "evidence.md").read_text()
     pct = {ctx: f"{100 * (peak[('bf16', ctx)] / peak[('fp32', ctx)] - 1):+.1f} %" for ctx in (128, 512)}
     assert f"2.7B forward + backward {pct[128]} at 128 to {pct[512]} at 512 (a saving from context {start} on)" in evidence
@@ -556,7 +557,7 @@ def test_published_speed_ups_name_no_trend_from_two_cells(tmp_path):
     if not paths:
         pytest.skip("no published records")
     config = json.loads((PUBLISHED / "config.json").read_text())
-    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False)
+    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False, expected=experiments.expected_cells(config))
     records = [{**load(p), "_path": str(p)} for p in paths]
     part = bmp.speed_part(RenderContext(records, config, tmp_path))
     modes = {m["mode"]: m for m in part["analysis"]["modes"]}

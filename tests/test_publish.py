@@ -302,7 +302,7 @@ def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsy
 def test_settings_a_machine_resolves_are_not_compared_when_merging():
     """The published nsys records ran under Nsight Systems; the folder's config read on a machine
     without nsys resolves their cells to torch.profiler. They still merge; another setting does not."""
-    from cs336report.records.coverage import expected_cells
+    from cs336report.experiments import expected_cells
     from cs336report.records.store import load
     from cs336report.steps.publish import _check_settings, published_files
 

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from cs336report import experiments
 from cs336report.report.render import md_cell, render_report
 from cs336report.run.runner import run_cell
 from helpers import cell, tiny_config
@@ -17,7 +18,8 @@ def test_data_strings_are_escaped_in_html_and_markdown(tmp_path):
     record["config"]["size"] = EVIL
     record["status"], record["error"] = "error", EVIL
     (tmp_path / "r.json").write_text(json.dumps(record))
-    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "out")
+    config = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
+    render_report([tmp_path / "r.json"], config, tmp_path / "out", expected=experiments.expected_cells(config))
     html = (tmp_path / "out" / "index.html").read_text()
     md = (tmp_path / "out" / "report.md").read_text()
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -38,14 +40,12 @@ def test_md_cell_keeps_table_structure():
 
 
 def test_configured_cells_without_a_result_are_listed_as_not_run(tmp_path):
-    from cs336report import experiments
-
     cfg = tiny_config()
     config = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
     configured = experiments.cells("benchmarking", cfg)
     name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
     run_cell("benchmarking", name, c, tmp_path / "r.json")
-    render_report([tmp_path / "r.json"], config, tmp_path / "out")
+    render_report([tmp_path / "r.json"], config, tmp_path / "out", expected=experiments.expected_cells(config))
     md = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "index.html").read_text()
     assert len(configured) > 1
@@ -362,12 +362,13 @@ def test_the_appendix_names_the_host_cpu_model_escaped(tmp_path):
     record = json.loads((tmp_path / "r.json").read_text())
     record["provenance"]["cpu_model"] = "Xeon <b>8480+</b>"
     (tmp_path / "r.json").write_text(json.dumps(record))
-    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "out")
+    config = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
+    render_report([tmp_path / "r.json"], config, tmp_path / "out", expected=experiments.expected_cells(config))
     html = (tmp_path / "out" / "index.html").read_text()
     assert "(Xeon &lt;b&gt;8480+&lt;/b&gt;)" in html and "<b>8480" not in html
     del record["provenance"]["cpu_model"]  # a record from before the field: the line as it was
     (tmp_path / "r.json").write_text(json.dumps(record))
-    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "old")
+    render_report([tmp_path / "r.json"], config, tmp_path / "old", expected=experiments.expected_cells(config))
     line = next(x for x in (tmp_path / "old" / "evidence.md").read_text().splitlines() if "CPU: " in x)
     assert line.rstrip().endswith(f"CPU: {record['provenance']['cpu']}")
 

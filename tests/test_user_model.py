@@ -113,7 +113,8 @@ def test_tied_model_is_measured_and_flagged(tmp_path):
     spec = ModelSpec(**MICRO)
     assert info["params_expected"] - info["params"] == spec.vocab_size * spec.d_model  # one table fewer
     assert info["params_match"] is False
-    render_report([tmp_path / "tied.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "out")
+    resolved = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
+    render_report([tmp_path / "tied.json"], resolved, tmp_path / "out", expected=experiments.expected_cells(resolved))
     md = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "index.html").read_text()
     diff = f"{info['params'] - info['params_expected']:+,}"

@@ -71,3 +71,24 @@ def cells(name: str, cfg) -> dict[str, dict]:
 def runner(name: str):
     """The function that measures one cell of experiment ``name``."""
     return _get(name)[1]
+
+
+def expected_cells(config: dict) -> dict[str, dict] | None:
+    """The cells a resolved config asks for, per experiment (None when the config cannot say)."""
+    from ..config import Config
+
+    try:
+        device = config.get("_device") or ("cuda" if config["device"] == "cuda" else "cpu")
+        cfg = Config.from_resolved({k: v for k, v in config.items() if not k.startswith("_")}, device)
+        return {name: cells(name, cfg) for name in names()}
+    except Exception:  # a config from another version: callers then know only what ran
+        return None
+
+
+def with_expected_cells(config: dict) -> dict:
+    """``config`` with ``_expected``: the names of the cells it asks for, per experiment, so that the
+    report can list what did not run without importing the experiments (nor torch)."""
+    expected = expected_cells(config)
+    if expected is None:
+        return config
+    return {**config, "_expected": {name: sorted(found) for name, found in expected.items()}}

@@ -1,4 +1,5 @@
-"""Which configured cells have a result: the cells a resolved config asks for, against what ran.
+"""Which configured cells have a result: the cells a resolved config asks for (given by the
+experiments, :func:`cs336report.experiments.expected_cells`), against what ran.
 
 The report lists the configured cells with no result as "not run"; ``python -m cs336report
 missing`` prints them as the result files Snakemake would build, so a run made in parts (or a
@@ -9,28 +10,6 @@ from __future__ import annotations
 
 import re
 from typing import Iterable
-
-
-def expected_cells(config: dict) -> dict[str, dict] | None:
-    """The cells a resolved config asks for, per experiment (None when the config cannot say)."""
-    from .. import experiments
-    from ..config import Config
-
-    try:
-        device = config.get("_device") or ("cuda" if config["device"] == "cuda" else "cpu")
-        cfg = Config.from_resolved({k: v for k, v in config.items() if not k.startswith("_")}, device)
-        return {name: experiments.cells(name, cfg) for name in experiments.names()}
-    except Exception:  # a config from another version: callers then know only what ran
-        return None
-
-
-def with_expected_cells(config: dict) -> dict:
-    """``config`` with ``_expected``: the names of the cells it asks for, per experiment, so that the
-    report can list what did not run without importing the experiments (nor torch)."""
-    expected = expected_cells(config)
-    if expected is None:
-        return config
-    return {**config, "_expected": {name: sorted(cells) for name, cells in expected.items()}}
 
 
 def coverage(have: Iterable[tuple[str, str]], expected: dict[str, dict] | None) -> dict[str, dict]:

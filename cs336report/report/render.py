@@ -26,7 +26,7 @@ import yaml
 from markupsafe import Markup, escape
 
 from ..names.handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
-from ..records.coverage import coverage as cell_coverage, expected_cells, not_run_reason
+from ..records.coverage import coverage as cell_coverage, not_run_reason
 from ..records.store import load, record_status
 from .appendix.cost import cost_of
 from .appendix.provenance import experiments_table, provenance_summary
@@ -270,16 +270,17 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
 
 
 def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None,
-                  draw: bool = True) -> dict:
+                  draw: bool = True, expected: dict[str, dict] | None = None) -> dict:
     """The templates' context; record links are relative to ``links_from`` (default: the report folder);
-    ``draw``: False leaves the figures undrawn (their captions and the text are the same)."""
+    ``draw``: False leaves the figures undrawn (their captions and the text are the same).
+    ``expected``: the configured cells with their settings, per experiment
+    (:func:`cs336report.experiments.expected_cells`); without it, their names where the config
+    carries them (``_expected``, as the report rule passes them); else only what ran is known."""
     from .sections import HANDOUT
 
     ctx = RenderContext(records, config, figures_dir, draw)
-    # the configured cells: by name where the report rule passed them (rendering then imports no
-    # experiment module, nor torch), else resolved from the config here
-    expected = ({name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
-                if "_expected" in config else expected_cells(config))
+    if expected is None and "_expected" in config:
+        expected = {name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     modules = {m.ID: m for m in SECTIONS}
     sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
@@ -320,10 +321,12 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
-                  links_from: str | Path | None = None, draw: bool = True) -> dict:
+                  links_from: str | Path | None = None, draw: bool = True,
+                  expected: dict[str, dict] | None = None) -> dict:
     """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
     folders start from, where the pages will be read (default: ``out_dir``); ``draw``: False skips
-    drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone."""
+    drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone.
+    ``expected``: the configured cells (see :func:`build_context`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
@@ -333,7 +336,8 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
     # the report's commands rerun its own grid
     token = RERUN_OPTIONS.set(grid_option(config.get("_grid"), config.get("_device")))
     try:
-        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw)
+        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw,
+                                expected)
         envs = environments(Path(links_from) if links_from else out_dir)
         pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
                  "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}

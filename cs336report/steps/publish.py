@@ -17,7 +17,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from ..records.coverage import expected_cells
+from ..experiments import expected_cells
 from ..records.job_timing import benchmark_of, job_of
 from ..records.store import commit_code_hash, host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
 
@@ -204,7 +204,7 @@ def missing_targets(out_dir: str | Path, host_bound: bool = False) -> tuple[list
     ``publish --merge``.
     """
     from ..experiments import job_of_cell
-    from ..records.coverage import coverage, expected_cells, result_target
+    from ..records.coverage import coverage, result_target
 
     files, config = published_files(out_dir)
     expected = expected_cells(config)

@@ -1,6 +1,6 @@
 # The writeup: every result file in, report.md and a self-contained index.html out.
 # With published.render the results are the published ones and no experiment runs.
-from cs336report.records.coverage import with_expected_cells
+from cs336report.experiments import with_expected_cells
 from cs336report.steps.publish import published_files
 
 REPORT_DIR = CFG.report_dir
