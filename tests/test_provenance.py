@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cs336report.records import store as results
+from cs336report.records import provenance, store as results
 from cs336report.report.appendix.provenance import unclean_records
 from cs336report.steps.publish import publish
 
@@ -31,16 +31,16 @@ def test_records_hold_no_absolute_path(tmp_path):
 
 def test_code_hash_needs_no_git_and_matches_the_commit(tmp_path):
     pkg = tmp_path / "repo" / "cs336report"
-    shutil.copytree(results.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    assert results.code_hash(pkg) == results.code_hash()  # a copy without .git hashes the same
+    shutil.copytree(provenance.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    assert provenance.code_hash(pkg) == provenance.code_hash()  # a copy without .git hashes the same
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "repo")]
     subprocess.run(git + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "-A"], check=True)
     subprocess.run(git + ["commit", "-qm", "c"], check=True)
     sha = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    assert results.commit_code_hash(sha, tmp_path / "repo") == results.code_hash(pkg)
+    assert provenance.commit_code_hash(sha, tmp_path / "repo") == provenance.code_hash(pkg)
     (pkg / "lm" / "model.py").write_text((pkg / "lm" / "model.py").read_text() + "\n# edited\n")
-    assert results.commit_code_hash(sha, tmp_path / "repo") != results.code_hash(pkg)
+    assert provenance.commit_code_hash(sha, tmp_path / "repo") != provenance.code_hash(pkg)
 
 
 def _record(tmp_path, name, **prov):

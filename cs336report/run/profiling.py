@@ -104,7 +104,7 @@ def _run_echoed(command: list[str]) -> tuple[int, list[str]]:
 
 
 def _failed_record(experiment: str, name: str, cell: dict, message: str) -> dict:
-    from ..records.store import provenance  # imports torch; only needed when the child left no record
+    from ..records.provenance import provenance  # imports torch; only needed when the child left no record
 
     return {"schema": SCHEMA, "experiment": experiment, "cell": name, "status": "error", "error": message,
             "config": cell, "data": {}, "provenance": provenance(cell.get("device", "cpu")),

@@ -43,7 +43,8 @@ from ..machine import contention
 from ..machine.scratch import scratch
 from ..measure.compiling import pin_ptxas
 from ..measure.timing import is_out_of_memory, release_memory, summarize, thaw
-from ..records.store import SCHEMA, load, now_iso, provenance, save, whole_step
+from ..records.provenance import provenance
+from ..records.store import SCHEMA, load, now_iso, save, whole_step
 
 _cells_run = 0  # cells this process has run (started) so far
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from ..experiments import expected_cells
 from ..records.job_timing import benchmark_of, job_of
-from ..records.store import commit_code_hash, host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
+from ..records.provenance import commit_code_hash
+from ..records.store import host_bound_beside_jobs, load, now_iso, record_status, result_stem, save
 
 PUBLISHED_SUFFIX = ".json.gz"
 

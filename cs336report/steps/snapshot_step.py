@@ -94,7 +94,7 @@ def parse_step(snapshot: str | os.PathLike, out: str | os.PathLike, result: str 
     if capture is not None:
         provenance = capture["provenance"]
     else:
-        from ..records.store import provenance as current
+        from ..records.provenance import provenance as current
 
         # a snapshot with no capture record was written by code this run cannot name: the
         # parser's machine is recorded, but not its code hash, which would claim the snapshot's
