@@ -7,14 +7,13 @@ modules.
 from __future__ import annotations
 
 from . import kernel_overhead
-from ... import answer_parts
 from ....names.flash import IMPLEMENTATIONS, PASSES
 from ...tables import fmt_bytes
 from .analysis import FIT_POINTS, analysis, first_oom, memory_exponents, speedups
 from .figures import latency_figure, memory_figure
 from .frames import frame, memory_frame, present_implementations, tiles_frame
 from .leaderboard import leaderboard
-from .tables import latency_table, memory_table, speedup_table, tiles_table
+from .tables import answer_tables, latency_table, memory_table, speedup_table, tiles_table
 
 __all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "skip_reason", "analysis", "first_oom",
            "FIT_POINTS", "frame", "latency_table", "leaderboard", "memory_exponents", "memory_frame", "speedups"]
@@ -145,6 +144,6 @@ def build(ctx) -> dict:
     tiles = tiles_frame(records)
     if not tiles.empty:
         out["tiles_table"] = tiles_table(tiles)
-    out["answer_tables"] = answer_parts.flash_benchmarking(
+    out["answer_tables"] = answer_tables(
         out["tables"], (out["analysis"].get("ref") or {}).get("label", IMPLEMENTATIONS["triton"]))
     return out

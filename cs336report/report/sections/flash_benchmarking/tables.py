@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ....names.flash import IMPLEMENTATIONS
-from ...tables import Cell, Table, sig, status_cell
+from ...tables import Cell, Table, join_columns, sig, status_cell
 from .frames import PASS_LABELS, present_implementations
 from .leaderboard import KERNEL_LABELS
 
@@ -87,3 +87,18 @@ def speedup_table(rows: list[dict], ref_label: str, d: int, sources: list[str]) 
         units=["", "", "", "×", "×", "×", "tokens"], rows=cells, sources=sources,
         note="above 1: the other implementation takes longer; every ratio is of medians of the same shape",
     )
+
+
+def answer_tables(tables: list[Table], reference: str = "Triton FA2") -> list[Table]:
+    """One table per dtype: forward, backward and forward + backward latency of the FlashAttention-2
+    kernels (``reference``, the label of the analysis' reference: Triton where it ran) against the
+    naive PyTorch attention."""
+    out = []
+    for dtype in ("bf16", "fp32"):
+        parts = [(label, t) for label, prefix in (("fwd", "Forward latency"), ("bwd", "Backward latency"),
+                                                  ("fwd+bwd", "Forward + backward latency"))
+                 for t in tables if t.title == f"{prefix}, {dtype}"]
+        if len(parts) == 3 and all(c in parts[0][1].columns for c in (reference, "naive")):
+            out.append(join_columns(parts, 2, [reference, "naive"],
+                                    f"Latency, {dtype}: {reference} against the naive PyTorch attention"))
+    return out

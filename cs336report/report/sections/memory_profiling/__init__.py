@@ -9,11 +9,11 @@ build() calls (the modules of this package).
 
 from __future__ import annotations
 
-from ... import answer_parts
 from ....accounting import transformer as accounting, peak as accounting_peak
 from ...labels import MEMORY_LABELS, PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK
 from ...tables import Table, fmt_bytes
 from .analysis import analysis, settings, weight_copies
+from .answer import answer_part
 from .analytic import (TRAIN_STEP_EXPERIMENTS, accounting_analysis, accounting_rows, accounting_table, train_step_rows,
                        train_step_table)
 from .frame import MODE_LABELS, frame, model_spec
@@ -97,5 +97,5 @@ def build(ctx) -> dict:
     out["sizes"] = list(sizes.values())
     out["snapshot_table"] = snapshot_table(df)
     out["analysis"] = analysis(df, ramps)
-    out["answer"] = answer_parts.memory_profiling(ctx, df, timeline_figure, MODE_LABELS)
+    out["answer"] = answer_part(ctx, df, timeline_figure, MODE_LABELS)
     return out

@@ -11,14 +11,14 @@ import math
 
 import pandas as pd
 
-from ... import answer_parts, checks
+from ... import checks
 from ....accounting import transformer as accounting
 from ...tables import fmt_pct
 from ...targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION
 from ..pytorch_attention.figure import scaling_figure
 from ..pytorch_attention.frame import memory_column
 from ..pytorch_attention.frame import frame as attention_frame
-from .attention import attention_analysis, attention_pairs, attention_table
+from .attention import answer_table, attention_analysis, attention_pairs, attention_table
 from .model import model_analysis, model_pairs, model_table
 from .optimized import bf16_peak, optimized
 
@@ -69,5 +69,5 @@ def build(ctx) -> dict:
     out["optimized"] = optimized(ctx.records("optimized_step"), ctx.records("benchmarking"), ctx.records("roofline"),
                                  ctx.config.get("run", {}).get("implementation", "naive"))
     out["peak_measured"] = not math.isnan(bf16_peak(ctx.records("roofline")))
-    out["answer"] = {"attention": answer_parts.torch_compile_attention(out.get("attention_table"))}
+    out["answer"] = {"attention": answer_table(out.get("attention_table"))}
     return out

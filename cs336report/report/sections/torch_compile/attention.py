@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...tables import Cell, Table, fmt_bytes, sig, status_cell
+from ...tables import Cell, Table, fmt_bytes, select_columns, sig, status_cell
 from ..pytorch_attention.analysis import exponents, fmt_exponent
 from ..pytorch_attention.frame import FRAME_COLUMNS
 from ..pytorch_attention.tables import bytes_cell, memory_notes
@@ -89,3 +89,14 @@ def attention_analysis(pairs: pd.DataFrame, memory_key: str) -> dict:
     if saved_exp:
         out["saved_exponent"] = {"min": fmt_exponent(min(saved_exp)), "max": fmt_exponent(max(saved_exp))}
     return out
+
+
+def answer_table(table: Table | None) -> Table | None:
+    """(a): the eager and compiled attention's forward and backward times, without the memory columns."""
+    if table is None:
+        return None
+    cols = ["d_head", "seq", "forward eager", "forward compiled", "forward speed-up", "backward eager",
+            "backward compiled", "backward speed-up"]
+    return select_columns(table, [c for c in cols if c in table.columns],
+                          note="mean time per pass; speed-up = eager / compiled; the first compiled call, which "
+                               "compiles, is not among the timed passes")
