@@ -1,27 +1,6 @@
-# mixed_precision_accumulation and benchmarking_mixed_precision: the accumulation loops, the
-# dtypes autocast produces, LayerNorm/RMSNorm in low precision, the benchmarking grid under
-# bf16 autocast, and peak memory of fp32 against bf16 for both model implementations.
-
-
-rule mixed_precision_accumulation:
-    input:
-        cell_code("mixed_precision_accumulation"),
-    output:
-        record(
-            "results/mixed_precision_accumulation/{cell}.json",
-            "mixed_precision_accumulation",
-        ),
-    log:
-        "logs/mixed_precision_accumulation/{cell}.log",
-    conda:
-        CONDA_ENV
-    threads: TIMED
-    resources:
-        gpu=cell_gpu("mixed_precision_accumulation"),
-    params:
-        cell=cell_file("mixed_precision_accumulation"),
-    shell:
-        run_cell("mixed_precision_accumulation")
+# benchmarking_mixed_precision: the dtypes autocast produces, LayerNorm/RMSNorm in low precision,
+# the benchmarking grid under bf16 autocast, and peak memory of fp32 against bf16 for both model
+# implementations.
 
 
 rule autocast_dtypes:
@@ -123,9 +102,6 @@ rule autocast_saved_tensors:
         run_cell("autocast_saved_tensors")
 
 
-REPORT_INPUTS["mixed_precision_accumulation"] = result_files(
-    "mixed_precision_accumulation"
-)
 REPORT_INPUTS["benchmarking_mixed_precision"] = (
     result_files("autocast_dtypes")
     + result_files("norm_sensitivity")
