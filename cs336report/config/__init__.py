@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = ROOT / "workflow" / "config" / "default.yaml"
 
@@ -187,7 +187,7 @@ def _check_model(model: dict | None, source: str, device: str) -> dict | None:
     """Import and try the user's model named by the ``model`` key (see cs336report.lm.build.check_source)."""
     if not model:
         return None
-    from .lm.build import ModelError, check_source
+    from ..lm.build import ModelError, check_source
 
     try:
         return check_source(model, device)
@@ -200,8 +200,8 @@ def _check_student(student: dict | None, source: str, device: str) -> dict | Non
     """Import and try the student's checkout named by ``student.checkout`` (see cs336report.student.check)."""
     if not (student or {}).get("checkout"):
         return None
-    from .student.check import check_checkout
-    from .student.resolve import StudentError
+    from ..student.check import check_checkout
+    from ..student.resolve import StudentError
 
     try:
         return check_checkout(student, device)
@@ -214,8 +214,8 @@ def _student_model(model: dict | None, student: dict | None, source: str) -> dic
     """The ``model`` key, defaulting to the checkout's cs336_basics model when a checkout is named."""
     if not student:
         return model
-    from .student.check import model_for_checkout
-    from .student.resolve import StudentError
+    from ..student.check import model_for_checkout
+    from ..student.resolve import StudentError
 
     try:
         return model_for_checkout(model, student)
