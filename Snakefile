@@ -13,6 +13,7 @@ configfile: "workflow/config/default.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/check_student.smk"
 include: "workflow/rules/benchmarking_script.smk"
 include: "workflow/rules/flash_benchmarking.smk"
 include: "workflow/rules/nsys_profile.smk"

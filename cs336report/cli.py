@@ -1,6 +1,7 @@
 """Command line of cs336report: one subcommand per workflow step.
 
     python -m cs336report check-config workflow/config/default.yaml [my-settings.yaml ...]
+    python -m cs336report check-student --check-json @JSON --out results/check_student/checkout.json
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json [--log LOG]
     python -m cs336report run-job compiled_model --job JOB --cells '[[NAME, CELL], ...]' --out FILE ...
@@ -37,10 +38,31 @@ def _check_config(args) -> int:
 
     try:
         cfg = Config.from_dict(load_files(args.config), source=args.config[-1], files=args.config, require_cuda=True)
+        if cfg.student or cfg.model_source:  # the probes of the student's checkout and model run their code
+            from .student.check import check_config
+
+            check_config(cfg.data.get("student"), cfg.model_source, cfg.device, args.config[-1])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{' + '.join(args.config)}: ok (device {cfg.device}, grid {cfg.grid_name})")
+    return 0
+
+
+def _check_student(args) -> int:
+    from .config import ConfigError
+    from .records.store import save
+    from .student.check import check_config
+
+    given = _json_arg(args.check_json)
+    try:
+        checked = check_config(given["student"], given["model_source"], given["device"], given["source"])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    save(checked, args.out)  # written whole or not at all
+    verdicts = ((checked["student"] or {}).get("adapters") or {}).items()
+    print(f"{args.out}: ok" + "".join(f"; {name} {v['status']}" for name, v in verdicts))
     return 0
 
 
@@ -206,6 +228,14 @@ def main(argv: list[str] | None = None) -> int:
                        "does) and resolve the device")
     p.add_argument("config", nargs="+")
     p.set_defaults(func=_check_config)
+
+    p = sub.add_parser("check-student", help="run the probes of a student's checkout and a user's model (the "
+                       "workflow's first rule): import them and run each piece once, before any cell")
+    p.add_argument("--check-json", required=True, help="the config's student key, model source, device and file, "
+                   "as JSON or @FILE")
+    p.add_argument("--out", required=True, help="JSON to write: the checkout's entry with each piece's verdict, and "
+                   "the checked model")
+    p.set_defaults(func=_check_student)
 
     p = sub.add_parser("cells", help="list the cells of an experiment")
     p.add_argument("experiment")

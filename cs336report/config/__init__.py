@@ -2,10 +2,13 @@
 
 The YAML config (workflow/config/default.yaml) is checked against the JSON schema in
 workflow/schemas/config.schema.yaml, defaults are filled in, and then the checks a schema
-cannot express run: every size a grid names must exist, a user's model named by
-``model.factory`` must import and map token ids to logits of the right shape
-(:func:`cs336report.lm.build.check_source`), and ``device: auto`` becomes ``cuda`` or
-``cpu``. Every error names the config key it is about.
+cannot express run: every size a grid names must exist, a student's checkout named by
+``student.checkout`` must hold the handout's tests/adapters.py, and ``device: auto`` becomes
+``cuda`` or ``cpu`` (asked without importing torch, :mod:`cs336report.machine.cuda`). Every
+error names the config key it is about. Loading a config imports and runs no student or user
+code: the checkout and the model are resolved as files (:mod:`.checkout`), and their probes run
+in the workflow's first rule, check_student, and in ``python -m cs336report check-config``
+(:mod:`cs336report.student.check`).
 
     cfg = Config.from_dict(yaml.safe_load(open("workflow/config/default.yaml")))
     cfg.device          # "cuda" or "cpu"
@@ -24,6 +27,9 @@ from typing import Any
 
 import jsonschema
 import yaml
+
+from ..machine.cuda import cuda_available as machine_cuda_available, devices
+from .checkout import ModelError, StudentError, checkout_entry, model_entry
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -175,51 +181,18 @@ def validate(raw: dict, schema: dict | None = None, source: str = "config", file
 
 
 def _require_cuda(source: str) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    found = devices()
+    if not found.available:
         raise ConfigError(f"{source}: key 'device': 'cuda', but this machine has no usable CUDA device (torch "
-                          f"{torch.__version__}, {build}); use 'device: auto' or 'device: cpu'")
+                          f"{found.torch}, {found.build}); use 'device: auto' or 'device: cpu'")
 
 
-def _check_model(model: dict | None, source: str, device: str) -> dict | None:
-    """Import and try the user's model named by the ``model`` key (see cs336report.lm.build.check_source)."""
-    if not model:
-        return None
-    from ..lm.build import ModelError, check_source
-
+def _resolved(entry, value, source: str):
+    """``entry(*value)``: the student's or the model's entry as the cells carry it, or ConfigError
+    naming the file and the key."""
     try:
-        return check_source(model, device)
-    except ModelError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ConfigError(f"{source}: key '{key}': {message}") from None
-
-
-def _check_student(student: dict | None, source: str, device: str) -> dict | None:
-    """Import and try the student's checkout named by ``student.checkout`` (see cs336report.student.check)."""
-    if not (student or {}).get("checkout"):
-        return None
-    from ..student.check import check_checkout
-    from ..student.resolve import StudentError
-
-    try:
-        return check_checkout(student, device)
-    except StudentError as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ConfigError(f"{source}: key '{key}': {message}") from None
-
-
-def _student_model(model: dict | None, student: dict | None, source: str) -> dict | None:
-    """The ``model`` key, defaulting to the checkout's cs336_basics model when a checkout is named."""
-    if not student:
-        return model
-    from ..student.check import model_for_checkout
-    from ..student.resolve import StudentError
-
-    try:
-        return model_for_checkout(model, student)
-    except StudentError as exc:
+        return entry(*value)
+    except (StudentError, ModelError) as exc:
         key, _, message = str(exc).partition(": ")
         raise ConfigError(f"{source}: key '{key}': {message}") from None
 
@@ -230,8 +203,8 @@ class Config:
 
     data: dict
     device: str
-    model_source: dict | None = None  # the checked ``model`` key that cells carry; None = built-in model
-    student: dict | None = None  # the checked ``student`` key that cells carry; None = built-in implementations
+    model_source: dict | None = None  # the ``model`` key as cells carry it; None = built-in model
+    student: dict | None = None  # the ``student`` key as cells carry it; None = built-in implementations
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None,
@@ -243,11 +216,7 @@ class Config:
         if device == "cuda" and require_cuda:
             _require_cuda(_file_of(["device"], files, source))
         if device == "auto":
-            if cuda_available is None:
-                import torch
-
-                cuda_available = torch.cuda.is_available()
-            device = "cuda" if cuda_available else "cpu"
+            device = "cuda" if (machine_cuda_available() if cuda_available is None else cuda_available) else "cpu"
         cfg = cls(data=data, device=device)
         if data["grid"] in ("gpu", "handout") and device != "cuda":
             raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': {data['grid']!r} runs the "
@@ -268,10 +237,11 @@ class Config:
         return cls(data=data, device=device)._with_student("resolved config")
 
     def _with_student(self, source: str) -> "Config":
-        """This config with its ``student`` and ``model`` keys checked, as the cells carry them."""
-        student = _check_student(self.data.get("student"), source, self.device)
-        model = _student_model(self.data.get("model"), student, source)
-        return dataclasses.replace(self, model_source=_check_model(model, source, self.device), student=student)
+        """This config with its ``student`` and ``model`` keys resolved as the cells carry them, without
+        importing the student's or the user's code (the check_student rule runs it first)."""
+        student = _resolved(checkout_entry, (self.data.get("student"),), source)
+        model = _resolved(model_entry, (self.data.get("model"), student), source)
+        return dataclasses.replace(self, model_source=model, student=student)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":

@@ -88,8 +88,8 @@ def _not_implemented_reason(text: str) -> bool:
 def parse_junit(path: str | Path, suite: str, adapters: dict | None = None) -> list[dict]:
     """Each <testcase> of a JUnit XML file as a test entry of the record.
 
-    ``adapters``: the config check's verdicts by piece (a cell's ``student.adapters``); a test of a
-    piece found not implemented there is ``not_implemented`` unless it passed.
+    ``adapters``: the check's verdicts by piece (:func:`_verdicts`); a test of a piece found not
+    implemented there is ``not_implemented`` unless it passed.
     """
     tests = []
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -167,6 +167,18 @@ def run(cell: dict) -> dict:
             junitxml.write_text('<?xml version="1.0" encoding="utf-8"?><testsuites name="not run" tests="0"/>\n')
 
 
+def _verdicts(student: dict | None, device: str) -> dict | None:
+    """Each piece's verdict of the student's checkout (implemented or not, and why), from the probes
+    the check_student rule ran first (:func:`cs336report.student.check.check_pieces`)."""
+    if not student:
+        return None
+    if "adapters" in student:
+        return student["adapters"]
+    from ..student.check import check_pieces
+
+    return check_pieces(student, device)
+
+
 def _run(cell: dict, junitxml: Path) -> dict:
     argv, root, env = command(cell, junitxml)
     student = cell.get("student")
@@ -182,7 +194,7 @@ def _run(cell: dict, junitxml: Path) -> dict:
     if not junitxml.is_file() or junitxml.stat().st_size == 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         raise RuntimeError(f"pytest exited {done.returncode} without a JUnit XML: {' | '.join(tail)}")
-    data["tests"] = parse_junit(junitxml, cell["suite"], (student or {}).get("adapters"))
+    data["tests"] = parse_junit(junitxml, cell["suite"], _verdicts(student, cell["device"]))
     data["outcomes"] = {o: sum(t["outcome"] == o for t in data["tests"]) for o in
                         ("passed", "failed", "skipped", "error", "not_implemented")}
     if done.returncode > 1 and not data["tests"]:  # usage or collection error: nothing ran

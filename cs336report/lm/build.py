@@ -12,12 +12,14 @@ The factory is called as ``factory(vocab_size=, context_length=, d_model=, num_l
 num_heads=, d_ff=, rope_theta=)`` under ``torch.device(device)`` and must return an
 ``nn.Module`` mapping int token ids (batch, seq) to logits (batch, seq, vocab_size).
 
-:func:`check_source` runs once when the workflow's config is loaded, before any job: it
-imports the named objects, checks the factory's parameters, builds a one-layer
-``d_model=16`` instance on the CPU (on the GPU too if that fails and the run is on CUDA)
-and runs a forward on 2 x 8 tokens (one import of the user's package plus a few
-milliseconds), so a missing module, another signature, a wrong output shape or an
-attention/softmax name the model never calls stops the run with a message naming the key.
+:func:`check_source` runs before any cell, in the workflow's first rule (check_student) and
+in ``python -m cs336report check-config``: it imports the named objects, checks the factory's
+parameters, builds a one-layer ``d_model=16`` instance on the CPU (on the GPU too if that
+fails and the run is on CUDA) and runs a forward on 2 x 8 tokens (one import of the user's
+package plus a few milliseconds), so a missing module, another signature, a wrong output shape
+or an attention/softmax name the model never calls stops the run with a message naming the
+key. A cell's process checks its source again where the config named the handout model's
+functions only where the checkout may have them (:func:`checked_cell`).
 
 :func:`instrumented` wraps the named attention and softmax functions in profiler ranges
 (:data:`ATTENTION_RANGE`, :data:`SOFTMAX_RANGE`) for the duration of a run: each is
@@ -32,6 +34,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import json
 import re
 import sys
 from contextlib import contextmanager
@@ -41,9 +44,18 @@ import torch
 from torch import nn
 
 from ..accounting import transformer as accounting
+from ..config.checkout import files_hash, package_files
 from ..measure import annotate
 from .model import ModelSpec, TransformerLM
-from .model_paths import ModelError, _owner, _split, add_paths, check_factory, check_from_paths, resolve  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)
+from .model_paths import (  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)
+    ModelError,
+    _owner,
+    _split,
+    add_paths,
+    check_factory,
+    check_from_paths,
+    resolve,
+)
 
 # Ranges around the user's functions; nested, so softmax time is inside attention time.
 ATTENTION_RANGE = "scaled_dot_product_attention"
@@ -83,17 +95,8 @@ def package_source(module_name: str) -> dict:
     top = module_name.split(".")[0]
     module = sys.modules.get(top) or importlib.import_module(top)
     roots = [Path(p) for p in getattr(module, "__path__", [])]
-    if roots:
-        files = sorted({(f.relative_to(root).as_posix(), f) for root in roots for f in root.rglob("*.py")
-                        if "__pycache__" not in f.parts})
-    elif getattr(module, "__file__", None):
-        files = [(Path(module.__file__).name, Path(module.__file__))]
-    else:
-        files = []
-    digest = hashlib.sha256()
-    for rel, file in files:
-        digest.update(rel.encode() + b"\0" + file.read_bytes() + b"\0")
-    return {"package": top, "files": len(files), "sha256_16": digest.hexdigest()[:16] if files else None}
+    files = package_files(roots, Path(module.__file__) if getattr(module, "__file__", None) else None)
+    return {"package": top, "files": len(files), "sha256_16": files_hash(files)}
 
 
 def param_counts(model: nn.Module, spec: ModelSpec) -> dict:
@@ -293,7 +296,9 @@ def _probe(factory, path: str, device: str, calls: dict, source: dict):
 
 
 def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
-    """Check the ``model`` config key; return the ``model_source`` that cells carry, or None.
+    """Check a model source as the config resolves it (:func:`cs336report.config.checkout.model_entry`):
+    import its objects, call its factory and run a forward; return the source with the optional
+    roles the model lacks or never calls dropped, or None for the built-in model.
 
     The probe model runs on the CPU; if it fails there and ``device`` is CUDA (a model that
     needs a GPU kernel), it is tried on the GPU before giving up. Raises :class:`ModelError`
@@ -317,7 +322,12 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
     check_factory(factory, path)
     for role in ROLES:
         if role in model_config:
-            resolve(model_config[role], f"model.{role}")
+            try:
+                resolve(model_config[role], f"model.{role}")
+            except ModelError:
+                if role not in optional:
+                    raise
+                del model_config[role]  # the handout model's function, which this model does not have
     call = ", ".join(f"{k}={v}" for k, v in PROBE.items())
     calls: dict[str, int] = {}
     try:
@@ -349,6 +359,25 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
             )
     module_name = _split(path, "model.factory")[0]
     return {**model_config, "sha256_16": package_source(module_name)["sha256_16"]}
+
+
+_CHECKED: dict[tuple[str, str], dict | None] = {}
+
+
+def checked_cell(cell: dict) -> dict:
+    """``cell`` with its model source as the model's check leaves it: the handout model's
+    functions that the config names only where the checkout may have them (``optional_roles``,
+    :func:`cs336report.config.checkout.model_entry`) are dropped where the model lacks or never
+    calls them. The check runs once a process for a source; a cell without optional roles is
+    returned as it is."""
+    source = cell.get("model_source")
+    if not source or "optional_roles" not in source:
+        return cell
+    device = str(cell.get("device", "cpu"))
+    key = (json.dumps(source, sort_keys=True), device)
+    if key not in _CHECKED:
+        _CHECKED[key] = check_source(source, device)
+    return {**cell, "model_source": _CHECKED[key]}
 
 
 def build_model(cell: dict) -> tuple[nn.Module, dict]:

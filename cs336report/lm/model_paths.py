@@ -13,6 +13,8 @@ import inspect
 import sys
 from pathlib import Path
 
+from ..config.checkout import ModelError, split_path as _split  # noqa: F401  (callers reach ModelError here)
+
 FACTORY_ARGS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff", "rope_theta")
 
 
@@ -21,17 +23,6 @@ def add_paths(paths) -> None:
     for path in reversed(list(paths or ())):
         if path not in sys.path:
             sys.path.insert(0, path)
-
-
-class ModelError(ValueError):
-    """A configured model that cannot be used; the message starts with the config key."""
-
-
-def _split(path: str, what: str) -> tuple[str, list[str]]:
-    module_name, sep, attrs = path.partition(":")
-    if not sep or not module_name or not attrs:
-        raise ModelError(f"{what}: {path!r} must look like 'package.module:name'")
-    return module_name, attrs.split(".")
 
 
 def _import(module_name: str, what: str):

@@ -38,7 +38,7 @@ import traceback
 from pathlib import Path
 
 from .. import experiments
-from ..lm.build import instrumented
+from ..lm.build import checked_cell, instrumented
 from ..machine import contention
 from ..machine.scratch import scratch
 from ..measure.compiling import pin_ptxas
@@ -68,6 +68,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
     if str(device).startswith("cuda"):
         pin_ptxas()  # one assembler for every Triton kernel of this process and the processes it starts
     try:
+        cell = checked_cell(cell)  # a user's model: the profiler ranges it has, checked once a process
         with instrumented(cell):  # a user's attention/softmax in profiler ranges, restored after
             run = experiments.runner(experiment)
             data = run(cell) if shared is None else run(cell, shared=shared)

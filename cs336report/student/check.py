@@ -1,8 +1,13 @@
-"""Checking a student's checkout when the config loads: imports, signatures, one tiny run per piece.
+"""Checking a student's checkout before any cell runs: imports, signatures, one tiny run per piece.
 
-:func:`check_checkout` takes the ``student`` config key and returns the ``student`` entry that
-cells carry (checkout folder, name, a hash of its Python files, and each piece's verdict), or
-raises :class:`~cs336report.student.resolve.StudentError` naming the key, the adapter and the fix:
+The config names the checkout without importing it (:mod:`cs336report.config.checkout`); these
+probes run its code, in the workflow's first rule (check_student: ``python -m cs336report
+check-student``) and in ``python -m cs336report check-config``, so that a broken checkout stops
+the run before any GPU time with a message naming the key and the adapter.
+:func:`check_checkout` takes the ``student`` config key and returns its entry with each piece's
+verdict (``adapters``), or raises :class:`~cs336report.config.checkout.StudentError` naming the
+key, the adapter and the fix; :func:`check_config` runs it and the model's check
+(:func:`cs336report.lm.build.check_source`) for a whole config:
 
 * the folder and its ``tests/adapters.py`` exist, and the adapters import;
 * every adapter of the handout is defined and accepts the arguments the handout's tests pass;
@@ -28,14 +33,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .resolve import (ADAPTERS_FILE, BASICS_DIR, HOOK_ARGS, KEY, PIECES, AdapterNotImplemented, StudentError, call,
-                      checkout_paths, implementation, load_adapters, source_hash)
+from ..config.checkout import ADAPTERS_FILE, KEY, ModelError, StudentError, checkout_entry, checkout_paths
+from .resolve import HOOK_ARGS, PIECES, AdapterNotImplemented, call, implementation, load_adapters
 
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
 KEEP_RAISING = "or make the adapter raise NotImplementedError until it works"
-# The handout model's attention and softmax (cs336-basics), wrapped in profiler ranges when present.
-DEFAULT_ROLES = {"attention": "cs336_basics.model:scaled_dot_product_attention",
-                 "softmax": "cs336_basics.nn_utils:softmax"}
 
 
 def _fail(adapter: str, message: str) -> StudentError:
@@ -176,17 +178,12 @@ def check_pieces(student: dict, device: str) -> dict:
 
 
 def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | None:
-    """Check the ``student`` key; return the ``student`` entry cells carry, or None without a checkout."""
-    checkout = (student_config or {}).get("checkout")
-    if not checkout:
+    """Check the ``student`` key; return the ``student`` entry cells carry with each piece's verdict
+    (``adapters``), or None without a checkout."""
+    entry = checkout_entry(student_config)
+    if entry is None:
         return None
-    root = Path(checkout).expanduser().resolve()
-    if not root.is_dir():
-        raise StudentError(f"{KEY}: {checkout!r} is not a folder ({root}); set it to your clone of "
-                           f"assignment2-systems (the folder holding tests/adapters.py)")
-    if not (root / ADAPTERS_FILE).is_file():
-        raise StudentError(f"{KEY}: {root} has no {ADAPTERS_FILE}; set it to the root of your assignment2-systems "
-                           f"clone, which holds the handout's tests/adapters.py")
+    root = Path(entry["checkout"])
     try:
         module = load_adapters(str(root))
     except Exception as exc:
@@ -194,44 +191,22 @@ def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | N
                            f"with {', '.join(checkout_paths(root))} on sys.path: install what it imports in the "
                            f"environment that runs snakemake") from None
     check_signatures(module)
-    entry = {"checkout": str(root), "name": root.name, "sha256_16": source_hash(root)}
     entry["adapters"] = check_pieces(entry, device)
     return entry
 
 
-def model_for_checkout(model_config: dict | None, student: dict | None) -> dict | None:
-    """The ``model`` key with a checkout: its cs336_basics BasicsTransformerLM unless a factory is named,
-    importable from the checkout's folders."""
-    from .resolve import DEFAULT_FACTORY
+def check_config(student_config: dict | None, model_source: dict | None, device: str, source: str = "config") -> dict:
+    """Run the probes of a config's student checkout (its ``student`` key) and model (the
+    ``model_source`` the config resolved): they import and run that code. Returns
+    ``{"student": the entry with each piece's verdict, "model_source": the checked model}``, or raises
+    :class:`~cs336report.config.ConfigError` naming ``source`` (the config file) and the key."""
+    from ..config import ConfigError
+    from ..lm.build import check_source
 
-    model_config = dict(model_config or {})
-    if not student:
-        return model_config or None
-    if not model_config.get("factory"):
-        if not (Path(student["checkout"]) / BASICS_DIR / "cs336_basics").is_dir():
-            raise StudentError(f"{KEY}: {student['checkout']} has no {BASICS_DIR}/cs336_basics, where the model "
-                               f"comes from; name your model with model.factory (package.module:Class) instead")
-        model_config["factory"] = DEFAULT_FACTORY
-        model_config["optional_roles"] = _default_roles(model_config, checkout_paths(student["checkout"]))
-    model_config["paths"] = checkout_paths(student["checkout"])
-    return model_config
-
-
-def _default_roles(model_config: dict, paths: list[str]) -> list[str]:
-    """Name the handout model's attention and softmax for profiler ranges where the checkout defines them;
-    the model check drops each one the model does not call."""
-    from ..lm.build import ModelError, resolve
-    from ..lm.model_paths import add_paths
-
-    add_paths(paths)
-    found = []
-    for role, path in DEFAULT_ROLES.items():
-        if model_config.get(role):
-            continue
-        try:
-            resolve(path, f"model.{role}")
-        except ModelError:
-            continue
-        model_config[role] = path
-        found.append(role)
-    return found
+    try:
+        student = check_checkout(student_config, device)
+        model = check_source(model_source, device)
+    except (StudentError, ModelError) as exc:
+        key, _, message = str(exc).partition(": ")
+        raise ConfigError(f"{source}: key '{key}': {message}") from None
+    return {"student": student, "model_source": model}

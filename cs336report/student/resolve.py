@@ -18,10 +18,12 @@ With no checkout, the built-in pieces come through our own adapters (:mod:`cs336
 An adapter that raises ``NotImplementedError`` or returns the wrong kind of object resolves to a
 :class:`NotImplementedAdapter`: our implementation never stands in for the student's.
 
-:func:`check_checkout` runs when the config loads (see :mod:`cs336report.config`): it imports the
-adapters, checks each adapter's signature, and runs every implemented piece once on the CPU
-(a tiny forward and backward; the distributed pieces in a one-process gloo group), raising
-:class:`StudentError` whose message names the key, the adapter and the fix.
+The config names the checkout without importing it (:mod:`cs336report.config.checkout`);
+:func:`cs336report.student.check.check_checkout` runs before any cell, in the workflow's first
+rule (check_student) and in ``python -m cs336report check-config``: it imports the adapters,
+checks each adapter's signature, and runs every implemented piece once on the CPU (a tiny forward
+and backward; the distributed pieces in a one-process gloo group), raising :class:`StudentError`
+whose message names the key, the adapter and the fix.
 """
 
 from __future__ import annotations
@@ -36,13 +38,18 @@ from pathlib import Path
 
 import torch
 
+from ..config.checkout import (  # noqa: F401  (the checkout's names: callers reach them here)
+    ADAPTERS_FILE,
+    BASICS_DIR,
+    DEFAULT_FACTORY,
+    KEY,
+    StudentError,
+    checkout_paths,
+    source_hash,
+)
 from ..lm.model_paths import add_paths
 
 BUILTIN = "built-in"
-KEY = "student.checkout"
-ADAPTERS_FILE = Path("tests") / "adapters.py"
-BASICS_DIR = "cs336-basics"
-DEFAULT_FACTORY = "cs336_basics.model:BasicsTransformerLM"
 
 
 @dataclass(frozen=True)
@@ -69,10 +76,6 @@ PIECES = {
 HOOK_ARGS = ("ddp_model", "optimizer")
 KINDS = {"autograd_function": "a torch.autograd.Function subclass (the class, not an instance)",
          "module": "a torch.nn.Module wrapping the given module", "optimizer": "a torch.optim.Optimizer"}
-
-
-class StudentError(ValueError):
-    """A student checkout that cannot be used; the message starts with the config key."""
 
 
 @dataclass(frozen=True)
@@ -119,24 +122,6 @@ class NotImplementedAdapter:
 
 
 # --------------------------------------------------------------------------- loading a checkout
-
-
-def checkout_paths(checkout: str | Path) -> list[str]:
-    """Folders a checkout's code imports from: its root (cs336_systems) and cs336-basics/ (cs336_basics)."""
-    root = Path(checkout).resolve()
-    return [str(p) for p in (root, root / BASICS_DIR) if p.is_dir()]
-
-
-def source_hash(checkout: str | Path) -> str:
-    """A hash over the checkout's Python files (hidden folders and virtual environments left out)."""
-    root = Path(checkout).resolve()
-    digest = hashlib.sha256()
-    for file in sorted(root.rglob("*.py")):
-        rel = file.relative_to(root)
-        if any(part.startswith(".") or part in ("__pycache__", "site-packages", "node_modules") for part in rel.parts):
-            continue
-        digest.update(rel.as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
 
 
 @cache

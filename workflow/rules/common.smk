@@ -1,19 +1,15 @@
 # Shared by every rules file: the resolved config, the cells of each experiment, and the
 # command that runs one cell. Nothing here measures anything.
+# The package is installed (README: pip install -e .), or PYTHONPATH names the checkout: building
+# the DAG imports no torch and runs no student or user code.
 import hashlib
 import json
 import os
 import sys
 
-sys.path.insert(0, workflow.basedir)
-os.environ.update(
-    PYTHONPATH=os.pathsep.join(
-        filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])
-    )
-)
-
 from cs336report import experiments
 from cs336report.machine import bytecode, gpu_slots
+from cs336report.machine.cuda import gpus_present
 from cs336report.run.codeinputs import closure
 from cs336report.config import Config
 from cs336report.names.handout import BY_ID, HANDOUT
@@ -49,8 +45,6 @@ except WorkflowError:
     CORES = 1
 GPU_SLOTS = 1
 if CFG.device == "cuda" and not config.get("jobs_elsewhere", False):
-    from cs336report.distributed.launch import gpus_present
-
     GPU_SLOTS = max(1, min(workflow.global_resources["gpu"].value, gpus_present()))
 TIMED = gpu_slots.timed_threads(CORES, GPU_SLOTS)
 os.environ.update(
@@ -207,12 +201,29 @@ def code(*modules):
     return closure([f"cs336report.{m}" for m in modules])
 
 
+# The probes of a student's checkout and a user's model (rule check_student,
+# workflow/rules/check_student.smk) write this file; the cells wait for it.
+STUDENT_CHECK = "results/check_student/checkout.json"
+
+
+def student_check():
+    """The check_student rule's output where the config names a student's checkout or a user's
+    model: the cells start once the probes passed. Their code and hash are in the cells, so a file
+    that exists does not rerun them (ancient)."""
+    return [ancient(STUDENT_CHECK)] if CFG.student or CFG.model_source else []
+
+
 def cell_code(experiment, entry="run.runner"):
     """Source files a cell of ``experiment`` runs: ``entry`` (the runner), the modules of the
-    experiment's cells and run functions, and their imports."""
+    experiment's cells and run functions, and their imports; and the check of the student's
+    checkout and model (:func:`student_check`)."""
     functions = experiments.registry()[experiment]
-    return code(
-        entry, *sorted({f.__module__.removeprefix("cs336report.") for f in functions})
+    return (
+        code(
+            entry,
+            *sorted({f.__module__.removeprefix("cs336report.") for f in functions}),
+        )
+        + student_check()
     )
 
 
@@ -230,7 +241,6 @@ def resolved_config():
 def distributed_gpus(experiment):
     """resources function: the GPUs a distributed cell's processes hold
     (cs336report.machine.gpu_slots.distributed_gpus)."""
-    from cs336report.distributed.launch import gpus_present
 
     def gpus(wildcards):
         cell = CELLS[experiment][wildcards.cell]
