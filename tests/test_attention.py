@@ -12,7 +12,8 @@ import yaml
 from cs336report import experiments
 from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import pytorch_attention as attention, torch_compile
+from cs336report.experiments import torch_compile
+from cs336report.experiments.pytorch_attention import timing as attention
 from cs336report.report.render import render_report
 from cs336report.report.sections import pytorch_attention as attention_section
 from cs336report.report.sections import torch_compile as compile_section
@@ -344,7 +345,7 @@ def test_optimized_step_shows_where_the_time_goes(tmp_path):
 
 
 def test_a_step_without_phase_timing_synchronizes_nowhere_inside(monkeypatch):
-    from cs336report.experiments.benchmarking_script import prepare
+    from cs336report.experiments.benchmarking_script.step import prepare
     from cs336report.measure import timing as measure
 
     cell = next(iter(experiments.cells("optimized_step", config()).values()))

@@ -73,8 +73,8 @@ def test_every_module_an_experiment_imports_is_among_its_rules_code_inputs():
     """What the rules list (workflow/rules/common.smk: cell_code) against what Python actually loads."""
     from cs336report import experiments
 
-    roots = sorted({tuple(sorted({"cs336report.run.runner", *(f.__module__ for f in functions)}))
-                    for functions in experiments.registry().values()})
+    roots = sorted({tuple(sorted({"cs336report.run.runner", *experiments.code_modules(name)}))
+                    for name in experiments.names()})
     assert len(roots) >= 8
     run = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(roots)], cwd=REPO, capture_output=True,
                          text=True, check=True)

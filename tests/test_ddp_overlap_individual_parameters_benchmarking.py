@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from cs336report.accounting.overlap import hidden_fraction, union
-from cs336report.experiments.ddp_training import kernels_of_last_step
+from cs336report.experiments.ddp_training.train import kernels_of_last_step
 
 
 def test_union_merges_overlaps():

@@ -58,7 +58,7 @@ def test_spawned_ranks_are_programs_the_caller_starts_and_forked_ones_are_not():
 
 
 def test_a_cell_profiled_by_nsys_spawns_its_ranks(monkeypatch):
-    from cs336report.experiments import ddp_training as train
+    from cs336report.experiments.ddp_training import train
 
     seen = []
 

@@ -69,7 +69,7 @@ def test_casts_are_counted_with_their_elements_as_the_profiler_recorded_them(mon
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_train_steps_casts_read_as_recorded_equal_the_profilers_event_list(precision, monkeypatch):
-    from cs336report.experiments import benchmarking_script as benchmarking
+    from cs336report.experiments.benchmarking_script import step as benchmarking
     from cs336report.measure import timing as measure
     from helpers import cell
 

@@ -22,7 +22,7 @@ import yaml
 from cs336report import experiments
 from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import memory_profiling as memory
+from cs336report.experiments.memory_profiling import capture as memory
 from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.parsers.snapshot import parse_snapshot
 from cs336report.records.store import load, save

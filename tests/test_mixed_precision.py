@@ -12,8 +12,11 @@ import yaml
 
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import autocast_benchmarking as ab
-from cs336report.experiments import benchmarking_script as benchmarking, norm_sensitivity, precision
+from cs336report.experiments import benchmarking_mixed_precision as mixed, benchmarking_script as benchmarking
+from cs336report.experiments import mixed_precision_accumulation
+from cs336report.experiments.benchmarking_mixed_precision import census
+from cs336report.experiments.benchmarking_script import step
+from cs336report.experiments.mixed_precision_accumulation import accumulation
 from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.records.store import load
 from cs336report.report import checks
@@ -54,18 +57,18 @@ def test_probe_cells_default_to_the_run_device_and_follow_devices():
     for key in ("mixed_precision_accumulation", "autocast_dtypes", "norm_sensitivity"):
         raw["grids"]["cpu"][key].pop("devices", None)
     cfg = config(raw)
-    assert list(precision.accumulation_cells(cfg)) == ["cpu"]
-    assert sorted(precision.autocast_cells(cfg)) == ["cpu-bf16", "cpu-fp16"]
+    assert list(mixed_precision_accumulation.accumulation_cells(cfg)) == ["cpu"]
+    assert sorted(mixed.autocast_cells(cfg)) == ["cpu-bf16", "cpu-fp16"]
     gpu = config(cuda=True)
     gpu_grid = gpu.grid("autocast_dtypes")
-    assert sorted(precision.autocast_cells(gpu)) == sorted(f"{d}-{t}" for d in gpu_grid["devices"] for t in gpu_grid["dtypes"])
-    assert all(c["device"] in ("cuda", "cpu") for c in precision.accumulation_cells(gpu).values())
+    assert sorted(mixed.autocast_cells(gpu)) == sorted(f"{d}-{t}" for d in gpu_grid["devices"] for t in gpu_grid["dtypes"])
+    assert all(c["device"] in ("cuda", "cpu") for c in mixed_precision_accumulation.accumulation_cells(gpu).values())
 
 
 def test_probe_without_grid_has_no_cells():
     raw = raw_config()
     del raw["grids"]["cpu"]["norm_sensitivity"]
-    assert norm_sensitivity.norm_cells(config(raw)) == {}
+    assert mixed.norm_cells(config(raw)) == {}
 
 
 def _product(cfg, grid) -> dict:
@@ -76,49 +79,49 @@ def _product(cfg, grid) -> dict:
 def test_bf16_grid_never_repeats_a_benchmarking_cell_and_misses_none(cuda):
     cfg = config(cuda=cuda)
     base = benchmarking.cells(cfg)
-    mine = ab.bf16_cells(cfg)
+    mine = mixed.bf16_cells(cfg)
     assert not set(mine) & set(base)
-    wanted = _product(cfg, ab.bf16_grid(cfg))
+    wanted = _product(cfg, mixed.bf16_grid(cfg))
     assert set(wanted) <= set(mine) | set(base)
     for name in set(wanted) & set(base):
         assert base[name] == wanted[name]
-    assert {c["precision"] for c in mine.values()} <= set(ab.bf16_grid(cfg)["precisions"])
+    assert {c["precision"] for c in mine.values()} <= set(mixed.bf16_grid(cfg)["precisions"])
 
 
 def test_bf16_grid_inherits_unset_keys_from_benchmarking():
     raw = raw_config()
     raw["grids"]["cpu"]["benchmarking_bf16"] = {}
     cfg = config(raw)
-    grid = ab.bf16_grid(cfg)
+    grid = mixed.bf16_grid(cfg)
     for key in ("sizes", "contexts", "modes"):
         assert grid[key] == cfg.grid("benchmarking")[key]
     assert grid["precisions"] == ["fp32", "bf16"]  # the schema's default
-    assert {c["precision"] for c in ab.bf16_cells(cfg).values()} == {"bf16"}
+    assert {c["precision"] for c in mixed.bf16_cells(cfg).values()} == {"bf16"}
 
 
 @pytest.mark.parametrize("cuda", [False, True])
 def test_memory_grid_reuses_cells_of_both_benchmarking_grids(cuda):
     cfg = config(cuda=cuda)
-    taken = {**benchmarking.cells(cfg), **ab.bf16_cells(cfg)}
-    mine = ab.memory_cells(cfg)
+    taken = {**benchmarking.cells(cfg), **mixed.bf16_cells(cfg)}
+    mine = mixed.memory_cells(cfg)
     assert not set(mine) & set(taken)
     grid = cfg.grid("autocast_memory")
     wanted = _product(cfg, grid)
     assert set(wanted) <= set(mine) | set(taken)
-    assert len(wanted) == math.prod(len(grid[k]) for k in ab.GRID_KEYS)
+    assert len(wanted) == math.prod(len(grid[k]) for k in mixed.GRID_KEYS)
 
 
 def test_census_cells_one_per_implementation_and_size():
     cfg = config()
     grid = cfg.grid("autocast_memory")
-    cells = ab.census_cells(cfg)
+    cells = mixed.census_cells(cfg)
     assert sorted(cells) == sorted(f"{i}-{s}-census" for i, s in itertools.product(grid["implementations"], grid["sizes"]))
     for c in cells.values():
         assert c["contexts"] == grid["contexts"] and c["context"] == max(grid["contexts"])
         assert c["precisions"] == grid["precisions"]
     raw = raw_config()
     raw["grids"]["cpu"]["autocast_memory"]["saved_tensors"] = False
-    assert ab.census_cells(config(raw)) == {}
+    assert mixed.census_cells(config(raw)) == {}
 
 
 def test_every_experiment_is_registered():
@@ -141,11 +144,11 @@ def test_ulp_is_the_gap_to_the_next_number(dtype, value):
         y = torch.nextafter(y, torch.tensor(math.inf, dtype=torch.float64))
         y = y + (y - x.double())  # doubling the step keeps the walk short
     nxt = y.to(dtype)
-    assert precision.ulp(float(x), dtype) == float(nxt) - float(x)
+    assert accumulation.ulp(float(x), dtype) == float(nxt) - float(x)
 
 
 def test_accumulation_trajectory_and_stall():
-    result = precision.accumulation(n=400, step=0.01, points=40)
+    result = accumulation.accumulation(n=400, step=0.01, points=40)
     for row in result["rows"]:
         assert row["trajectory"][-1] == [400, row["result"]]
         assert len(row["trajectory"]) == 40
@@ -167,7 +170,7 @@ def _forward(impl: str, precision_: str, context: int = 16):
     spec = ModelSpec(**MICRO)
     model = TransformerLM(spec, context, impl=impl)
     tokens = torch.randint(0, spec.vocab_size, (2, context))
-    with benchmarking.autocast_context("cpu", precision_):
+    with step.autocast_context("cpu", precision_):
         loss = cross_entropy(model(tokens), tokens)
     return model, loss
 
@@ -181,7 +184,7 @@ def _weight_bytes(model, element_size: int) -> int:
 @pytest.mark.parametrize("impl", ["naive", "native"])
 def test_census_finds_one_bf16_copy_of_every_matrix_weight(impl):
     model, loss = _forward(impl, "bf16")
-    groups = ab.saved_tensor_census(loss, model)
+    groups = census.saved_tensor_census(loss, model)
     copies = sum(g["bytes"] for g in groups if g["role"] == "parameter_copy")
     assert copies == _weight_bytes(model, torch.tensor([], dtype=torch.bfloat16).element_size())
     assert all(g["dtype"] == "bfloat16" for g in groups if g["role"] == "parameter_copy")
@@ -190,7 +193,7 @@ def test_census_finds_one_bf16_copy_of_every_matrix_weight(impl):
 @pytest.mark.parametrize("impl", ["naive", "native"])
 def test_census_in_fp32_saves_the_parameters_themselves(impl):
     model, loss = _forward(impl, "fp32")
-    groups = ab.saved_tensor_census(loss, model)
+    groups = census.saved_tensor_census(loss, model)
     assert not [g for g in groups if g["role"] == "parameter_copy"]
     saved_params = sum(g["bytes"] for g in groups if g["role"] == "parameter")
     assert saved_params >= _weight_bytes(model, 4)
@@ -198,10 +201,10 @@ def test_census_in_fp32_saves_the_parameters_themselves(impl):
 
 def test_census_counts_each_storage_once():
     model, loss = _forward("naive", "fp32")
-    groups = ab.saved_tensor_census(loss, model)
+    groups = census.saved_tensor_census(loss, model)
     storages = {}
-    for node in ab._graph_nodes(loss.grad_fn):
-        for _, t in ab._saved(node):
+    for node in census._graph_nodes(loss.grad_fn):
+        for _, t in census._saved(node):
             storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     assert sum(g["bytes"] for g in groups) == sum(storages.values())
     assert sum(g["count"] for g in groups) == len([b for b in storages.values() if b])
@@ -209,16 +212,16 @@ def test_census_counts_each_storage_once():
 
 def test_run_census_records_every_context_and_precision_and_survives_an_oom(monkeypatch):
     cfg = config()
-    cell = ab.census_cells(cfg)["naive-micro-census"]
-    real = ab.cross_entropy
+    cell = mixed.census_cells(cfg)["naive-micro-census"]
+    real = census.cross_entropy
 
     def failing(logits, targets):
         if logits.dtype == torch.bfloat16 and logits.shape[1] == max(cell["contexts"]):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
         return real(logits, targets)
 
-    monkeypatch.setattr(ab, "cross_entropy", failing)
-    data = ab.run_census(cell)
+    monkeypatch.setattr(census, "cross_entropy", failing)
+    data = census.run_census(cell)
     cases = {(c["context"], c["precision"]): c for c in data["cases"]}
     assert set(cases) == set(itertools.product(cell["contexts"], cell["precisions"]))
     for (context, prec), case in cases.items():
@@ -440,10 +443,10 @@ def test_memory_cells_record_peaks_and_census_on_cuda(tmp_path):
     raw["grids"]["gpu"]["benchmarking_bf16"] = raw["grids"]["cpu"]["benchmarking_bf16"]
     raw["grids"]["gpu"]["autocast_memory"] = raw["grids"]["cpu"]["autocast_memory"]
     cfg = config(raw, cuda=True)
-    name, cell = next(iter(ab.memory_cells(cfg).items()))
+    name, cell = next(iter(mixed.memory_cells(cfg).items()))
     record = run_cell("autocast_memory", name, cell, tmp_path / "m.json")
     assert record["status"] == "ok" and record["data"]["peak_memory"]["allocated_bytes"] > 0
-    name, cell = next(iter(ab.census_cells(cfg).items()))
+    name, cell = next(iter(mixed.census_cells(cfg).items()))
     record = run_cell("autocast_saved_tensors", name, cell, tmp_path / "c.json")
     assert record["status"] == "ok"
     for case in record["data"]["cases"]:

@@ -9,7 +9,7 @@ import torch
 
 from cs336report.config import Config
 from cs336report.experiments import minimal_ddp_flat_benchmarking, naive_ddp_benchmarking
-from cs336report.experiments.ddp_training import slowest
+from cs336report.experiments.ddp_training.train import slowest
 from cs336report.lm.build import build_model
 from cs336report.measure.timing import summarize
 from cs336report.records.store import load

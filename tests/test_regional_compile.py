@@ -79,7 +79,7 @@ def test_the_scope_reaches_the_compiled_cells_only_and_the_model_scope_keeps_cel
 CELL_RUN = r"""
 import json, sys
 import torch
-from cs336report.experiments import benchmarking_script as benchmarking
+from cs336report.experiments.benchmarking_script import step as benchmarking
 cell = json.loads(sys.argv[1])
 data = benchmarking.run(cell)
 out = {k: data[k] for k in ("compile", "model", "stats_s")}

@@ -11,7 +11,7 @@ import yaml
 
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError, validate
-from cs336report.experiments import benchmarking_script as benchmarking
+from cs336report.experiments.benchmarking_script import step as benchmarking
 from cs336report.measure.step_graph import capture_step
 
 

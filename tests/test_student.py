@@ -17,6 +17,7 @@ import yaml
 
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
 from cs336report.experiments import flash_benchmarking
+from cs336report.experiments.flash_benchmarking import timing as flash_benchmarking_timing
 from cs336report.run.runner import run_cell
 from cs336report.student import adapters, resolve as student
 
@@ -270,13 +271,14 @@ def test_a_broken_checkout_stops_snakemake_before_any_job(tmp_path):
 
 
 def test_leaderboard_entry_is_the_students_triton_and_not_implemented_is_a_row_status(student_cfg):
-    from cs336report.experiments import flash_leaderboard
+    from cs336report.experiments import flash_benchmarking as flash_leaderboard
+    from cs336report.experiments.flash_benchmarking import leaderboard as flash_leaderboard_leaderboard
 
     raw = raw_config(STUDENT_REPO)
     cfg = Config.from_dict(raw, cuda_available=True)  # the GPU grid's cells (nothing runs here)
     cell = flash_leaderboard.leaderboard_cells(cfg)["leaderboard"]
     assert cell["implementations"][:2] == ["student_triton", "triton"] and cell["student"] == cfg.student
-    assert flash_benchmarking.classify(student.AdapterNotImplemented("x")) == "not_implemented"
-    row = flash_benchmarking._attempt(lambda: flash_leaderboard._leaderboard_row("student_triton", cell, torch.zeros(3, 1, 16, 16)),
+    assert flash_benchmarking_timing.classify(student.AdapterNotImplemented("x")) == "not_implemented"
+    row = flash_benchmarking_timing._attempt(lambda: flash_leaderboard_leaderboard._leaderboard_row("student_triton", cell, torch.zeros(3, 1, 16, 16)),
                                        "cpu")
     assert row["status"] == "not_implemented" and "get_flashattention_autograd_function_triton" in row["error"]

@@ -1,11 +1,17 @@
-"""One module per assignment problem. Each module declares the experiments it provides:
+"""One module (or package) per assignment problem. Each declares the experiments it provides:
 
-    EXPERIMENTS = {"benchmarking": (cells, run)}
+    EXPERIMENTS = {"benchmarking": (cells, ".step:run")}
 
 ``cells(cfg) -> {cell_name: cell_dict}`` lists the cells of the active grid (an empty dict
 when the grid does not configure it); ``run(cell) -> dict`` measures one cell and returns the
-``data`` of its result record. The experiment name is also its Snakemake rule and its
-results folder. Modules are discovered, so adding a problem touches no list here.
+``data`` of its result record. ``run`` is named as ``"module:function"`` (relative to the
+declaring module's package) or given as a function. The experiment name is also its Snakemake
+rule and its results folder. Modules are discovered, so adding a problem touches no list here.
+
+Declaring imports no torch: a problem's module (its package's ``__init__``) holds its cells and
+names, and the modules that measure, which import torch, are imported when a cell runs
+(:func:`runner`). Building the workflow's DAG reads the declarations only; each rule's code
+inputs are the declaring module's imports and the run module's (:func:`code_modules`).
 
 A module whose experiment runs several cells in one job (one process) also declares how:
 
@@ -15,6 +21,7 @@ A module whose experiment runs several cells in one job (one process) also decla
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from functools import cache
 
@@ -28,6 +35,7 @@ def _modules() -> list:
 
 @cache
 def registry() -> dict:
+    """Every experiment's ``(cells, run)`` as its module declares them, by experiment name."""
     found = {}
     for module in _modules():
         for name, functions in getattr(module, "EXPERIMENTS", {}).items():
@@ -35,6 +43,20 @@ def registry() -> dict:
                 raise ValueError(f"experiment {name!r} is declared twice ({module.__name__})")
             found[name] = functions
     return found
+
+
+@cache
+def _declared_in() -> dict:
+    return {name: module for module in _modules() for name in getattr(module, "EXPERIMENTS", {})}
+
+
+def _run_ref(name: str) -> tuple[str, str]:
+    """The (module, function) of experiment ``name``'s run, without importing it."""
+    run = _get(name)[1]
+    if callable(run):
+        return run.__module__, run.__name__
+    module, _, function = run.partition(":")
+    return importlib.util.resolve_name(module, _declared_in()[name].__package__), function
 
 
 def _get(name: str):
@@ -69,8 +91,20 @@ def cells(name: str, cfg) -> dict[str, dict]:
 
 
 def runner(name: str):
-    """The function that measures one cell of experiment ``name``."""
-    return _get(name)[1]
+    """The function that measures one cell of experiment ``name`` (its module imported now)."""
+    module, function = _run_ref(name)
+    return getattr(importlib.import_module(module), function)
+
+
+def code_modules(name: str) -> list[str]:
+    """The modules whose source a cell of ``name`` runs: its cells' module and its run's module
+    (their imports are the rule's code inputs), named without importing the run's."""
+    return sorted({_get(name)[0].__module__, _run_ref(name)[0]})
+
+
+def run_modules() -> list:
+    """Every experiment's run module, imported (a warm worker imports them all once)."""
+    return [importlib.import_module(module) for module in sorted({_run_ref(name)[0] for name in registry()})]
 
 
 def expected_cells(config: dict) -> dict[str, dict] | None:

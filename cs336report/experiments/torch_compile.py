@@ -4,7 +4,7 @@ Three experiments:
 
 * ``compiled_attention`` -- the pytorch_attention grid (or the subset ``d_heads`` x ``seqs``
   of ``grids.<gpu|cpu>.compiled_attention``) with the naive attention under ``torch.compile``,
-  measured exactly like pytorch_attention (:func:`cs336report.experiments.pytorch_attention.run`).
+  measured exactly like pytorch_attention (:func:`cs336report.experiments.pytorch_attention.timing.run`).
   Its eager baseline is pytorch_attention's naive cell of the same (d_head, seq).
 * ``compiled_model`` -- the Transformer of the benchmarking experiment compiled with
   ``torch.compile`` for the configured sizes x contexts x modes, and the same cells
@@ -139,7 +139,7 @@ def optimized_cells(cfg) -> dict[str, dict]:
 JOBS = {"compiled_model": compiled_model_jobs}
 
 EXPERIMENTS = {
-    "compiled_attention": (compiled_attention_cells, attention.run),
-    "compiled_model": (compiled_model_cells, benchmarking.run),
-    "optimized_step": (optimized_cells, benchmarking.run),
+    "compiled_attention": (compiled_attention_cells, ".pytorch_attention.timing:run"),
+    "compiled_model": (compiled_model_cells, ".benchmarking_script.step:run"),
+    "optimized_step": (optimized_cells, ".benchmarking_script.step:run"),
 }

@@ -23,3 +23,14 @@ IMPLEMENTATIONS = {
 
 # Calls of the leaderboard harness profiled per row for its kernel times (after the timing).
 KERNEL_PROFILE_STEPS = 5
+
+# The FlashAttention-2 implementations and the piece the resolver gives for each: the student's
+# (through their tests/adapters.py) for the student_* rows, which the flash_benchmarking cells add beside the built-in
+# rows when student.checkout is set; ours for the others, the reference rows.
+FLASH_PIECES = {"student_triton": "flash_triton", "student_pytorch": "flash_pytorch",
+                "triton": "flash_triton", "triton_fixed": "flash_triton",
+                "flash_pytorch": "flash_pytorch", "flash_pytorch_eager": "flash_pytorch"}
+
+
+STUDENT_ROWS = {"student_triton": ("triton", "triton_fixed"),
+                "student_pytorch": ("flash_pytorch", "flash_pytorch_eager")}

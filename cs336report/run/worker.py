@@ -316,7 +316,7 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
     from . import runner
     from .. import experiments
 
-    experiments.registry()
+    experiments.run_modules()  # every experiment's measuring code, imported once
     # A cell whose client goes away is stopped by a simulated SIGINT (_ClientWatch), which Python
     # drops where SIGINT was ignored at the worker's start: so it is for every job of a workflow
     # started in the background by a non-interactive shell (`nohup snakemake ... &`). Take it back.

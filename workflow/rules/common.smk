@@ -215,16 +215,13 @@ def student_check():
 
 def cell_code(experiment, entry="run.runner"):
     """Source files a cell of ``experiment`` runs: ``entry`` (the runner), the modules of the
-    experiment's cells and run functions, and their imports; and the check of the student's
-    checkout and model (:func:`student_check`)."""
-    functions = experiments.registry()[experiment]
-    return (
-        code(
-            entry,
-            *sorted({f.__module__.removeprefix("cs336report.") for f in functions}),
-        )
-        + student_check()
-    )
+    experiment's cells and run function (named, not imported: cs336report.experiments.code_modules),
+    and their imports; and the check of the student's checkout and model (:func:`student_check`).
+    """
+    modules = [
+        m.removeprefix("cs336report.") for m in experiments.code_modules(experiment)
+    ]
+    return code(entry, *modules) + student_check()
 
 
 def resolved_config():

@@ -1,28 +1,6 @@
-"""optimizer_state_sharding_accounting: memory and time of data-parallel AdamW training with and
-without optimizer-state sharding, PyTorch's ZeroRedundancyOptimizer as the reference row.
-
-One cell is one optimizer (``adamw``: plain AdamW on every rank; ``sharded``: our
-:class:`~cs336report.distributed.sharded_optimizer.ShardedOptimizer`; ``zero``:
-``torch.distributed.optim.ZeroRedundancyOptimizer``; with a student checkout also ``student``: the
-student's ``get_sharded_optimizer(params, AdamW, lr=...)`` through the handout's adapters, see
-:mod:`cs336report.student.resolve`) on one model, run by ``world_size`` ranks of one
-node (NCCL, one GPU each; Gloo on the CPU). Every rank builds the same model (same seed, then
-rank 0's weights broadcast), takes its share of the global batch, and trains: forward and backward,
-the gradients averaged (one asynchronous all-reduce per parameter, waited for together: the same
-for every optimizer, so the rows differ only in the optimizer step), then the optimizer step.
-
-Measured per rank and per step: the time of each phase and of the step (synchronized), the peak
-of allocated CUDA memory during forward + backward + all-reduce ("directly before the optimizer
-step") and during the optimizer step ("directly after it"), each with the allocated memory at
-that point; after model initialization its peak. Beside the allocator's numbers the bytes of the
-tensors themselves: parameters, gradients, this rank's optimizer state, and the activations saved
-for backward (counted once per storage with saved_tensors_hooks, parameters left out); and the
-state the first optimizer step allocated. A rank's optimizer state is that of the optimizer and of
-every optimizer it holds as an attribute (the wrapped one), each tensor once, and the parameters it
-owns are those with state. Rank 0's record holds every rank's results, with the optimizer's class
-and whose code it is (``provenance``).
-
-    python -m cs336report run optimizer_state_sharding_accounting --cell '{...}' --out result.json
+"""optimizer_state_sharding_accounting's training: every rank trains the model with the cell's
+optimizer, its phases timed and its memory read part by part (the package's docstring:
+:mod:`cs336report.experiments.optimizer_state_sharding_accounting`).
 """
 
 from __future__ import annotations
@@ -34,48 +12,23 @@ from contextlib import nullcontext
 import torch
 import torch.distributed as dist
 
-from ..accounting import transformer as accounting
-from ..accounting.distributed import data_parallel_bytes
-from ..distributed.launch import launch
-from ..distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
-from ..lm.build import build_model
-from ..lm.model import ModelSpec, cross_entropy
-from ..measure.timing import PhaseTimer, summarize, synchronize, time_steps
-from ..student.resolve import adapter_errors
-from .benchmarking_script import set_tf32, transformer_cell
+from ...accounting import transformer as accounting
+from ...accounting.distributed import data_parallel_bytes
+from ...distributed.launch import launch
+from ...distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
+from ...lm.build import build_model
+from ...lm.model import ModelSpec, cross_entropy
+from ...measure.timing import PhaseTimer, summarize, synchronize, time_steps
+from ...student.resolve import adapter_errors
+from ..benchmarking_script.step import set_tf32
+from . import OPTIMIZERS
 
-OPTIMIZERS = ("adamw", "sharded", "zero", "student")
 LR = 1e-4
-
-
-def cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid("optimizer_state_sharding_accounting")
-    if grid is None:
-        return {}
-    world, global_batch = grid["world_size"], grid["global_batch"]
-    if global_batch % world:
-        raise ValueError(f"optimizer_state_sharding_accounting: global_batch {global_batch} is not a multiple "
-                         f"of world_size {world}")
-    out = {}
-    optimizers = list(grid["optimizers"])
-    if cfg.student and "sharded" in optimizers:  # the student's sharded optimizer beside ours
-        optimizers.insert(optimizers.index("sharded") + 1, "student")
-    for optimizer in optimizers:
-        cell = transformer_cell(cfg, grid["size"], grid["context"], "train_step", "fp32", cfg.run["implementation"],
-                                optimizer=optimizer, world_size=world, global_batch=global_batch,
-                                backend="nccl" if cfg.device == "cuda" else "gloo")
-        cell.update(batch_size=global_batch // world,
-                    warmup_steps=grid.get("warmup_steps", cfg.run["warmup_steps"]),
-                    measured_steps=grid.get("measured_steps", cfg.run["measured_steps"]))
-        if optimizer == "student":
-            cell["student"] = cfg.student
-        out[f"{optimizer}-{grid['size']}-ctx{grid['context']}-b{global_batch}-w{world}"] = cell
-    return out
 
 
 def student_optimizer(student: dict | None):
     """The student's sharded optimizer adapter from the resolver; AdapterNotImplemented if it is not there."""
-    from ..student import resolve as resolver
+    from ...student import resolve as resolver
 
     if not student:
         raise ValueError("optimizer 'student' runs the student's code: set student.checkout")
@@ -99,7 +52,7 @@ def make_optimizer(name: str, params, student: dict | None = None):
         opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=LR)
         return opt, lambda: [opt.optim]
     if name == "student":  # as the handout's tests build it
-        from ..student import resolve as resolver
+        from ...student import resolve as resolver
 
         opt = resolver.call(student_optimizer(student), params, torch.optim.AdamW, lr=LR)
         return opt, lambda: holders(opt)
@@ -270,4 +223,3 @@ def run(cell: dict) -> dict:
     }
 
 
-EXPERIMENTS = {"optimizer_state_sharding_accounting": (cells, run)}

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from ..measure.timing import summarize, synchronize, time_steps
-from .benchmarking_script import set_tf32
+from ...measure.timing import summarize, synchronize, time_steps
+from .step import set_tf32
 
 MATMUL_KINDS = {"bf16": (torch.bfloat16, False), "fp32": (torch.float32, False), "tf32": (torch.float32, True)}
-
-
-def cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid("roofline") or {"matmul_size": 8192, "copy_mib": 1024, "repeats": 20}
-    return {"probe": {"device": cfg.device, **grid}}
 
 
 def _timed(fn, repeats: int, device: str) -> dict:
@@ -49,4 +44,3 @@ def run(cell: dict) -> dict:
     return {"matmul": matmul, "copy": copy}
 
 
-EXPERIMENTS = {"roofline": (cells, run)}

@@ -1,8 +1,9 @@
-"""LayerNorm / RMSNorm statistics computed in a low-precision dtype, against a float64 reference.
+"""benchmarking_mixed_precision (b): LayerNorm / RMSNorm statistics computed in a low-precision dtype,
+against a float64 reference.
 
-:func:`norm_sensitivity` is a plain function (CPU or CUDA, a JSON-serialisable dict back, like those
-of :mod:`.precision`); ``EXPERIMENTS`` makes it the workflow's ``norm_sensitivity`` experiment, one
-cell per device of its grid.
+:func:`norm_sensitivity` is a plain function (CPU or CUDA, a JSON-serialisable dict back, like
+:func:`cs336report.experiments.mixed_precision_accumulation.accumulation.accumulation`); the
+workflow's ``norm_sensitivity`` experiment runs it, one cell per device of its grid.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .precision import DTYPES, _devices, _finite_or_none, _meta
+from ..mixed_precision_accumulation.accumulation import DTYPES, _finite_or_none, _meta
 
 
 ACCUMULATIONS = ("backend", "pairwise", "sequential")
@@ -44,7 +45,6 @@ def _reduce_mean(terms: torch.Tensor, accumulate: str) -> tuple[torch.Tensor, to
     else:
         raise ValueError(f"unknown accumulation {accumulate!r}")
     return total / hidden, total
-
 
 
 def _norm_statistics(x: torch.Tensor, accumulate: str) -> list[dict]:
@@ -223,23 +223,8 @@ def norm_sensitivity(
     }
 
 
-# ---------------------------------------------------------------------------
-# Workflow experiment
-# ---------------------------------------------------------------------------
-
-def norm_cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid("norm_sensitivity")
-    if grid is None:
-        return {}
-    keys = ("magnitudes", "hidden_sizes", "offsets", "rows_per_case")
-    return {d: {"device": d, **{k: grid[k] for k in keys}, "seed": cfg.run["seed"]} for d in _devices(cfg, grid)}
-
-
 def run_norm(cell: dict) -> dict:
     return norm_sensitivity(
         cell["device"], magnitudes=tuple(cell["magnitudes"]), hidden_sizes=tuple(cell["hidden_sizes"]),
         offsets=tuple(cell["offsets"]), rows_per_case=cell["rows_per_case"], seed=cell["seed"],
     )
-
-
-EXPERIMENTS = {"norm_sensitivity": (norm_cells, run_norm)}

@@ -12,8 +12,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..lm.model import scaled_dot_product_attention
-from ..names.flash import IMPLEMENTATIONS
+from ...lm.model import scaled_dot_product_attention
+from ...names.flash import FLASH_PIECES, IMPLEMENTATIONS, STUDENT_ROWS  # noqa: F401  (callers reach them here)
 
 SDPA_BACKENDS = {
     "sdpa_flash": "FLASH_ATTENTION",
@@ -47,19 +47,9 @@ def _sdpa(backend_name: str) -> Callable:
     return attention
 
 
-# The FlashAttention-2 implementations and the piece the resolver gives for each: the student's
-# (through their tests/adapters.py) for the student_* rows, which cells() adds beside the built-in
-# rows when student.checkout is set; ours for the others, the reference rows.
-FLASH_PIECES = {"student_triton": "flash_triton", "student_pytorch": "flash_pytorch",
-                "triton": "flash_triton", "triton_fixed": "flash_triton",
-                "flash_pytorch": "flash_pytorch", "flash_pytorch_eager": "flash_pytorch"}
-STUDENT_ROWS = {"student_triton": ("triton", "triton_fixed"),
-                "student_pytorch": ("flash_pytorch", "flash_pytorch_eager")}
-
-
 def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Callable, dict]:
     """A FlashAttention-2 autograd function from the resolver; AdapterNotImplemented if it is not implemented."""
-    from ..student import resolve as resolver
+    from ...student import resolve as resolver
 
     if impl in STUDENT_ROWS and not student:
         raise ValueError(f"implementation {impl!r} runs the student's code: set student.checkout")
@@ -73,7 +63,7 @@ def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Call
     if impl in ("triton", "triton_fixed"):
         autotune = impl == "triton"
         return (lambda q, k, v: function.apply(q, k, v, causal, None, None, autotune)), {**notes, "autotune": autotune}
-    from ..flash import set_backward_mode
+    from ...flash import set_backward_mode
 
     set_backward_mode("compile" if impl == "flash_pytorch" else "eager")
     return (lambda q, k, v: function.apply(q, k, v, causal)), notes

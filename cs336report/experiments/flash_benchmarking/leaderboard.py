@@ -3,7 +3,7 @@
 q, k, v = ``randn(3, 16, 16384, 64)`` (bf16, causal, heads as the batch): ``torch.compile`` of the
 attention call, ``o.sum().backward()``, ``do_bench(fn, rep, warmup)``, after a correctness check of
 the first heads against the float32 reference. The attention functions and the timer are those of
-:mod:`cs336report.experiments.flash_benchmarking`. On CUDA each row also keeps the GPU time of
+:mod:`cs336report.experiments.flash_benchmarking.timing`. On CUDA each row also keeps the GPU time of
 every kernel of one call (:func:`cs336report.measure.kernel_times.kernel_times` over
 ``KERNEL_PROFILE_STEPS`` calls), each marked ``forward`` when the forward alone,
 ``flash(q, k, v, True).sum()``, runs it, else ``backward``.
@@ -17,21 +17,9 @@ from typing import Callable
 
 import torch
 
-from . import flash_benchmarking as fb
-from ..measure.timing import release_memory, summarize, synchronize
-
-from ..names.flash import KERNEL_PROFILE_STEPS  # noqa: E402,F401
-
-
-def leaderboard_cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid("flash_leaderboard")
-    if not grid:
-        return {}
-    cell = {"device": cfg.device, "seed": cfg.run["seed"], "tf32": cfg.run["tf32"], **grid}
-    if cfg.student and {"triton", "triton_fixed"} & set(grid["implementations"]):
-        # the student's Triton function is the entry; ours follow as reference rows
-        cell.update(implementations=["student_triton", *grid["implementations"]], student=cfg.student)
-    return {"leaderboard": cell}
+from ...measure.timing import release_memory, summarize, synchronize
+from ...names.flash import KERNEL_PROFILE_STEPS  # noqa: F401
+from . import timing as fb
 
 
 def check_against_reference(o, grads, q, k, v, heads: int, tolerance: float) -> dict:
@@ -39,7 +27,7 @@ def check_against_reference(o, grads, q, k, v, heads: int, tolerance: float) -> 
 
     o, q, k, v, grads[i]: (heads_total, seq, d). A value passes when |x - ref| <= tol + tol * |ref|.
     """
-    from ..flash import reference_attention
+    from ...flash import reference_attention
 
     heads = min(heads, q.shape[0])
     leaves = [t[:heads].detach().float().requires_grad_(True) for t in (q, k, v)]
@@ -100,7 +88,7 @@ def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
     row["times_s"] = times
     row["stats_s"] = summarize(times)
     if impl in ("triton", "triton_fixed"):
-        from ..flash import last_triton_config
+        from ...flash import last_triton_config
 
         row["tiles"] = last_triton_config()
     qkv.grad = None
@@ -119,7 +107,7 @@ def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
 
 def harness_kernels(forward: Callable, step: Callable) -> list[dict]:
     """Every kernel of one harness call: ms and launches per call, and the pass that runs it."""
-    from ..measure.kernel_times import kernel_times
+    from ...measure.kernel_times import kernel_times
 
     in_forward = kernel_times(forward, KERNEL_PROFILE_STEPS)
     return [{"name": name, "ms": t["ms"], "calls": t["calls"], "pass": "forward" if name in in_forward else "backward"}
@@ -148,4 +136,3 @@ def run_leaderboard(cell: dict) -> dict:
     }
 
 
-EXPERIMENTS = {"flash_leaderboard": (leaderboard_cells, run_leaderboard)}

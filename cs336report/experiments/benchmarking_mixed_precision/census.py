@@ -1,76 +1,17 @@
-"""bf16 autocast against fp32: step times, peak memory, and what the autograd graph keeps.
-
-Three experiments, all running the configured Transformer:
-
-* ``benchmarking_bf16`` -- the benchmarking grid (sizes x contexts x modes, by default those
-  of ``grids.<gpu|cpu>.benchmarking``) in fp32 and under bf16 autocast. A cell the
-  ``benchmarking`` experiment already runs (every fp32 cell of its grid) is not listed again:
-  the report takes it from there.
-* ``autocast_memory`` -- peak memory and time of a smaller grid (by default small and 2.7B at
-  contexts 128/256/512, forward and forward+backward) for both model implementations, fp32
-  and bf16. Cells already run by ``benchmarking`` or ``benchmarking_bf16`` are not repeated.
-  Both measure with :func:`cs336report.experiments.benchmarking_script.run`.
-* ``autocast_saved_tensors`` -- one forward pass (with the loss, gradients enabled) per
-  context and precision, then a walk over the autograd graph that lists every tensor kept
-  for the backward pass: which operation saved it, its dtype, its bytes, and whether it is a
-  parameter, a low-precision copy of a parameter, or an activation. One cell per
-  (implementation, size); it runs on CPU as well as CUDA.
-
-    python -m cs336report cells autocast_memory
+"""benchmarking_mixed_precision (d): what the autograd graph keeps for backward, fp32 against bf16
+autocast: one forward pass with the loss per context and precision, then a walk over the graph that
+lists every saved tensor (the operation that saved it, its dtype, its bytes, and whether it is a
+parameter, a low-precision copy of one, or an activation).
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import benchmarking_script as benchmarking
-from ..lm.build import build_model
-from ..lm.model import ModelSpec, cross_entropy
-from ..measure.timing import is_out_of_memory, release_memory
-from .benchmarking_script import autocast_context, cell_name, set_tf32, transformer_cell
-
-GRID_KEYS = ("implementations", "precisions", "sizes", "contexts", "modes")
-
-
-def _new_cells(candidates: list[dict], *taken: dict[str, dict]) -> dict[str, dict]:
-    """The candidates that no experiment in ``taken`` already runs with the same settings."""
-    out = {}
-    for cell in candidates:
-        name = cell_name(cell)
-        if not any(existing.get(name) == cell for existing in taken):
-            out[name] = cell
-    return out
-
-
-def bf16_grid(cfg) -> dict | None:
-    """The resolved grid of benchmarking_bf16: its own keys, else those of the benchmarking grid."""
-    grid = cfg.grid("benchmarking_bf16")
-    if grid is None:
-        return None
-    base = cfg.grid("benchmarking") or {}
-    resolved = {key: grid.get(key) or base.get(key) for key in GRID_KEYS}
-    resolved["implementations"] = resolved["implementations"] or [cfg.run["implementation"]]
-    resolved["modes"] = resolved["modes"] or list(benchmarking.MODES)
-    return resolved
-
-
-def bf16_cells(cfg) -> dict[str, dict]:
-    grid = bf16_grid(cfg)
-    if grid is None:
-        return {}
-    return _new_cells(benchmarking.grid_cells(cfg, grid), benchmarking.cells(cfg))
-
-
-def memory_cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid("autocast_memory")
-    if grid is None:
-        return {}
-    return _new_cells(benchmarking.grid_cells(cfg, grid), benchmarking.cells(cfg), bf16_cells(cfg))
-
-
-# ---------------------------------------------------------------------------
-# What the autograd graph keeps for backward
-# ---------------------------------------------------------------------------
+from ...lm.build import build_model
+from ...lm.model import ModelSpec, cross_entropy
+from ...measure.timing import is_out_of_memory, release_memory
+from ..benchmarking_script.step import autocast_context, set_tf32
 
 
 def _graph_nodes(root):
@@ -153,20 +94,6 @@ def saved_tensor_census(loss: torch.Tensor, model: torch.nn.Module) -> list[dict
     return sorted(groups.values(), key=lambda g: -g["bytes"])
 
 
-def census_cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid("autocast_memory")
-    if grid is None or not grid["saved_tensors"]:
-        return {}
-    out = {}
-    for impl in grid["implementations"]:
-        for size in grid["sizes"]:
-            cell = transformer_cell(cfg, size, max(grid["contexts"]), "forward", "fp32", impl,
-                                    contexts=list(grid["contexts"]), precisions=list(grid["precisions"]))
-            del cell["precision"], cell["warmup_steps"], cell["measured_steps"]
-            out[f"{impl}-{size}-census"] = cell
-    return out
-
-
 def run_census(cell: dict) -> dict:
     """For each context and precision: one forward with the loss, then the saved-tensor census."""
     device = cell["device"]
@@ -214,10 +141,3 @@ def run_census(cell: dict) -> dict:
         "grad_mode": "enabled",
         "cases": cases,
     }
-
-
-EXPERIMENTS = {
-    "benchmarking_bf16": (bf16_cells, benchmarking.run),
-    "autocast_memory": (memory_cells, benchmarking.run),
-    "autocast_saved_tensors": (census_cells, run_census),
-}

@@ -1,33 +1,6 @@
-"""flash_benchmarking: FlashAttention-2 against PyTorch attention over a grid of shapes.
-
-``flash_benchmarking``: one cell is one (implementation, dtype). It runs every
-(sequence length, head dim) of the grid in one process, so process start-up, ``torch.compile``
-and Triton compilation are paid once per cell. For each shape, q, k, v (batch, seq, d) and the
-upstream gradient are drawn before any timing; then three passes are timed:
-
-* ``forward``: ``o = attn(q, k, v)`` with gradients enabled (what a training step runs);
-* ``backward``: ``o.backward(do, retain_graph=True)`` on one stored forward;
-* ``forward_backward``: both, as one call.
-
-On CUDA the timer is ``triton.testing.do_bench`` (CUDA events, L2 flushed before each call,
-raw per-call times kept with ``return_mode="all"``); on a CPU the same warm-up/repetition rule
-is applied with ``timeit.default_timer``. do_bench's events enclose the host's work of a call
-too: at short sequences a call's kernels finish before the host has launched the next one, and
-the time is the per-call host overhead (Python, autograd, the autotuner's cache lookup, kernel
-launches), not the kernels. So on CUDA each pass is also run ``KERNEL_CALLS`` times under
-torch.profiler (:func:`kernel_only`), which gives the GPU time of its kernels alone
-(``kernel_s``), the overhead per call (``overhead_s``: do_bench's median less the kernels) and
-the FLOP rate of both (``tflops``). torch.profiler is chosen over do_bench's CUDA-graph variant
-because it times the calls as they run here: the backward pass through autograd and the
-autotuned Triton launches cannot all be captured in a graph, and a graph would hide the very
-overhead the comparison is meant to name. A pass is profiled for at most ``KERNEL_CALLS`` calls and
-about ``KERNEL_BUDGET_S`` of its median time, at least once (:func:`profiled_calls`): one call of a
-50 ms pass says as much as five, and five cost as much as its timing. After the timings, one instrumented forward and
-backward reads the CUDA allocator's peak. A pass that runs out of memory, or a backend that
-cannot run the shape, is recorded as such and the cell goes on with the next shape.
-
-The attention function of each implementation is :mod:`.flash_functions`; the leaderboard row,
-which shares them and these timers, is :mod:`cs336report.experiments.flash_leaderboard`.
+"""flash_benchmarking's timed passes: each (sequence length, head dim) of a cell's grid, forward,
+backward and both, timed and profiled, and its peak memory (the package's docstring:
+:mod:`cs336report.experiments.flash_benchmarking`).
 
     python -m cs336report run flash_benchmarking --name triton-bf16 --cell '{...}' --out r.json
 """
@@ -44,9 +17,9 @@ from typing import Callable
 
 import torch
 
-from ..measure.timing import Spent, is_out_of_memory, release_memory, summarize, synchronize
-from ..names.flash import IMPLEMENTATIONS, PASSES  # noqa: F401 (kept where the report reads them)
-from .flash_functions import (  # noqa: F401  (the leaderboard and tests reach them here)
+from ...measure.timing import Spent, is_out_of_memory, release_memory, summarize, synchronize
+from ...names.flash import IMPLEMENTATIONS, PASSES  # noqa: F401 (kept where the report reads them)
+from .functions import (  # noqa: F401  (the leaderboard and tests reach them here)
     FLASH_PIECES,
     SDPA_BACKENDS,
     STUDENT_ROWS,
@@ -86,7 +59,7 @@ def kernel_only(fn: Callable, device: str, times_s: list[float], flops: float) -
     FLOP rate is given for both. Empty on a CPU (no device kernels to separate)."""
     if not device.startswith("cuda"):
         return {}
-    from ..measure.kernel_times import kernel_total
+    from ...measure.kernel_times import kernel_total
 
     bench_s = statistics.median(times_s)
     profiled = profiled_calls(bench_s)
@@ -145,8 +118,8 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, grad_to_no
 def classify(exc: BaseException) -> str:
     """"oom", "unsupported" (backend cannot run this input, or Triton cannot run here), "not_implemented"
     (a student's adapter) or "error"."""
-    from ..flash import TritonUnavailableError
-    from ..student.resolve import AdapterNotImplemented
+    from ...flash import TritonUnavailableError
+    from ...student.resolve import AdapterNotImplemented
 
     if isinstance(exc, AdapterNotImplemented):
         return "not_implemented"
@@ -274,51 +247,12 @@ def run_shape(attn: Callable, impl: str, seq: int, d: int, cell: dict, spent: Sp
             memory = _attempt(lambda: {"bytes": memory_profile(attn, q, k, v, do, device)}, device)
         entry["memory"] = memory.get("bytes") if memory["status"] == "ok" else {"status": memory["status"]}
     if impl in ("triton", "triton_fixed") and entry["passes"]["forward_backward"]["status"] == "ok":
-        from ..flash import last_triton_config
+        from ...flash import last_triton_config
 
         entry["tiles"] = last_triton_config()
     del q, k, v, do, grads, inputs
     release_memory(device)
     return entry
-
-
-# ----------------------------------------------------------------------------- the grid
-
-
-def cell_name(cell: dict) -> str:
-    return f"{cell['implementation']}-{cell['dtype']}"
-
-
-def cells(cfg) -> dict[str, dict]:
-    """One cell per (implementation, dtype); each runs every (seq, d) of the grid."""
-    grid = cfg.grid("flash_benchmarking")
-    if not grid:
-        return {}
-    out = {}
-    implementations = list(grid["implementations"])
-    if cfg.student:  # the student's function beside each configured family of ours
-        implementations = [i for i, ours in STUDENT_ROWS.items() if set(ours) & set(implementations)] + implementations
-    for impl in implementations:
-        for dtype in grid["dtypes"]:
-            cell = {
-                "device": cfg.device,
-                "implementation": impl,
-                "dtype": dtype,
-                "seqs": sorted(grid["seqs"]),
-                "d_heads": sorted(grid["d_heads"]),
-                "batch": grid["batch"],
-                "causal": True,
-                "warmup_ms": grid["warmup_ms"],
-                "rep_ms": grid["rep_ms"],
-                "tf32": cfg.run["tf32"],
-                "seed": cfg.run["seed"],
-            }
-            if impl in STUDENT_ROWS:  # the student's, through their adapters
-                cell["student"] = cfg.student
-            if impl == "triton":  # the autotuner's timing of each candidate tile config
-                cell.update(tune_warmup_ms=grid["tune_warmup_ms"], tune_rep_ms=grid["tune_rep_ms"])
-            out[cell_name(cell)] = cell
-    return out
 
 
 def _set_tf32(enabled: bool) -> None:
@@ -337,8 +271,8 @@ def precompile_candidates(dtype: str, d_heads, causal: bool) -> dict | None:
     """Compile every autotune candidate of the Triton kernels for ``dtype`` at ``d_heads`` at once,
     in as many processes as this job has cores, before anything is timed
     (:mod:`cs336report.flash.precompile`); the tuning then finds them compiled. None off CUDA."""
-    from ..flash import precompile
-    from ..flash.triton_kernels import triton_backward
+    from ...flash import precompile
+    from ...flash.triton_kernels import triton_backward
 
     items = precompile.autotune_items(str(DTYPES[dtype]).removeprefix("torch."), d_heads, causal,
                                       triton_backward())
@@ -351,7 +285,7 @@ def first_compiled_call(attn: Callable, cell: dict) -> dict:
     reuse, so that the first shape's do_bench does not pay for the compilation and the cost appendix
     counts it as a first compiled call. A later shape whose guards fail compiles again in its own
     do_bench."""
-    from ..measure.compiling import first_call
+    from ...measure.compiling import first_call
 
     seq, d, device = cell["seqs"][0], cell["d_heads"][0], cell["device"]
 
@@ -375,7 +309,7 @@ def run(cell: dict) -> dict:
     tuning = nullcontext()
     spent = Spent()
     if notes.get("autotune"):
-        from ..flash.triton_kernels import tuning_budget
+        from ...flash.triton_kernels import tuning_budget
 
         tuning = tuning_budget(cell.get("tune_warmup_ms"), cell.get("tune_rep_ms"))
         with spent("precompile"):
@@ -389,7 +323,7 @@ def run(cell: dict) -> dict:
                 first = first_compiled_call(attn, cell)
         shapes = [run_shape(attn, impl, seq, d, cell, spent) for d in cell["d_heads"] for seq in cell["seqs"]]
     if impl.startswith("flash_pytorch") and notes.get("provenance") == "built-in":
-        from ..flash import backward_mode
+        from ...flash import backward_mode
 
         notes["backward_mode"] = backward_mode()
     return {
@@ -406,4 +340,3 @@ def run(cell: dict) -> dict:
     }
 
 
-EXPERIMENTS = {"flash_benchmarking": (cells, run)}

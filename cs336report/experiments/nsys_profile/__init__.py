@@ -32,15 +32,8 @@ and the captured steps ended. The launch record stamps nsys's start and end on t
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
-import torch
-
-from ..accounting import transformer as accounting
-from ..machine import clock
-from ..measure import annotate
-from ..measure.timing import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
-from .benchmarking_script import cell_name, prepare, transformer_cell
+from ..benchmarking_script import cell_name, transformer_cell
 
 PROFILERS = ("nsys", "torch")
 TRACE_FILE = "trace.json.gz"
@@ -105,66 +98,4 @@ def profile_jobs(cells: dict[str, dict]) -> dict[str, list[str]]:
 # Left in a cell's profile_dir when it starts its capture range: a job's reports, one per range in
 # the order the ranges ran, belong to the cells that left it (a cell that failed before its range has none).
 CAPTURE_MARK = "capture_started"
-
-
-def run(cell: dict) -> dict:
-    """Profile one cell; returns the ``data`` part of its result record (Python-timer side)."""
-    mode, device, profiler = cell["mode"], cell["device"], cell["profiler"]
-    if profiler not in PROFILERS:
-        raise ValueError(f"cell field 'profiler' is {profiler!r}, expected one of {PROFILERS}")
-    batch, context = cell["batch_size"], cell["context"]
-    stamps = clock.Stamps()
-    stamps.mark("cell_start")
-    # the phase ranges enclose the timer's synchronizations, so each phase's kernels end inside its range
-    model, model_info, spec, step = prepare(cell, range_outside=True)
-    stamps.mark("model_built")
-
-    annotate.enable(nvtx=profiler == "nsys", profiler=profiler == "torch")
-    trace = None
-    try:
-        reset_peak_memory(device)
-        warm = time_steps(step, cell["warmup_steps"], 0, device)
-        synchronize(device)
-        stamps.mark("warmed_up")
-        if profiler == "nsys":
-            if cell.get("profile_dir"):
-                Path(cell["profile_dir"], CAPTURE_MARK).touch()
-            torch.cuda.profiler.start()
-            try:
-                times = time_steps(step, 0, cell["measured_steps"], device)
-            finally:
-                synchronize(device)
-                torch.cuda.profiler.stop()
-            stamps.mark("captured")
-        else:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if device.startswith("cuda"):
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            with torch.profiler.profile(activities=activities) as prof:
-                times = time_steps(step, 0, cell["measured_steps"], device)
-            stamps.mark("captured")
-            trace = Path(cell["profile_dir"]) / TRACE_FILE
-            trace.parent.mkdir(parents=True, exist_ok=True)
-            prof.export_chrome_trace(str(trace))
-            stamps.mark("trace_written")
-    finally:
-        annotate.enable()
-    times["warmup_s"] = warm["warmup_s"]
-    stats = summarize(times["measured_s"])
-    flops = accounting.step_flops(spec, batch, context, mode)
-    return {
-        "profiler": profiler,
-        "trace": trace.name if trace else None,
-        "model": model_info,
-        "params": sum(p.numel() for p in model.parameters()),
-        "flops_per_step": flops,
-        "grad_mode": "enabled",
-        "times_s": times,
-        "stats_s": stats,
-        "phase_stats_s": {name: summarize(v) for name, v in times["phases_s"].items()},
-        "peak_memory": peak_memory(device),
-        "timeline_s": stamps.record(),
-    }
-
-
-EXPERIMENTS = {"nsys_profile": (cells, run)}
+EXPERIMENTS = {"nsys_profile": (cells, ".profile:run")}

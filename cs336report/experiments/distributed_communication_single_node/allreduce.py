@@ -1,14 +1,6 @@
-"""distributed_communication_single_node: all-reduce of fp32 tensors, Gloo on CPUs, NCCL on GPUs.
-
-One cell is one backend x world size; its ranks (:func:`cs336report.distributed.launch.launch`)
-all-reduce a tensor of each configured size: ``warmup`` untimed calls, then ``iterations`` timed
-ones, each between a barrier and a device synchronize (``async_op=False`` returns when the
-collective is queued on a GPU, not when it has run). Every rank times itself; rank 0 gathers
-all ranks' samples (``all_gather_object``) and they are kept raw. A call's latency is its
-slowest rank's time, and the report derives algorithm and bus bandwidth from it. A cell that
-needs more GPUs than the host has is recorded as not run.
-
-    python -m cs336report run distributed_communication_single_node --name nccl-w2 --cell '{...}' --out r.json
+"""distributed_communication_single_node's all-reduces: each rank all-reduces a tensor of each
+size, timed between a barrier and a device synchronize (the package's docstring:
+:mod:`cs336report.experiments.distributed_communication_single_node`).
 """
 
 from __future__ import annotations
@@ -18,27 +10,10 @@ import timeit
 import torch
 import torch.distributed as dist
 
-from ..distributed.launch import launch
-from ..distributed.link import describe
-from ..measure.timing import summarize, synchronize
-
-NAME = "distributed_communication_single_node"
-MB = 10**6  # tensor sizes and bandwidths are decimal: 1 MB = 10^6 bytes, GB/s = 10^9 bytes/s
-
-
-def cells(cfg) -> dict[str, dict]:
-    grid = cfg.grid(NAME)
-    if not grid:
-        return {}
-    out = {}
-    for backend in grid["backends"]:
-        for world_size in grid["world_sizes"]:
-            out[f"{backend}-w{world_size}"] = {
-                "device": "cuda" if backend == "nccl" else "cpu", "backend": backend, "world_size": world_size,
-                "sizes_mb": grid["sizes_mb"], "warmup": grid["warmup"], "iterations": grid["iterations"],
-                "timeout_s": grid["timeout_s"],
-            }
-    return out
+from ...distributed.launch import launch
+from ...distributed.link import describe
+from ...measure.timing import summarize, synchronize
+from . import MB
 
 
 def _rank(rank: int, world_size: int, device: torch.device, sizes_mb: list, warmup: int, iterations: int) -> list:
@@ -85,4 +60,3 @@ def run(cell: dict) -> dict:
     return {"link": describe(cell["backend"], world_size), "sizes": sizes}
 
 
-EXPERIMENTS = {NAME: (cells, run)}

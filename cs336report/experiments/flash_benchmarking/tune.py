@@ -1,6 +1,6 @@
 """Check and time the Triton FlashAttention-2 paths on one GPU, for choosing their defaults.
 
-    python -m cs336report.experiments.flash_tune --out DIR [--phases warm,check,harness,variants,e2e,sweep]
+    python -m cs336report.experiments.flash_benchmarking.tune --out DIR [--phases warm,check,harness,variants,e2e,sweep]
 
 On the leaderboard shape (16 × 16384 × 64, bf16, causal; ``--shape``), in this order:
 
@@ -9,7 +9,7 @@ On the leaderboard shape (16 × 16384 × 64, bf16, causal; ``--shape``), in this
 * ``check``: the defaults against the float32 reference on the first two heads, with the harness's
   bound |x − ref| ≤ 0.03 + 0.03·|ref| (a worst ratio ≤ 1 passes), and how far two runs of the
   backward differ (dQ's atomic adds change its summation order);
-* ``harness``: the leaderboard harness itself (:func:`cs336report.experiments.flash_leaderboard.run_leaderboard`)
+* ``harness``: the leaderboard harness itself (:func:`cs336report.experiments.flash_benchmarking.leaderboard.run_leaderboard`)
   for ``--harness`` implementations, its do_bench mean being the leaderboard's number;
 * ``variants``: each forward and backward variant (kernel path, tiles, warps, stages) alone with
   ``triton.testing.do_bench``: median ms, and the same check;
@@ -31,9 +31,9 @@ import traceback
 
 import torch
 
-from ..flash import triton_kernels as tk
-from ..flash.precompile import inputs, precompile, variant_call
-from ..flash.reference import reference_attention
+from ...flash import triton_kernels as tk
+from ...flash.precompile import inputs, precompile, variant_call
+from ...flash.reference import reference_attention
 
 LEADERBOARD = (16, 16384, 64)
 # Variants beyond the defaults and the autotuner's candidates: (Q tile, K tile, warps, stages).
@@ -111,7 +111,7 @@ class Tuner:
                 "dq_rerun_max_abs_diff": float((again.float() - dq.float()).abs().max())}
 
     def harness(self, implementations, warmup_ms, rep_ms):
-        from . import flash_leaderboard as fl
+        from . import leaderboard as fl
 
         b, n, d = self.shape
         cell = {"device": "cuda", "seed": 0, "tf32": False, "heads": b, "seq": n, "d": d, "dtype": "bf16",
