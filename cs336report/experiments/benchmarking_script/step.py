@@ -22,7 +22,7 @@ from ...measure.compiling import compile_model, first_call
 from ...measure.kernel_times import idle_time, kernel_times
 from ...measure.step_graph import capture_step
 from ...measure.timing import (PhaseEvents, PhaseTimer, Spent, count_casts, host_time, kernels_alone, peak_memory,
-                              reset_peak_memory, summarize, time_steps)
+                               reset_peak_memory, summarize, time_steps)
 from ...names.benchmarking import MODES
 
 TIMING = ("whole steps, one synchronize per step at its end; phases between events recorded in the same steps "
