@@ -38,7 +38,8 @@ import traceback
 from pathlib import Path
 
 from .. import experiments
-from ..lm.build import checked_cell, instrumented
+from ..lm.build import instrumented
+from ..lm.check import checked_cell
 from ..machine import contention
 from ..machine.scratch import scratch
 from ..measure.compiling import pin_ptxas

@@ -7,7 +7,7 @@ the run before any GPU time with a message naming the key and the adapter.
 :func:`check_checkout` takes the ``student`` config key and returns its entry with each piece's
 verdict (``adapters``), or raises :class:`~cs336report.config.checkout.StudentError` naming the
 key, the adapter and the fix; :func:`check_config` runs it and the model's check
-(:func:`cs336report.lm.build.check_source`) for a whole config:
+(:func:`cs336report.lm.check.check_source`) for a whole config:
 
 * the folder and its ``tests/adapters.py`` exist, and the adapters import;
 * every adapter of the handout is defined and accepts the arguments the handout's tests pass;
@@ -201,7 +201,7 @@ def check_config(student_config: dict | None, model_source: dict | None, device:
     ``{"student": the entry with each piece's verdict, "model_source": the checked model}``, or raises
     :class:`~cs336report.config.ConfigError` naming ``source`` (the config file) and the key."""
     from ..config import ConfigError
-    from ..lm.build import check_source
+    from ..lm.check import check_source
 
     try:
         student = check_checkout(student_config, device)
