@@ -1,6 +1,7 @@
 """Command line of cs336report: the checks a user runs, and one subcommand per workflow step.
 
     python -m cs336report check-config workflow/config/default.yaml [my-settings.yaml ...]
+    python -m cs336report check-student --check-json @JSON --out results/check_student/checkout.json
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json [--log LOG]
     python -m cs336report run-job compiled_model --job JOB --cells '[[NAME, CELL], ...]' --out FILE ...
@@ -38,10 +39,31 @@ def _check_config(args) -> int:
 
     try:
         cfg = Config.from_dict(load_files(args.config), source=args.config[-1], files=args.config, require_cuda=True)
+        if cfg.student or cfg.model_source:  # the probes of the student's checkout and model run their code
+            from .student.check import check_config
+
+            check_config(cfg.data.get("student"), cfg.model_source, cfg.device, args.config[-1])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{' + '.join(args.config)}: ok (device {cfg.device}, grid {cfg.grid_name})")
+    return 0
+
+
+def _check_student(args) -> int:
+    from .config import ConfigError
+    from .records.store import save
+    from .student.check import check_config
+
+    given = _json_arg(args.check_json)
+    try:
+        checked = check_config(given["student"], given["model_source"], given["device"], given["source"])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    save(checked, args.out)  # written whole or not at all
+    verdicts = ((checked["student"] or {}).get("adapters") or {}).items()
+    print(f"{args.out}: ok" + "".join(f"; {name} {v['status']}" for name, v in verdicts))
     return 0
 
 
@@ -67,17 +89,17 @@ def _run(args) -> int:
     cell = _json_arg(args.cell)
     no_worker = args.no_worker or os.environ.get("CS336REPORT_WORKER") == "0"
     if args.log and not no_worker:  # a warm worker runs it (torch is imported there, not here)
-        from .worker_client import run_client
+        from .run.worker_client import run_client
 
         return run_client(args.experiment, args.name, cell, args.out, args.log)
-    from .runner import run_cell
+    from .run.runner import run_cell
 
     run_cell(args.experiment, args.name, cell, args.out)
     return 0
 
 
 def _run_job(args) -> int:
-    from .results import result_stem
+    from .records.store import result_stem
 
     cells = _json_arg(args.cells)
     names = [name for name, _ in cells]
@@ -87,7 +109,7 @@ def _run_job(args) -> int:
         print(f"error: --out files {stems} do not match the job's cells {names} (same names, same order)",
               file=sys.stderr)
         return 2
-    from .runner import run_job
+    from .run.runner import run_job
 
     run_job(args.experiment, args.job, [(name, cell, out) for (name, cell), out in zip(cells, args.out)],
             share=not args.no_share)
@@ -95,7 +117,7 @@ def _run_job(args) -> int:
 
 
 def _worker_stop(args) -> int:
-    from .worker_client import SOCKET_DIR, stop_workers
+    from .run.worker_client import SOCKET_DIR, stop_workers
 
     for line in stop_workers(args.dir or SOCKET_DIR):
         print(line)
@@ -103,11 +125,16 @@ def _worker_stop(args) -> int:
 
 
 def _render(args) -> int:
+    from .experiments import expected_cells
     from .report.render import render_report
 
+    config = _json_arg(args.config_json)
+    # the report rule passes the configured cells' names (_expected); a config without them has its
+    # cells resolved here, so that the report imports no experiment
+    expected = None if "_expected" in config else expected_cells(config)
     try:
-        render_report(args.results, _json_arg(args.config_json), args.out)
-    except OSError as exc:  # a full disk: the file being written is left as it was (results.write_atomic)
+        render_report(args.results, config, args.out, expected=expected)
+    except OSError as exc:  # a full disk: the file being written is left as it was (records.store.write_atomic)
         print(f"error: writing {exc.filename or args.out} failed: {exc.strerror or exc}; the report in {args.out} "
               f"is not whole", file=sys.stderr)
         return 1
@@ -115,7 +142,7 @@ def _render(args) -> int:
 
 
 def _publish(args) -> int:
-    from .publish import publish
+    from .steps.publish import publish
 
     try:
         manifest = publish(args.results, _json_arg(args.config_json), args.out, args.benchmarks, merge=args.merge,
@@ -128,21 +155,21 @@ def _publish(args) -> int:
 
 
 def _profile(args) -> int:
-    from .profiling import profile_cell
+    from .run.profiling import profile_cell
 
     profile_cell(args.experiment, args.name, _json_arg(args.cell), args.out_dir)
     return 0
 
 
 def _profile_job(args) -> int:
-    from .profiling import profile_job
+    from .run.profiling import profile_job
 
     profile_job(args.experiment, args.job, [tuple(c) for c in _json_arg(args.cells)], args.out_dir)
     return 0
 
 
 def _nsys_stats(args) -> int:
-    from .profiling import REPORTS, export_stats
+    from .run.profiling import REPORTS, export_stats
 
     reports = tuple(args.reports.split(",")) if args.reports else REPORTS
     export = export_stats(args.profile_dir, args.out_dir, nsys=args.nsys, reports=reports)
@@ -152,8 +179,8 @@ def _nsys_stats(args) -> int:
 
 
 def _parse_nsys(args) -> int:
-    from .nsys_step import CellNameError, parse_stats
     from .parsers.nsys import NsysParseError
+    from .steps.nsys_step import CellNameError, parse_stats
 
     try:
         record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name, batch_size=args.batch_size)
@@ -165,8 +192,8 @@ def _parse_nsys(args) -> int:
 
 
 def _parse_ddp_timeline(args) -> int:
-    from .ddp_timeline import parse_timeline
     from .parsers.nsys_columns import NsysParseError
+    from .steps.ddp_timeline import parse_timeline
 
     try:
         record = parse_timeline(args.stats_dir, args.run, args.out, name=args.name)
@@ -178,7 +205,7 @@ def _parse_ddp_timeline(args) -> int:
 
 
 def _missing(args) -> int:
-    from .publish import missing_targets
+    from .steps.publish import missing_targets
 
     try:
         targets, n_missing, expected, n_shared = missing_targets(args.folder, host_bound=args.host_bound)
@@ -204,7 +231,7 @@ def _rerender_check(args) -> int:
 
 
 def _parse_snapshot(args) -> int:
-    from .snapshot_step import main_args
+    from .steps.snapshot_step import main_args
 
     return main_args(args)
 
@@ -248,6 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config", nargs="+")
     p.set_defaults(func=_check_config)
 
+    p = command("check-student", help="run the probes of a student's checkout and a user's model (the "
+                "workflow's first rule): import them and run each piece once, before any cell")
+    p.add_argument("--check-json", required=True, help="the config's student key, model source, device and file, "
+                   "as JSON or @FILE")
+    p.add_argument("--out", required=True, help="JSON to write: the checkout's entry with each piece's verdict, and "
+                   "the checked model")
+    p.set_defaults(func=_check_student)
+
     p = command("cells", help="list the cells of an experiment")
     p.add_argument("experiment")
     p.add_argument("--config", default="workflow/config/default.yaml")
@@ -260,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out", required=True)
     p.add_argument("--log", help="the cell's log: with it, a warm worker process runs the cell and writes its "
-                   "output there (cs336report.worker); without it, this process runs the cell")
+                   "output there (cs336report.run.worker); without it, this process runs the cell")
     p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log "
                    "(also CS336REPORT_WORKER=0, which the workflow sets for `worker: false`)")
     p.set_defaults(func=_run)
@@ -370,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.epilog = _help_epilog(helps)
     args = parser.parse_args(argv)
     # With several GPU slots, a job runs on the GPUs and cores it claims, one that times nothing on
-    # the cores the timed jobs leave (cs336report.gpu_slots); otherwise nothing is bound.
-    from .gpu_slots import claim
+    # the cores the timed jobs leave (cs336report.machine.gpu_slots); otherwise nothing is bound.
+    from .machine.gpu_slots import claim
 
     # The slots stay held until this process has exited, shutdown included (gpu_slots.claim).
     with claim(getattr(args, "gpus", 0), until_exit=True):
@@ -380,4 +415,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def _gpus_argument(p) -> None:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (Snakemake's resources.gpu): with "
-                   "several GPU slots it runs on that many free ones and their cores (cs336report.gpu_slots)")
+                   "several GPU slots it runs on that many free ones and their cores (cs336report.machine.gpu_slots)")

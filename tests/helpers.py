@@ -42,7 +42,7 @@ def run_config(checkout) -> dict:
     import json
 
     from cs336report.config import Config
-    from cs336report.coverage import with_expected_cells
+    from cs336report.experiments import with_expected_cells
 
     cfg = Config.from_file(checkout / "workflow" / "config" / "default.yaml")
     data = {k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")}

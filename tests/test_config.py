@@ -77,15 +77,38 @@ def test_empty_config_file_names_the_file(tmp_path):
 
 
 def test_cuda_without_a_cuda_device_stops_at_validation(raw, monkeypatch):
-    import torch
+    import cs336report.config as config
+    from cs336report.machine.cuda import CudaDevices
 
     raw["device"] = "cuda"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ConfigError, match=r"key 'device': 'cuda', but this machine has no usable CUDA device"):
+    monkeypatch.setattr(config, "devices", lambda: CudaDevices(False, 0, "2.13.0+cpu", "a CPU-only build"))
+    with pytest.raises(ConfigError, match=r"key 'device': 'cuda', but this machine has no usable CUDA device "
+                                          r"\(torch 2.13.0\+cpu, a CPU-only build\)"):
         Config.from_dict(raw, require_cuda=True)
     assert Config.from_dict(raw).device == "cuda"  # jobs that run elsewhere: not checked here
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(config, "devices", lambda: CudaDevices(True, 1, "2.13.0", "CUDA 12.8"))
     assert Config.from_dict(raw, require_cuda=True).device == "cuda"
+
+
+def test_the_device_is_asked_without_importing_torch_and_a_host_without_a_driver_has_none(monkeypatch):
+    import subprocess
+    import sys
+
+    from cs336report.machine import cuda
+
+    cuda.devices.cache_clear()
+    monkeypatch.setattr(cuda, "DRIVER_FILES", ())
+    monkeypatch.setattr(cuda.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cuda.sys, "platform", "linux")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("no driver: torch is not asked"))
+    try:
+        found = cuda.devices()
+    finally:
+        cuda.devices.cache_clear()
+    assert found.available is False and found.count == 0
+    monkeypatch.undo()  # a fresh process asks, with or without a driver, and keeps torch out of itself
+    code = "import sys, cs336report.machine.cuda as c; c.devices(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_check_config_merges_files_and_names_the_bad_one(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The console of a workflow run (cs336report.console) on Snakemake's own console handler, fed the
+"""The console of a workflow run (cs336report.machine.console) on Snakemake's own console handler, fed the
 records Snakemake logs: a line a job, its phases from its log, a failed job's log, the last line."""
 
 import io
@@ -9,7 +9,7 @@ import pytest
 from snakemake.logging import ColorizingTextHandler, DefaultFilter, DefaultFormatter
 from snakemake_interface_logger_plugins.common import LogEvent
 
-from cs336report import console
+from cs336report.machine import console
 
 
 @pytest.fixture

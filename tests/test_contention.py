@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from cs336report import contention
-from cs336report.runner import run_cell
+from cs336report.machine import contention
+from cs336report.run.runner import run_cell
 from helpers import cell
 
 
@@ -49,7 +49,7 @@ def test_nvidia_smi_compute_apps_are_read():
 
 
 def test_cpu_cells_are_never_repeated_and_gpu_cells_carry_the_runs_repeats():
-    from cs336report.experiments import benchmarking
+    from cs336report.experiments import benchmarking_script as benchmarking
 
     from helpers import tiny_config
 

@@ -22,7 +22,7 @@ NOT_DECLARED = {
 }
 # Imported only in the Snakemake process, never in a job: declared in pyproject, left out of the jobs'
 # conda environment (which runs no Snakemake).
-WORKFLOW_PROCESS = {"snakemake": "cs336report/console.py sets up the console of Snakemake's own process"}
+WORKFLOW_PROCESS = {"snakemake": "cs336report/machine/console.py sets up the console of Snakemake's own process"}
 
 
 def _imported() -> dict[str, set[str]]:

@@ -16,7 +16,7 @@ from torch import nn
 from cs336report.distributed import fsdp_weight
 from cs336report.distributed.fsdp import FSDP, is_sharded_layer
 from cs336report.distributed.launch import launch
-from cs336report.model import Linear as OurLinear
+from cs336report.lm.model import Linear as OurLinear
 
 STEPS, BATCH, VOCAB = 3, 8, 13
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from conftest import REPO
-from cs336report.publish import published_files
+from cs336report.steps.publish import published_files
 from cs336report.report.headlines import GAP
 from cs336report.report.render import render_report
 from helpers import run_config, without_record_links

@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report.nsys_step import parse_stats
 from cs336report.parsers import kernel_ranges, nsys, torchprof
-from cs336report.results import load, save
 from cs336report.parsers.kernel_records import kernel_rows
+from cs336report.records.store import load, save
+from cs336report.steps.nsys_step import parse_stats
 from test_torchprof import KERNELS, STEPS, cuda_trace
 
 REAL = Path(__file__).parent / "fixtures" / "nsys" / "real"

@@ -19,17 +19,18 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, accounting_peak, experiments
+from cs336report import experiments
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import memory
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.experiments.memory_profiling import capture as memory
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.parsers.snapshot import parse_snapshot
+from cs336report.records.store import load, save
 from cs336report.report.render import render_report
 from cs336report.report.sections import memory_profiling as section
 from cs336report.report.tables import fmt_bytes, sig
-from cs336report.results import load, save
-from cs336report.runner import run_cell
-from cs336report.snapshot_step import parse_step
+from cs336report.run.runner import run_cell
+from cs336report.steps.snapshot_step import parse_step
 
 REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "tests" / "fixtures" / "snapshots" / "real"

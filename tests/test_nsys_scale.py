@@ -13,7 +13,7 @@ import pytest
 from cs336report.cli import main
 from cs336report.parsers.kernel_records import COLUMNS, kernel_frame, kernel_rows
 from cs336report.parsers.nsys import parse_file
-from cs336report.results import load
+from cs336report.records.store import load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PUBLISHED = Path(__file__).parent.parent / "report" / "data" / "nsys_profile"

@@ -3,9 +3,9 @@
 import pytest
 
 from cs336report.cli import main
-from cs336report.nsys_step import CellNameError, parse_stats
+from cs336report.records.store import load
 from cs336report.report.render import render_report
-from cs336report.results import load
+from cs336report.steps.nsys_step import CellNameError, parse_stats
 from test_kernel_ranges import REAL, small_cell
 
 

@@ -66,7 +66,7 @@ def test_the_jobs_share_a_bytecode_cache_only_where_the_installation_has_none(wo
     made; where it has none and may not be written, every job's Python compiles into the run's cache."""
     import os
 
-    from cs336report import bytecode
+    from cs336report.machine import bytecode
 
     cache = workdir / ".snakemake" / "cs336report" / "pycache"
     compiled = [p.as_posix() for p in cache.rglob("*.pyc")]
@@ -110,7 +110,7 @@ def jobs_after_editing(workdir, module: str) -> dict[str, int]:
 
 
 def test_editing_experiment_code_reruns_that_experiment_only(workdir):
-    assert jobs_after_editing(workdir, "experiments/roofline.py") == {"roofline": 1, "report": 1}
+    assert jobs_after_editing(workdir, "experiments/benchmarking_script/roofline.py") == {"roofline": 1, "report": 1}
 
 
 def test_editing_the_compile_experiment_reruns_the_compiled_cells_only(workdir):
@@ -137,7 +137,7 @@ def test_uncompiled_twins_that_benchmarking_does_not_run_are_their_own_jobs(work
 
 
 def test_editing_the_coverage_module_rerenders_the_report_only(workdir):
-    assert jobs_after_editing(workdir, "coverage.py") == {"report": 1}
+    assert jobs_after_editing(workdir, "records/coverage.py") == {"report": 1}
 
 
 def test_installing_or_upgrading_triton_reruns_the_rules_that_run_it(workdir, tmp_path):
@@ -310,8 +310,8 @@ def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_p
         (tmp_path / t).write_text("{}")
     assert job_counts((run := snakemake(tmp_path, *targets, *args)).stdout + run.stderr) == {}
     clock = max((tmp_path / t).stat().st_mtime for t in targets)
-    for module, expected in (("experiments/flash_leaderboard.py", {"flash_leaderboard": 1}),
-                             ("experiments/flash_benchmarking.py", {"flash_leaderboard": 1, "flash_benchmarking": 4})):
+    for module, expected in (("experiments/flash_benchmarking/leaderboard.py", {"flash_leaderboard": 1}),
+                             ("experiments/flash_benchmarking/timing.py", {"flash_leaderboard": 1, "flash_benchmarking": 4})):
         clock += 100
         os.utime(tmp_path / "cs336report" / module, (clock, clock))  # the edit
         run = snakemake(tmp_path, *targets, *args)
@@ -322,10 +322,10 @@ def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_p
             os.utime(tmp_path / t, (clock, clock))
 
 
-# Rules whose cells call torch.compile through cs336report.compiling; the others import it with
+# Rules whose cells call torch.compile through cs336report.measure.compiling; the others import it with
 # the shared experiment modules but never run it, so it is not among their code inputs.
 COMPILING_RULES = {"compiled_attention", "compiled_model", "optimized_step"}
-# Rules whose cells time each kernel through cs336report.kernel_times (the shared benchmarking module
+# Rules whose cells time each kernel through cs336report.measure.kernel_times (the shared benchmarking module
 # imports it; only cells with kernel_steps call it).
 KERNEL_TIMING_RULES = {"optimized_step", "flash_leaderboard"}
 
@@ -368,18 +368,19 @@ def test_each_cell_rule_lists_the_code_its_cells_run(workdir):
         fields = line.split("\t")
         inputs.setdefault(fields[2], set()).update(f for f in fields[4].split(",") if f.startswith("cs336report/"))
     checked = 0
-    for name, (cells, runner) in experiments.registry().items():
+    for name in experiments.names():
         if name not in inputs:  # not on the CPU grid
             continue
+        cells, runner = experiments.registry()[name][0], experiments.runner(name)  # the run's module imported
         root = Path(experiments.__file__).resolve().parent.parent
         modules = {Path(inspect.getsourcefile(f)).resolve() for f in (cells, runner)}
         need = {f"cs336report/{m.relative_to(root).as_posix()}" for m in modules}
-        need |= {"cs336report/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
+        need |= {"cs336report/run/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
         need -= {"cs336report/__init__.py"}  # the package's version string
         if name not in COMPILING_RULES:
-            need -= {"cs336report/compiling.py"}
+            need -= {"cs336report/measure/compiling.py"}
         if name not in KERNEL_TIMING_RULES:
-            need -= {"cs336report/kernel_times.py"}
+            need -= {"cs336report/measure/kernel_times.py"}
         assert need <= inputs[name], (name, sorted(need - inputs[name]))
         checked += 1
     assert checked >= 12, sorted(inputs)
@@ -400,5 +401,5 @@ def test_the_report_rule_lists_every_package_module_the_report_imports(workdir):
     package = Path(__file__).resolve().parent.parent / "cs336report"
     need = set().union(*(_package_imports(f) for f in (package / "report").rglob("*.py")))
     need -= {"cs336report/__init__.py"}
-    assert "cs336report/accounting.py" in need and need <= inputs, sorted(need - inputs)
+    assert "cs336report/accounting/transformer.py" in need and need <= inputs, sorted(need - inputs)
 

@@ -8,7 +8,7 @@ a failing test records it too). The handout_tests experiment runs them with pyte
 
     TRITON_INTERPRET=1 python -m pytest cs336report/handout_suite/test_attention.py --junitxml=out.xml
 
-The adapters are ours (:mod:`cs336report.adapters`) unless ``CS336REPORT_CHECKOUT`` names an
+The adapters are ours (:mod:`cs336report.student.adapters`) unless ``CS336REPORT_CHECKOUT`` names an
 assignment checkout, whose ``tests/adapters.py`` is then used (a checkout can run this suite
 as its own tests by re-exporting these modules). Test names and parameters follow the
 handout's, so a result reads the same whichever suite produced it.
@@ -28,10 +28,10 @@ def adapters():
     """The adapters module under test: the checkout's tests/adapters.py, or ours."""
     checkout = os.environ.get(CHECKOUT_ENV)
     if checkout:
-        from ..student import load_adapters
+        from ..student.resolve import load_adapters
 
         return load_adapters(checkout)
-    from .. import adapters as builtin
+    from ..student import adapters as builtin
 
     return builtin
 

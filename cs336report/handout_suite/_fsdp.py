@@ -68,9 +68,9 @@ def layer_classes() -> tuple[type, type, type, str]:
 
         return Embedding, Linear, RMSNorm, "cs336_basics.model"
     except ImportError:
-        from ..model import Embedding, Linear, RMSNorm
+        from ..lm.model import Embedding, Linear, RMSNorm
 
-        return Embedding, Linear, RMSNorm, "cs336report.model"
+        return Embedding, Linear, RMSNorm, "cs336report.lm.model"
 
 
 class ToyLM(nn.Module):

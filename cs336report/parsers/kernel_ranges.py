@@ -2,12 +2,12 @@
 
 Input: the frames of :func:`cs336report.parsers.nsys.parse_exports` (``cuda_gpu_kern_sum``,
 ``nvtx_sum``, ``nvtx_kern_sum``, optionally ``cuda_api_sum``) of one profiled cell, whose
-steps ran inside the NVTX ranges of :mod:`cs336report.annotate`: every measured step in a
+steps ran inside the NVTX ranges of :mod:`cs336report.measure.annotate`: every measured step in a
 ``step`` range, every warm-up step in a ``warmup`` range, and inside them ``forward``,
 ``backward``, ``optimizer_step`` and, inside attention, ``attention_scores``, ``softmax``
 and ``attention_value``. Output: :func:`summarise` returns a JSON-ready dict with, for each
 phase, one row per kernel name (total, instances, average, median, min, max, share of the
-phase) over the measured steps, the class of each kernel (:func:`cs336report.kernels.classify`),
+phase) over the measured steps, the class of each kernel (:func:`cs336report.parsers.kernels.classify`),
 as columns with each kernel's names once (``kernels``, :mod:`.kernel_records`), class totals, the
 phases' wall times, the kernel launch calls of the CUDA API summary (``launches``), and sanity checks.
 
@@ -38,7 +38,7 @@ measured steps (with warm-up in the export: the median duration times the ranges
     data = summarise(frames, cell=record["config"])
 
 The phase analysis reads no file and writes none: the workflow's parse step, which reads the
-exports and writes the cell's record, is :func:`cs336report.nsys_step.parse_stats`.
+exports and writes the cell's record, is :func:`cs336report.steps.nsys_step.parse_stats`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ import re
 
 import pandas as pd
 
-from ..kernels import classify, summarise_by_class
 from .kernel_records import kernel_columns
+from .kernels import classify, summarise_by_class
 from .nsys_ranges import RANGE_ALIASES, canonical_range, canonical_ranges, per_step_check, range_rows, warmup_steps
 
 __all__ = ["PHASES", "RANGES", "RANGE_ALIASES", "canonical_range", "summarise", "short_name"]

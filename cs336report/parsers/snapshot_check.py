@@ -6,7 +6,7 @@ recorded with times, and every segment as ``{"address": int, "total_size": int, 
 [{"address": int, "size": int, "requested_size": int, "state": str, ...}, ...], ...}``. A snapshot
 from elsewhere may be cut, edited or made by another tool: :func:`entry`, :func:`frames` and
 :func:`segments` refuse a field of another type, a size below 0 or above :data:`MAX_BYTES`, with
-:class:`~.snapshot_load.SnapshotError`, before a wrong number can come of it.
+:class:`SnapshotError` (which :mod:`.snapshot_load` raises too), before a wrong number can come of it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from .snapshot_load import SnapshotError
+__all__ = ["MAX_BYTES", "ADDRESSED", "SnapshotError", "entry", "frames", "segments"]
 
-__all__ = ["MAX_BYTES", "ADDRESSED", "entry", "frames", "segments"]
+
+class SnapshotError(ValueError):
+    """A file is not a loadable, well-formed memory snapshot."""
+
 
 MAX_BYTES = 1 << 50  # 1 PiB: more than any device holds; a size above it is not a size
 # Actions that name a block or a segment: their entries need its address.

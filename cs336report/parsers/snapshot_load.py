@@ -14,6 +14,8 @@ import pickle
 import zlib
 from typing import Any
 
+from .snapshot_check import SnapshotError, segments
+
 __all__ = ["SnapshotError", "load_snapshot", "validate_snapshot", "max_decompressed_bytes", "MAX_RATIO",
            "MIN_MAX_BYTES"]
 
@@ -31,10 +33,6 @@ _PASS_INSTEAD = ("pass the file that torch.cuda.memory._dump_snapshot(path) wrot
 # than MIN_MAX_BYTES. Real snapshots compress about 10 to 15 times; a gzip bomb, a thousand.
 MAX_RATIO = 100
 MIN_MAX_BYTES = 8 << 20
-
-
-class SnapshotError(ValueError):
-    """A file is not a loadable, well-formed memory snapshot."""
 
 
 # --------------------------------------------------------------------------- loading
@@ -186,7 +184,6 @@ def validate_snapshot(obj: Any, source: str = "<snapshot>") -> dict:
     traces = obj["device_traces"]
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise SnapshotError(f"{source}: 'device_traces' must be a list of per-device lists")
-    from .snapshot_check import segments  # it raises this module's SnapshotError
 
     segments(obj["segments"], source)
     return obj

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..handout import rerun_command
+from ..names.handout import rerun_command
 from .tables import Num, sig, table_from_frame
 
 EXPERIMENT = "handout_tests"

@@ -24,13 +24,13 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
-from ..coverage import coverage as cell_coverage, expected_cells, gpus_short, not_run_reason
-from ..handout import (BENCHMARKING_SETTINGS, RERUN_HOST, RERUN_OPTIONS, RerunHost, grid_option, rerun_command,
-                       snakemake_command)
-from ..results import load, record_status, write_atomic
-from .appendix import experiments_table, provenance_summary
+from ..names.handout import (BENCHMARKING_SETTINGS, RERUN_HOST, RERUN_OPTIONS, RerunHost, grid_option,
+                             rerun_command, snakemake_command)
+from ..records.coverage import coverage as cell_coverage, gpus_short, not_run_reason
+from ..records.store import load, record_status, write_atomic
+from .appendix.cost import cost_of
+from .appendix.provenance import experiments_table, provenance_summary
 from .checks import cut_down_grid
-from .cost import cost_of
 from .sections import SECTIONS
 from .tables import MD_SOURCES_INLINE, source_of
 from .targets import COST_TARGET_GPUS, targets_table
@@ -183,7 +183,7 @@ class RenderContext:
 
     def settings(self, experiment: str, handout: dict | None = None) -> list[dict]:
         """The run settings of ``experiment``'s cells, flagged where they differ from ``handout``
-        (default: the handout's benchmarking settings, :data:`cs336report.handout.BENCHMARKING_SETTINGS`)."""
+        (default: the handout's benchmarking settings, :data:`cs336report.names.handout.BENCHMARKING_SETTINGS`)."""
         cells = [r["config"] for r in self.records(experiment)]
         if not cells:
             return []
@@ -272,12 +272,15 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
             "n_commits": len(commits), "n_records": len(records)}
 
 
-def configured_cells(config: dict) -> dict[str, dict] | None:
-    """The configured cells: by name where the report rule passed them (rendering then imports no
-    experiment module, nor torch), else resolved from the config here."""
+def configured_cells(config: dict, expected: dict[str, dict] | None = None) -> dict[str, dict] | None:
+    """The configured cells: ``expected`` where the caller resolved them with their settings
+    (:func:`cs336report.experiments.expected_cells`), else by name where the report rule passed them
+    (``_expected``; rendering imports no experiment module, nor torch); else None: only what ran is known."""
+    if expected is not None:
+        return expected
     if "_expected" in config:
         return {name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
-    return expected_cells(config)
+    return None
 
 
 def rerun_host(records: list[dict], config: dict, expected: dict[str, dict] | None) -> RerunHost | None:
@@ -293,11 +296,12 @@ def rerun_host(records: list[dict], config: dict, expected: dict[str, dict] | No
 def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None,
                   draw: bool = True, expected: dict[str, dict] | None = None) -> dict:
     """The templates' context; record links are relative to ``links_from`` (default: the report folder);
-    ``draw``: False leaves the figures undrawn (their captions and the text are the same); ``expected``:
-    the configured cells (:func:`configured_cells`)."""
+    ``draw``: False leaves the figures undrawn (their captions and the text are the same).
+    ``expected``: the configured cells (:func:`configured_cells`)."""
     from .sections import HANDOUT
 
     ctx = RenderContext(records, config, figures_dir, draw)
+    expected = configured_cells(config, expected)
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     modules = {m.ID: m for m in SECTIONS}
     sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
@@ -330,22 +334,25 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
 
 
 def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
-                  links_from: str | Path | None = None, draw: bool = True) -> dict:
+                  links_from: str | Path | None = None, draw: bool = True,
+                  expected: dict[str, dict] | None = None) -> dict:
     """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
     folders start from, where the pages will be read (default: ``out_dir``); ``draw``: False skips
-    drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone."""
+    drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone.
+    ``expected``: the configured cells (see :func:`build_context`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    expected = configured_cells(config)
+    expected = configured_cells(config, expected)
     # the report's commands rerun its own grid, and name the machine a result needs where this one cannot run it
     token = RERUN_OPTIONS.set(grid_option(config.get("_grid"), config.get("_device")))
     host = RERUN_HOST.set(rerun_host(records, config, expected))
     try:
-        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw, expected)
+        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw,
+                                expected)
         envs = environments(Path(links_from) if links_from else out_dir)
         pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
                  "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}

@@ -1,13 +1,13 @@
 # The writeup: every result file in, report.md and a self-contained index.html out.
 # With published.render the results are the published ones and no experiment runs.
-from cs336report.coverage import with_expected_cells
-from cs336report.publish import published_files
+from cs336report.experiments import with_expected_cells
+from cs336report.steps.publish import published_files
 
 REPORT_DIR = CFG.report_dir
 # The console of a run: a line a job and its phases, and a last line naming the report
-# (cs336report/console.py); a dry run (a plan of jobs) and --verbose keep Snakemake's own.
+# (cs336report/machine/console.py); a dry run (a plan of jobs) and --verbose keep Snakemake's own.
 if not workflow.output_settings.dryrun and not workflow.output_settings.verbose:
-    from cs336report import console
+    from cs336report.machine import console
 
     console.install(REPORT_DIR)
 PUBLISHED_DIR = CFG.data["published"]["dir"]

@@ -1,5 +1,5 @@
 """communication_accounting: the XXL memory and communication arithmetic, read from its record
-(results/communication_accounting/xxl.json, computed by cs336report.accounting_distributed).
+(results/communication_accounting/xxl.json, computed by cs336report.accounting.distributed).
 The answer prints each derivation line with its numbers; the evidence lists every line and the
 setting."""
 

@@ -1,5 +1,5 @@
 """ddp_bucketed_benchmarking: (a) time per step of bucketed DDP at each bucket size, beside
-PyTorch's DistributedDataParallel; (b) the overhead model (cs336report.distributed.bucket_model)
+PyTorch's DistributedDataParallel; (b) the overhead model (cs336report.accounting.bucket_model)
 fitted to the sweep, its best bucket size beside the measured best. With a student checkout, the
 student's bucketed wrapper at each bucket size is a row of its own (cs336report.report.student_rows);
 the fit and the best bucket size are ours."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from ...distributed import bucket_model
-from ...handout import Hint, rerun_command
+from ...accounting import bucket_model
+from ...names.handout import Hint, rerun_command
 from ..ddp import (allreduce_frame, by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame,
                    steps_table)
 from ..headlines import GAP
