@@ -411,7 +411,7 @@ def test_bad_factory_stops_snakemake_before_any_job(tmp_path):
     # the first rule runs the model; every cell waits for it, so none starts
     run = _snakemake(repo, *args)
     output = run.stdout + run.stderr
-    assert run.returncode != 0 and "Error in rule check_student" in output
+    assert run.returncode != 0 and "failed: check_student" in output
     assert "key 'model.factory'" in output and "student_lm.broken:hidden_states" in output
     assert "(batch, seq, vocab_size)" in output
     assert "Finished jobid" not in output

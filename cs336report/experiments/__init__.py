@@ -119,13 +119,18 @@ def expected_cells(config: dict) -> dict[str, dict] | None:
         return None
 
 
+def gpus_of(cell: dict) -> int:
+    """The GPUs a cell runs on: its world size for an NCCL group, one on a CUDA device, else none."""
+    if cell.get("backend") == "nccl":
+        return int(cell.get("world_size") or 1)
+    return int(str(cell.get("device", "")).startswith("cuda"))
+
+
 def with_expected_cells(config: dict) -> dict:
     """``config`` with ``_expected``: the names of the cells it asks for, per experiment, so that the
     report can list what did not run without importing the experiments (nor torch); and with
     ``_gpu_grid``: for each experiment it has no cells of, the GPUs its cells of the gpu grid need (the
     report's "not run" lines say which machine runs them)."""
-    from ..records.coverage import gpus_of
-
     expected = expected_cells(config)
     if expected is None:
         return config

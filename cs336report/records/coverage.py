@@ -12,13 +12,6 @@ import re
 from typing import Iterable
 
 
-def gpus_of(cell: dict) -> int:
-    """The GPUs a cell runs on: its world size for an NCCL group, one on a CUDA device, else none."""
-    if cell.get("backend") == "nccl":
-        return int(cell.get("world_size") or 1)
-    return int(str(cell.get("device", "")).startswith("cuda"))
-
-
 def gpus_short(records: Iterable[dict]) -> dict[str, int]:
     """Per experiment, the GPUs its cells needed where their records say "not run" for want of them."""
     out: dict[str, int] = {}
