@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .annotate import region
+from .measure.annotate import region
 
 IMPLEMENTATIONS = ("naive", "native")
 

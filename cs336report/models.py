@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import annotate
 from .accounting import transformer as accounting
+from .measure import annotate
 from .model import ModelSpec, TransformerLM
 from .model_paths import (  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)
     ModelError,

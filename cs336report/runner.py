@@ -37,13 +37,13 @@ import time
 import traceback
 from pathlib import Path
 
-from .machine import contention
 from . import experiments
-from .compiling import pin_ptxas
-from .measure import is_out_of_memory, release_memory, summarize, thaw
+from .machine import contention
+from .machine.scratch import scratch
+from .measure.compiling import pin_ptxas
+from .measure.timing import is_out_of_memory, release_memory, summarize, thaw
 from .models import instrumented
 from .results import SCHEMA, load, now_iso, provenance, save, whole_step
-from .machine.scratch import scratch
 
 _cells_run = 0  # cells this process has run (started) so far
 
@@ -144,7 +144,7 @@ def repeat_in_fresh_processes(experiment: str, name: str, cell: dict, data: dict
     again = {**cell, "repeats": 0}  # a repeat does not repeat itself
     runs = [{"pid": os.getpid(), "stats_s": data["stats_s"], "status": "ok"}]
     env = dict(os.environ)
-    compiled = sys.modules.get("cs336report.compiling")
+    compiled = sys.modules.get("cs336report.measure.compiling")
     if compiled is not None and compiled.private_cache():  # a compiled cell: load, do not compile again
         env[compiled.REUSE_ENV] = compiled.private_cache()
     with scratch("cs336report-repeat-") as tmp:

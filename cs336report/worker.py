@@ -107,9 +107,9 @@ def reset_process_state(initial: dict) -> None:
     import torch
 
     gc.collect()
-    if "cs336report.compiling" in sys.modules:  # the next compiled cell compiles from scratch
-        sys.modules["cs336report.compiling"].clear_private_caches()
-        sys.modules["cs336report.compiling"].restore_compile_threads()
+    if "cs336report.measure.compiling" in sys.modules:  # the next compiled cell compiles from scratch
+        sys.modules["cs336report.measure.compiling"].clear_private_caches()
+        sys.modules["cs336report.measure.compiling"].restore_compile_threads()
     if "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
         from torch._dynamo.utils import counters
@@ -156,7 +156,7 @@ def reset_process_state(initial: dict) -> None:
         if clear_workspaces is not None:
             clear_workspaces()
         torch.cuda.reset_peak_memory_stats()
-    from .measure import baseline_frozen, freeze_baseline
+    from .measure.timing import baseline_frozen, freeze_baseline
 
     if baseline_frozen():  # a worker's: what outlived the cell (modules it imported) joins the frozen objects
         freeze_baseline()
@@ -321,7 +321,7 @@ def serve(socket_path: str, idle_timeout: float = IDLE_TIMEOUT_S) -> int:
     # started in the background by a non-interactive shell (`nohup snakemake ... &`). Take it back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     initial = global_state()
-    from .measure import freeze_baseline
+    from .measure.timing import freeze_baseline
 
     freeze_baseline()  # what the imports made is never scanned again (see reset_process_state)
     path = Path(socket_path)

@@ -65,7 +65,7 @@ def worker_key(cell: dict | None = None) -> str:
 def cold_start_reason(experiment: str) -> str | None:
     """Why a cell must run in a fresh process (its numbers include first-call costs), or None. A
     compiled cell runs in the worker: between cells it resets TorchDynamo and empties the
-    compile caches (:func:`cs336report.compiling.clear_private_caches`), so a first call still
+    compile caches (:func:`cs336report.measure.compiling.clear_private_caches`), so a first call still
     compiles its graph from scratch."""
     if experiment == "benchmarking_warmup":
         return "the warm-up study times the first steps of a fresh process"

@@ -1,5 +1,5 @@
 """The compiled graph's saved activations (cs336report.accounting.compiled) against what Inductor's
-partitioner makes the forward keep, traced on the CPU (cs336report.compiled_census), and the
+partitioner makes the forward keep, traced on the CPU (cs336report.measure.compiled_census), and the
 optimized step's optimizer terms."""
 
 from collections import Counter
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cs336report.accounting import transformer as accounting, peak as accounting_peak
-from cs336report.compiled_census import compiled_saved_tensors
+from cs336report.measure.compiled_census import compiled_saved_tensors
 from cs336report.model import ModelSpec, TransformerLM
 
 # B·T·d, B·T·f, B·h·T², the weights' sizes and the byte counts of their 2- and 4-byte tensors all

@@ -24,7 +24,7 @@ from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import flash_benchmarking as fb
 from cs336report.experiments import flash_leaderboard as fl
 from cs336report.flash import reference_attention
-from cs336report.measure import summarize
+from cs336report.measure.timing import summarize
 from cs336report.report.render import render_report
 from cs336report.report.sections import flash_benchmarking as section
 from cs336report.report.tables import sig
@@ -632,8 +632,8 @@ def test_target_sentence_says_when_the_card_is_not_the_targets(tmp_path):
 
 def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
     """On CUDA each pass also gets its kernels' own time, the overhead per call and both FLOP rates."""
-    from cs336report import kernel_times as kt
     from cs336report.experiments import flash_benchmarking as fb
+    from cs336report.measure import kernel_times as kt
 
     seen = []
     monkeypatch.setattr(kt, "kernel_times", lambda fn, steps: seen.append(steps) or {
@@ -652,8 +652,8 @@ def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
 def test_long_passes_are_profiled_for_fewer_calls(monkeypatch):
     """A pass is profiled for about KERNEL_BUDGET_S of its median time: five calls when short, one
     when a call alone fills the budget, never none."""
-    from cs336report import kernel_times as kt
     from cs336report.experiments import flash_benchmarking as fb
+    from cs336report.measure import kernel_times as kt
 
     seen = []
     monkeypatch.setattr(kt, "kernel_times", lambda fn, steps: seen.append(steps) or {"k": {"ms": 1.0, "calls": 1.0}})

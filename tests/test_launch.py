@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from cs336report.distributed.launch import NotEnoughDevices, RankFailed, launch
-from cs336report.measure import is_out_of_memory
+from cs336report.measure.timing import is_out_of_memory
 
 
 def _all_reduce_rank(rank, world_size, device, base):

@@ -10,7 +10,7 @@ import torch
 from cs336report.config import Config
 from cs336report.distributed.train import slowest
 from cs336report.experiments import minimal_ddp_flat_benchmarking, naive_ddp_benchmarking
-from cs336report.measure import summarize
+from cs336report.measure.timing import summarize
 from cs336report.models import build_model
 from cs336report.report.render import RenderContext
 from cs336report.report.sections import minimal_ddp_flat_benchmarking as flat_section

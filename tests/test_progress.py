@@ -2,7 +2,7 @@
 
 import re
 
-from cs336report.measure import time_steps
+from cs336report.measure.timing import time_steps
 
 
 def test_timing_steps_prints_a_line_per_phase(capsys):

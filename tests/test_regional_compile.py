@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from cs336report.compiling import repeated_blocks
 from cs336report.config import Config, load_file
 from cs336report.experiments import torch_compile
+from cs336report.measure.compiling import repeated_blocks
 from cs336report.model import TransformerLM
 from cs336report.names.spec import ModelSpec
 
@@ -43,7 +43,7 @@ def test_the_repeated_blocks_are_the_longest_list_of_one_class():
 
 
 def test_a_model_without_repeated_blocks_is_compiled_whole_and_says_why(monkeypatch, tmp_path):
-    from cs336report.compiling import CACHE_ENV, compile_model
+    from cs336report.measure.compiling import CACHE_ENV, compile_model
 
     for name in CACHE_ENV:  # compile_model points them at a private folder: put them back afterwards
         monkeypatch.setenv(name, str(tmp_path / name))

@@ -2,7 +2,7 @@
 
 import gc
 
-from cs336report import measure
+from cs336report.measure import timing as measure
 
 
 def test_release_memory_freezes_what_survives_and_thaw_ends_it():

@@ -399,7 +399,7 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
     import math
     import re
 
-    from cs336report.measure import summarize
+    from cs336report.measure.timing import summarize
     from cs336report.report.tables import fmt_seconds
     from cs336report.results import load
 

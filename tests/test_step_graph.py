@@ -12,7 +12,7 @@ import yaml
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError, validate
 from cs336report.experiments import benchmarking
-from cs336report.step_graph import capture_step
+from cs336report.measure.step_graph import capture_step
 
 
 def _raw() -> dict:

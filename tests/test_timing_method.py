@@ -5,8 +5,8 @@ import statistics
 import pytest
 import torch
 
-from cs336report import measure
 from cs336report.experiments import benchmarking
+from cs336report.measure import timing as measure
 from helpers import cell
 
 

@@ -19,9 +19,10 @@ import pytest
 import torch
 import yaml
 
-from cs336report import annotate, experiments, models
+from cs336report import experiments, models
 from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
+from cs336report.measure import annotate
 from cs336report.model import ModelSpec, TransformerLM
 from cs336report.parsers.snapshot import parse_snapshot
 from cs336report.report.render import render_report

@@ -348,7 +348,7 @@ def test_reset_puts_the_process_state_back():
     import torch
     from torch._dynamo.utils import counters
 
-    from cs336report.compiling import compile_stats
+    from cs336report.measure.compiling import compile_stats
     from cs336report.worker import global_state, reset_process_state
 
     initial = global_state()
@@ -363,7 +363,7 @@ def test_reset_puts_the_process_state_back():
         functorch_config.donated_buffer = not initial["donated_buffer"]  # as compile_fn(donated_buffer=False)
         import torch._inductor.config as inductor_config
 
-        from cs336report.compiling import compile_fn
+        from cs336report.measure.compiling import compile_fn
 
         threads = inductor_config.compile_threads
         compile_fn(lambda x: x, threads=2 if threads == 1 else 1)  # as a compiled_attention cell sets it
@@ -515,7 +515,7 @@ def test_a_worker_freezes_what_outlives_its_cells_and_its_collections_scan_the_r
 
     code = """
 import gc, json, weakref
-from cs336report import measure, worker
+from cs336report.measure.timing import timing as measure; from cs336report import worker
 initial = worker.global_state()
 out = {}
 measure.release_memory("cpu"); out["released"] = gc.get_freeze_count(); measure.thaw()

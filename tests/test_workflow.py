@@ -241,10 +241,10 @@ def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_p
             os.utime(tmp_path / t, (clock, clock))
 
 
-# Rules whose cells call torch.compile through cs336report.compiling; the others import it with
+# Rules whose cells call torch.compile through cs336report.measure.compiling; the others import it with
 # the shared experiment modules but never run it, so it is not among their code inputs.
 COMPILING_RULES = {"compiled_attention", "compiled_model", "optimized_step"}
-# Rules whose cells time each kernel through cs336report.kernel_times (the shared benchmarking module
+# Rules whose cells time each kernel through cs336report.measure.kernel_times (the shared benchmarking module
 # imports it; only cells with kernel_steps call it).
 KERNEL_TIMING_RULES = {"optimized_step", "flash_leaderboard"}
 
@@ -296,9 +296,9 @@ def test_each_cell_rule_lists_the_code_its_cells_run(workdir):
         need |= {"cs336report/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
         need -= {"cs336report/__init__.py"}  # the package's version string
         if name not in COMPILING_RULES:
-            need -= {"cs336report/compiling.py"}
+            need -= {"cs336report/measure/compiling.py"}
         if name not in KERNEL_TIMING_RULES:
-            need -= {"cs336report/kernel_times.py"}
+            need -= {"cs336report/measure/kernel_times.py"}
         assert need <= inputs[name], (name, sorted(need - inputs[name]))
         checked += 1
     assert checked >= 12, sorted(inputs)

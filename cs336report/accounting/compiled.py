@@ -4,7 +4,7 @@ What a compiled forward saves. ``torch.compile`` (Inductor) splits the joint for
 graph with its partitioner (Inductor's joint-graph passes, then AOTAutograd's
 ``min_cut_rematerialization_partition``): the forward keeps the fewest bytes that let backward
 avoid recomputing a matrix product, and backward recomputes the element-wise work. Counted with
-:func:`cs336report.compiled_census.compiled_saved_tensors` on the CPU, per block:
+:func:`cs336report.measure.compiled_census.compiled_saved_tensors` on the CPU, per block:
 
 * the block input and the attention residual in fp32 (the residual stream; the first block's
   input is not kept: backward looks the embedding up again);

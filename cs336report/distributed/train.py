@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from ..accounting.overlap import NVTX_STEP
 from ..experiments.benchmarking import set_tf32, transformer_cell
-from ..measure import summarize
+from ..measure.timing import summarize
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from .ddp import VARIANTS, trainable

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from ..accounting import transformer as accounting
-from ..compiling import compile_fn, first_call
-from ..measure import is_out_of_memory, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
+from ..measure.compiling import compile_fn, first_call
+from ..measure.timing import is_out_of_memory, peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from ..model import scaled_dot_product_attention
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from ..measure import is_out_of_memory, release_memory
+from . import benchmarking
+from ..measure.timing import is_out_of_memory, release_memory
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
-from . import benchmarking
 from .benchmarking import autocast_context, cell_name, set_tf32, transformer_cell
 
 GRID_KEYS = ("implementations", "precisions", "sizes", "contexts", "modes")

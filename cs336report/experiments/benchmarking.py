@@ -27,16 +27,16 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from ..accounting import transformer as accounting
-from ..annotate import region
-from ..compiling import compile_model, first_call
-from ..kernel_times import idle_time, kernel_times
 from ..master_weights import MasterWeightAdamW
-from ..measure import (PhaseEvents, PhaseTimer, Spent, count_casts, host_time, kernels_alone, peak_memory, reset_peak_memory,
-                       summarize, time_steps)
+from ..measure.annotate import region
+from ..measure.compiling import compile_model, first_call
+from ..measure.kernel_times import idle_time, kernel_times
+from ..measure.step_graph import capture_step
+from ..measure.timing import (PhaseEvents, PhaseTimer, Spent, count_casts, host_time, kernels_alone, peak_memory,
+                              reset_peak_memory, summarize, time_steps)
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from ..names.benchmarking import CELL_NAME_FORM, MODES, cell_from_name, cell_name  # noqa: F401 (names used here and by callers)
-from ..step_graph import capture_step
 
 TIMING = ("whole steps, one synchronize per step at its end; phases between events recorded in the same steps "
           "(on a CPU, the wall clock)")

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ..distributed.launch import launch
 from ..distributed.link import describe
-from ..measure import summarize, synchronize
+from ..measure.timing import summarize, synchronize
 
 NAME = "distributed_communication_single_node"
 MB = 10**6  # tensor sizes and bandwidths are decimal: 1 MB = 10^6 bytes, GB/s = 10^9 bytes/s

@@ -44,7 +44,8 @@ from typing import Callable
 
 import torch
 
-from ..measure import Spent, is_out_of_memory, release_memory, summarize, synchronize
+from ..measure.timing import Spent, is_out_of_memory, release_memory, summarize, synchronize
+from ..names.flash import IMPLEMENTATIONS, PASSES  # noqa: F401 (kept where the report reads them)
 from .flash_functions import (  # noqa: F401  (the leaderboard and tests reach them here)
     FLASH_PIECES,
     SDPA_BACKENDS,
@@ -52,7 +53,6 @@ from .flash_functions import (  # noqa: F401  (the leaderboard and tests reach t
     attention_function,
     naive_attention,
 )
-from ..names.flash import IMPLEMENTATIONS, PASSES  # noqa: F401 (kept where the report reads them)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend")
@@ -86,7 +86,7 @@ def kernel_only(fn: Callable, device: str, times_s: list[float], flops: float) -
     FLOP rate is given for both. Empty on a CPU (no device kernels to separate)."""
     if not device.startswith("cuda"):
         return {}
-    from ..kernel_times import kernel_total
+    from ..measure.kernel_times import kernel_total
 
     bench_s = statistics.median(times_s)
     profiled = profiled_calls(bench_s)
@@ -351,7 +351,7 @@ def first_compiled_call(attn: Callable, cell: dict) -> dict:
     reuse, so that the first shape's do_bench does not pay for the compilation and the cost appendix
     counts it as a first compiled call. A later shape whose guards fail compiles again in its own
     do_bench."""
-    from ..compiling import first_call
+    from ..measure.compiling import first_call
 
     seq, d, device = cell["seqs"][0], cell["d_heads"][0], cell["device"]
 

@@ -4,7 +4,7 @@ q, k, v = ``randn(3, 16, 16384, 64)`` (bf16, causal, heads as the batch): ``torc
 attention call, ``o.sum().backward()``, ``do_bench(fn, rep, warmup)``, after a correctness check of
 the first heads against the float32 reference. The attention functions and the timer are those of
 :mod:`cs336report.experiments.flash_benchmarking`. On CUDA each row also keeps the GPU time of
-every kernel of one call (:func:`cs336report.kernel_times.kernel_times` over
+every kernel of one call (:func:`cs336report.measure.kernel_times.kernel_times` over
 ``KERNEL_PROFILE_STEPS`` calls), each marked ``forward`` when the forward alone,
 ``flash(q, k, v, True).sum()``, runs it, else ``backward``.
 
@@ -17,8 +17,8 @@ from typing import Callable
 
 import torch
 
-from ..measure import release_memory, summarize, synchronize
 from . import flash_benchmarking as fb
+from ..measure.timing import release_memory, summarize, synchronize
 
 from ..names.flash import KERNEL_PROFILE_STEPS  # noqa: E402,F401
 
@@ -119,7 +119,7 @@ def _leaderboard_row(impl: str, cell: dict, qkv: torch.Tensor) -> dict:
 
 def harness_kernels(forward: Callable, step: Callable) -> list[dict]:
     """Every kernel of one harness call: ms and launches per call, and the pass that runs it."""
-    from ..kernel_times import kernel_times
+    from ..measure.kernel_times import kernel_times
 
     in_forward = kernel_times(forward, KERNEL_PROFILE_STEPS)
     return [{"name": name, "ms": t["ms"], "calls": t["calls"], "pass": "forward" if name in in_forward else "backward"}

@@ -33,7 +33,7 @@ import torch
 from torch.profiler import record_function
 
 from ..accounting import transformer as accounting
-from ..measure import peak_memory, reset_peak_memory, synchronize
+from ..measure.timing import peak_memory, reset_peak_memory, synchronize
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from .benchmarking import autocast_context, set_tf32, transformer_cell

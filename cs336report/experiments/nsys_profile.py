@@ -36,10 +36,10 @@ from pathlib import Path
 
 import torch
 
-from .. import annotate
 from ..accounting import transformer as accounting
 from ..machine import clock
-from ..measure import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
+from ..measure import annotate
+from ..measure.timing import peak_memory, reset_peak_memory, summarize, synchronize, time_steps
 from .benchmarking import cell_name, prepare, transformer_cell
 
 PROFILERS = ("nsys", "torch")

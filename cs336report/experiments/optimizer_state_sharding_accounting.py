@@ -38,7 +38,7 @@ from ..accounting import transformer as accounting
 from ..accounting.distributed import data_parallel_bytes
 from ..distributed.launch import launch
 from ..distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
-from ..measure import PhaseTimer, summarize, synchronize, time_steps
+from ..measure.timing import PhaseTimer, summarize, synchronize, time_steps
 from ..model import ModelSpec, cross_entropy
 from ..models import build_model
 from ..student import adapter_errors

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..measure import summarize, synchronize, time_steps
+from ..measure.timing import summarize, synchronize, time_steps
 from .benchmarking import set_tf32
 
 MATMUL_KINDS = {"bf16": (torch.bfloat16, False), "fp32": (torch.float32, False), "tf32": (torch.float32, True)}

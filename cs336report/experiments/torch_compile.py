@@ -24,7 +24,7 @@ Three experiments:
   ``kernel_steps`` more steps then run under torch.profiler, and the record keeps the GPU time
   of every kernel per step, which the report sums by kernel class to show where the step's
   time goes below the phases, and as many again, each profiled on its own, split the time no
-  kernel ran (:func:`cs336report.kernel_times.idle_time`).
+  kernel ran (:func:`cs336report.measure.kernel_times.idle_time`).
 
     python -m cs336report cells optimized_step
 """

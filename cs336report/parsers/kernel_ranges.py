@@ -2,7 +2,7 @@
 
 Input: the frames of :func:`cs336report.parsers.nsys.parse_exports` (``cuda_gpu_kern_sum``,
 ``nvtx_sum``, ``nvtx_kern_sum``, optionally ``cuda_api_sum``) of one profiled cell, whose
-steps ran inside the NVTX ranges of :mod:`cs336report.annotate`: every measured step in a
+steps ran inside the NVTX ranges of :mod:`cs336report.measure.annotate`: every measured step in a
 ``step`` range, every warm-up step in a ``warmup`` range, and inside them ``forward``,
 ``backward``, ``optimizer_step`` and, inside attention, ``attention_scores``, ``softmax``
 and ``attention_value``. Output: :func:`summarise` returns a JSON-ready dict with, for each

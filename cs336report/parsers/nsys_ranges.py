@@ -1,6 +1,6 @@
 """NVTX ranges of a profile: their names, their instances, and the warm-up steps they imply.
 
-Profiles name their ranges our way (:mod:`cs336report.annotate`) or the handout's way
+Profiles name their ranges our way (:mod:`cs336report.measure.annotate`) or the handout's way
 (``computing softmax``...): :func:`canonical_range` maps both to ours. The number of
 warm-up steps in an export is read from ranges that open once per step
 (:func:`warmup_steps`), and :func:`per_step_check` says whether every range opened as

@@ -1,6 +1,6 @@
 """Inside the cells: where a cell's time went besides its timed steps and first compiled calls.
 
-Cells that record ``spent_s`` (:class:`cs336report.measure.Spent`: the wall seconds of their named
+Cells that record ``spent_s`` (:class:`cs336report.measure.timing.Spent`: the wall seconds of their named
 parts) are summed per rule. ``steps`` and ``first_call`` are the timed work itself and are not
 listed; ``do_bench`` counts only its calls besides the timed ones (its first call, the estimate, the
 warm-up, and for Triton the autotuner's tuning of a new shape). A noisy cell's repeats in fresh

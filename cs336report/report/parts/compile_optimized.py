@@ -199,7 +199,7 @@ KERNEL_CLASS_LABELS = {"gemm": "matrix products", "attention": "attention", "sof
                        "reduction": "reductions (norms, loss)", "elementwise": "element-wise", "other": "other"}
 
 
-# The idle time of a profiled step (cs336report.kernel_times.idle_time): label, time key, count key.
+# The idle time of a profiled step (cs336report.measure.kernel_times.idle_time): label, time key, count key.
 IDLE_ROWS = (("… between queued kernels (gaps under {short} µs: launch latency)", "short_gaps_ms", "short_gaps"),
              ("… waiting for the host mid-step (longer gaps)", "long_gaps_ms", "long_gaps"),
              ("… before the first kernel and after the last (host start, final synchronization)", "outside_ms", None))

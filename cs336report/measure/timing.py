@@ -28,9 +28,9 @@ from typing import Callable
 
 import torch
 
+from ..machine.progress import progress
 from .annotate import region
 from .kernel_times import kernel_total, recorded_events
-from .machine.progress import progress
 
 # A result whose inter-quartile range exceeds this fraction of the median is flagged noisy.
 NOISE_THRESHOLD = 0.10
@@ -104,7 +104,7 @@ LAUNCH_SHARE = 0.1
 
 def kernels_alone(step: Callable[[], object], device: str, steps: int = 1) -> dict | None:
     """The device time of ``step``'s kernels alone: the sum of their durations per step, read by
-    torch.profiler over ``steps`` more steps (:func:`cs336report.kernel_times.kernel_total`). It is
+    torch.profiler over ``steps`` more steps (:func:`cs336report.measure.kernel_times.kernel_total`). It is
     what the step would take were its kernels run back to back, whatever kept the GPU waiting
     between them. None off CUDA (a CPU runs what it issues).
 

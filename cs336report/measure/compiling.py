@@ -39,9 +39,9 @@ from typing import Callable
 
 import torch
 
-from .measure import synchronize
-from .machine.progress import progress
-from .machine.scratch import scratch_dir
+from ..machine.progress import progress
+from ..machine.scratch import scratch_dir
+from .timing import synchronize
 
 
 # The environment variables Inductor and Triton read their cache folders from (at use, not import).
@@ -223,7 +223,7 @@ def compile_stats() -> dict:
 def first_call(step: Callable[[], dict | None], device: str) -> dict:
     """Run ``step`` once (this is where compilation happens), synchronized and timed.
 
-    ``step`` may return phase name -> seconds (as for :func:`cs336report.measure.time_steps`);
+    ``step`` may return phase name -> seconds (as for :func:`cs336report.measure.timing.time_steps`);
     they are kept under ``phases_s``. The counters (graphs, graph breaks, cache hits and misses)
     are those of this call: a call on a model that an earlier call of the process compiled
     counts only what it compiled itself (e.g. the backward graph).
