@@ -1,6 +1,7 @@
-"""Command line of cs336report: one subcommand per workflow step.
+"""Command line of cs336report: the checks a user runs, and one subcommand per workflow step.
 
     python -m cs336report check-config workflow/config/default.yaml [my-settings.yaml ...]
+    python -m cs336report check-student --check-json @JSON --out results/check_student/checkout.json
     python -m cs336report cells benchmarking --config workflow/config/default.yaml
     python -m cs336report run benchmarking --name NAME --cell JSON --out results/benchmarking/NAME.json [--log LOG]
     python -m cs336report run-job compiled_model --job JOB --cells '[[NAME, CELL], ...]' --out FILE ...
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 
@@ -37,6 +39,10 @@ def _check_config(args) -> int:
 
     try:
         cfg = Config.from_dict(load_files(args.config), source=args.config[-1], files=args.config, require_cuda=True)
+        if cfg.student or cfg.model_source:  # the probes of the student's checkout and model run their code
+            from .student.check import check_config
+
+            check_config(cfg.data.get("student"), cfg.model_source, cfg.device, args.config[-1])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -44,11 +50,37 @@ def _check_config(args) -> int:
     return 0
 
 
+def _check_student(args) -> int:
+    from .config import ConfigError
+    from .records.store import save
+    from .student.check import check_config
+
+    given = _json_arg(args.check_json)
+    try:
+        checked = check_config(given["student"], given["model_source"], given["device"], given["source"])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    save(checked, args.out)  # written whole or not at all
+    verdicts = ((checked["student"] or {}).get("adapters") or {}).items()
+    print(f"{args.out}: ok" + "".join(f"; {name} {v['status']}" for name, v in verdicts))
+    return 0
+
+
 def _cells(args) -> int:
     from . import experiments
-    from .config import Config
+    from .config import Config, ConfigError
 
-    for name in experiments.cells(args.experiment, Config.from_file(args.config)):
+    if args.experiment not in experiments.registry():
+        print(f"error: unknown experiment {args.experiment!r}; known: {', '.join(sorted(experiments.registry()))}",
+              file=sys.stderr)
+        return 2
+    try:
+        cfg = Config.from_file(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for name in experiments.cells(args.experiment, cfg):
         print(name)
     return 0
 
@@ -57,17 +89,17 @@ def _run(args) -> int:
     cell = _json_arg(args.cell)
     no_worker = args.no_worker or os.environ.get("CS336REPORT_WORKER") == "0"
     if args.log and not no_worker:  # a warm worker runs it (torch is imported there, not here)
-        from .worker_client import run_client
+        from .run.worker_client import run_client
 
         return run_client(args.experiment, args.name, cell, args.out, args.log)
-    from .runner import run_cell
+    from .run.runner import run_cell
 
     run_cell(args.experiment, args.name, cell, args.out)
     return 0
 
 
 def _run_job(args) -> int:
-    from .results import result_stem
+    from .records.store import result_stem
 
     cells = _json_arg(args.cells)
     names = [name for name, _ in cells]
@@ -77,7 +109,7 @@ def _run_job(args) -> int:
         print(f"error: --out files {stems} do not match the job's cells {names} (same names, same order)",
               file=sys.stderr)
         return 2
-    from .runner import run_job
+    from .run.runner import run_job
 
     run_job(args.experiment, args.job, [(name, cell, out) for (name, cell), out in zip(cells, args.out)],
             share=not args.no_share)
@@ -85,7 +117,7 @@ def _run_job(args) -> int:
 
 
 def _worker_stop(args) -> int:
-    from .worker_client import SOCKET_DIR, stop_workers
+    from .run.worker_client import SOCKET_DIR, stop_workers
 
     for line in stop_workers(args.dir or SOCKET_DIR):
         print(line)
@@ -93,14 +125,24 @@ def _worker_stop(args) -> int:
 
 
 def _render(args) -> int:
+    from .experiments import expected_cells
     from .report.render import render_report
 
-    render_report(args.results, _json_arg(args.config_json), args.out)
+    config = _json_arg(args.config_json)
+    # the report rule passes the configured cells' names (_expected); a config without them has its
+    # cells resolved here, so that the report imports no experiment
+    expected = None if "_expected" in config else expected_cells(config)
+    try:
+        render_report(args.results, config, args.out, expected=expected)
+    except OSError as exc:  # a full disk: the file being written is left as it was (records.store.write_atomic)
+        print(f"error: writing {exc.filename or args.out} failed: {exc.strerror or exc}; the report in {args.out} "
+              f"is not whole", file=sys.stderr)
+        return 1
     return 0
 
 
 def _publish(args) -> int:
-    from .publish import publish
+    from .steps.publish import publish
 
     try:
         manifest = publish(args.results, _json_arg(args.config_json), args.out, args.benchmarks, merge=args.merge,
@@ -113,21 +155,21 @@ def _publish(args) -> int:
 
 
 def _profile(args) -> int:
-    from .profiling import profile_cell
+    from .run.profiling import profile_cell
 
     profile_cell(args.experiment, args.name, _json_arg(args.cell), args.out_dir)
     return 0
 
 
 def _profile_job(args) -> int:
-    from .profiling import profile_job
+    from .run.profiling import profile_job
 
     profile_job(args.experiment, args.job, [tuple(c) for c in _json_arg(args.cells)], args.out_dir)
     return 0
 
 
 def _nsys_stats(args) -> int:
-    from .profiling import REPORTS, export_stats
+    from .run.profiling import REPORTS, export_stats
 
     reports = tuple(args.reports.split(",")) if args.reports else REPORTS
     export = export_stats(args.profile_dir, args.out_dir, nsys=args.nsys, reports=reports)
@@ -137,11 +179,11 @@ def _nsys_stats(args) -> int:
 
 
 def _parse_nsys(args) -> int:
-    from .nsys_step import CellNameError, parse_stats
     from .parsers.nsys import NsysParseError
+    from .steps.nsys_step import CellNameError, parse_stats
 
     try:
-        record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name)
+        record = parse_stats(args.prefix, args.out, run_path=args.run, name=args.name, batch_size=args.batch_size)
     except (NsysParseError, FileNotFoundError, CellNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -150,8 +192,8 @@ def _parse_nsys(args) -> int:
 
 
 def _parse_ddp_timeline(args) -> int:
-    from .ddp_timeline import parse_timeline
     from .parsers.nsys_columns import NsysParseError
+    from .steps.ddp_timeline import parse_timeline
 
     try:
         record = parse_timeline(args.stats_dir, args.run, args.out, name=args.name)
@@ -163,7 +205,7 @@ def _parse_ddp_timeline(args) -> int:
 
 
 def _missing(args) -> int:
-    from .publish import missing_targets
+    from .steps.publish import missing_targets
 
     try:
         targets, n_missing, expected, n_shared = missing_targets(args.folder, host_bound=args.host_bound)
@@ -189,38 +231,76 @@ def _rerender_check(args) -> int:
 
 
 def _parse_snapshot(args) -> int:
-    from .snapshot_step import main_args
+    from .steps.snapshot_step import main_args
 
     return main_args(args)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cs336report", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+# The commands a user types; the others are the workflow's steps, which its rules run.
+USER_COMMANDS = ("check-config", "cells", "missing", "rerender-check", "worker-stop")
 
-    p = sub.add_parser("check-config", help="validate config files (merged in order, as Snakemake's --configfile "
-                       "does) and resolve the device")
+
+def _help_epilog(helps: dict[str, str]) -> str:
+    """The commands (``helps``: each one's help) in two lists, a user's and the workflow's."""
+    width = max(map(len, helps)) + 4
+
+    def listed(names) -> list[str]:
+        return [textwrap.fill(helps[c], 100, initial_indent=f"  {c:<{width - 2}}", subsequent_indent=" " * width)
+                for c in names]
+
+    lines = ["commands to type:", *listed(USER_COMMANDS), "",
+             "steps of the workflow (its rules run them: snakemake --cores 1 report):",
+             *listed(c for c in helps if c not in USER_COMMANDS)]
+    return "\n".join(lines + ["", "python -m cs336report COMMAND --help describes a command's arguments."])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="cs336report", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     usage="%(prog)s [-h] [--version] COMMAND ...",
+                                     description="The CS336 Systems experiments and their report: the checks a "
+                                                 "user runs, and the steps of the Snakemake workflow.")
+    parser.add_argument("--version", action="version", version=f"cs336report {__version__}")
+    # listed by the epilog, in two groups, rather than in one list of choices
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    helps: dict[str, str] = {}
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        helps[name] = help
+        return sub.add_parser(name, help=help)
+
+    p = command("check-config", help="validate config files (merged in order, as Snakemake's --configfile "
+                "does) and resolve the device")
     p.add_argument("config", nargs="+")
     p.set_defaults(func=_check_config)
 
-    p = sub.add_parser("cells", help="list the cells of an experiment")
+    p = command("check-student", help="run the probes of a student's checkout and a user's model (the "
+                "workflow's first rule): import them and run each piece once, before any cell")
+    p.add_argument("--check-json", required=True, help="the config's student key, model source, device and file, "
+                   "as JSON or @FILE")
+    p.add_argument("--out", required=True, help="JSON to write: the checkout's entry with each piece's verdict, and "
+                   "the checked model")
+    p.set_defaults(func=_check_student)
+
+    p = command("cells", help="list the cells of an experiment")
     p.add_argument("experiment")
     p.add_argument("--config", default="workflow/config/default.yaml")
     p.set_defaults(func=_cells)
 
-    p = sub.add_parser("run", help="measure one cell and write its result JSON")
+    p = command("run", help="measure one cell and write its result JSON")
     _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
     p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
     p.add_argument("--out", required=True)
     p.add_argument("--log", help="the cell's log: with it, a warm worker process runs the cell and writes its "
-                   "output there (cs336report.worker); without it, this process runs the cell")
+                   "output there (cs336report.run.worker); without it, this process runs the cell")
     p.add_argument("--no-worker", action="store_true", help="run the cell in this process even with --log "
                    "(also CS336REPORT_WORKER=0, which the workflow sets for `worker: false`)")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("run-job", help="measure several cells in one process, in order, and write a result JSON each")
+    p = command("run-job", help="measure several cells in one process, in order, and write a result JSON each")
     _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--job", required=True, help="job name, recorded in each result")
@@ -229,17 +309,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-share", action="store_true", help="each cell builds its own state (no shared dict)")
     p.set_defaults(func=_run_job)
 
-    p = sub.add_parser("worker-stop", help="ask the warm workers of this folder's workflow to exit")
+    p = command("worker-stop", help="ask the warm workers of this folder's workflow to exit")
     p.add_argument("--dir", help="their socket folder (default: .snakemake/cs336report-worker)")
     p.set_defaults(func=_worker_stop)
 
-    p = sub.add_parser("render", help="render report.md and index.html from result files")
+    p = command("render", help="render report.md and index.html from result files")
     p.add_argument("results", nargs="+", help="result files (.json, or published .json.gz)")
     p.add_argument("--config-json", required=True, help="the resolved config, as JSON or @FILE")
     p.add_argument("--out", required=True, help="report folder")
     p.set_defaults(func=_render)
 
-    p = sub.add_parser("publish", help="copy result files and their job timings into a published folder")
+    p = command("publish", help="copy result files and their job timings into a published folder")
     p.add_argument("results", nargs="+", help="result JSON files")
     p.add_argument("--config-json", required=True, help="the resolved config, as JSON or @FILE")
     p.add_argument("--out", required=True, help="published folder, e.g. report/data")
@@ -253,14 +333,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="publish even when the records name more than one GPU")
     p.set_defaults(func=_publish)
 
-    p = sub.add_parser("missing", help="list the result files of the configured cells a published folder lacks")
+    p = command("missing", help="list the result files of the configured cells a published folder lacks")
     p.add_argument("folder", help="published folder, e.g. report/data")
     p.add_argument("--host-bound", action="store_true", help="also the cells whose time the host sets (host-bound "
                    "steps, Gloo all-reduces) timed beside other jobs (a run on several GPU slots), to time again "
                    "with one slot")
     p.set_defaults(func=_missing)
 
-    p = sub.add_parser("profile", help="run one cell under nsys (or torch.profiler) into a folder")
+    p = command("profile", help="run one cell under nsys (or torch.profiler) into a folder")
     _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--name", required=True, help="cell name")
@@ -268,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", required=True, help="folder for run.json, the profile and launch.json")
     p.set_defaults(func=_profile)
 
-    p = sub.add_parser("profile-job", help="run several cells in one process under nsys, a capture range each, "
-                                           "into a folder per cell")
+    p = command("profile-job", help="run several cells in one process under nsys, a capture range each, "
+                "into a folder per cell")
     _gpus_argument(p)
     p.add_argument("experiment")
     p.add_argument("--job", required=True, help="job name, recorded in each result")
@@ -277,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", required=True, help="the job's folder: <out-dir>/<cell>/ gets each cell's files")
     p.set_defaults(func=_profile_job)
 
-    p = sub.add_parser("nsys-stats", help="export the stats CSVs of a profiled cell's folder")
+    p = command("nsys-stats", help="export the stats CSVs of a profiled cell's folder")
     p.add_argument("profile_dir")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--nsys", help="nsys executable (default: the cell's, on PATH)")
@@ -285,23 +365,25 @@ def main(argv: list[str] | None = None) -> int:
                    "summaries of nsys_profile)")
     p.set_defaults(func=_nsys_stats)
 
-    p = sub.add_parser("parse-nsys", help="parse nsys stats exports (PREFIX_<report>.csv) into a result JSON")
+    p = command("parse-nsys", help="parse nsys stats exports (PREFIX_<report>.csv) into a result JSON")
     p.add_argument("prefix", help="the --output PREFIX given to nsys stats, or a folder of exports")
     p.add_argument("--out", required=True, help="result JSON to write")
     p.add_argument("--run", help="the profiled run's run.json (status, cell, Python timer)")
     p.add_argument("--name", help="cell name (default: from the run, else the folder name); without --run "
                    "it gives the cell's settings: <implementation>-<precision>-<size>-ctx<N>-<mode>")
+    p.add_argument("--batch-size", type=int, help="without --run: the profiled run's batch size, which the "
+                   "FLOPs of nsys_profile (e) need")
     p.set_defaults(func=_parse_nsys)
 
-    p = sub.add_parser("parse-ddp-timeline", help="a profiled DDP cell's nsys trace exports into a result JSON "
-                       "(each rank's last step: kernels per stream, communication hidden behind compute)")
+    p = command("parse-ddp-timeline", help="a profiled DDP cell's nsys trace exports into a result JSON "
+                "(each rank's last step: kernels per stream, communication hidden behind compute)")
     p.add_argument("stats_dir", help="the folder nsys-stats wrote (stats_cuda_gpu_trace.csv, stats_nvtx_gpu_proj_trace.csv)")
     p.add_argument("--run", required=True, help="the profiled run's run.json")
     p.add_argument("--out", required=True, help="result JSON to write")
     p.add_argument("--name", help="cell name (default: the run's)")
     p.set_defaults(func=_parse_ddp_timeline)
 
-    p = sub.add_parser("parse-snapshot", help="parse a CUDA memory snapshot pickle into a result JSON")
+    p = command("parse-snapshot", help="parse a CUDA memory snapshot pickle into a result JSON")
     p.add_argument("snapshot", help="snapshot pickle (optionally .gz), as written by _dump_snapshot")
     p.add_argument("--out", required=True, help="result JSON to write")
     p.add_argument("--result", help="the capture's result JSON (status, config and provenance come from it)")
@@ -313,17 +395,18 @@ def main(argv: list[str] | None = None) -> int:
                    "to (default: 100 times the file, at least 8 MiB); a larger one is refused early")
     p.set_defaults(func=_parse_snapshot)
 
-    p = sub.add_parser("rerender-check", help="render the published report again from its records and compare "
-                       "it with the committed report.md (timestamps masked)")
+    p = command("rerender-check", help="render the published report again from its records and compare "
+                "it with the committed report.md (timestamps masked)")
     p.add_argument("--data", default="report/data", help="published folder")
     p.add_argument("--report", default="report/report.md", help="the committed Markdown report")
     p.add_argument("--keep", help="render into this folder (default: a temporary one, removed)")
     p.set_defaults(func=_rerender_check)
 
+    parser.epilog = _help_epilog(helps)
     args = parser.parse_args(argv)
     # With several GPU slots, a job runs on the GPUs and cores it claims, one that times nothing on
-    # the cores the timed jobs leave (cs336report.gpu_slots); otherwise nothing is bound.
-    from .gpu_slots import claim
+    # the cores the timed jobs leave (cs336report.machine.gpu_slots); otherwise nothing is bound.
+    from .machine.gpu_slots import claim
 
     # The slots stay held until this process has exited, shutdown included (gpu_slots.claim).
     with claim(getattr(args, "gpus", 0), until_exit=True):
@@ -332,4 +415,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def _gpus_argument(p) -> None:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job holds (Snakemake's resources.gpu): with "
-                   "several GPU slots it runs on that many free ones and their cores (cs336report.gpu_slots)")
+                   "several GPU slots it runs on that many free ones and their cores (cs336report.machine.gpu_slots)")

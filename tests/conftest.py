@@ -38,9 +38,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """Snakemake in ``workdir``, whose package its jobs import (PYTHONPATH, as a caller sets it where the
+    package is not the one installed)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(workdir), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "1", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=1800,
+        cwd=workdir, capture_output=True, text=True, timeout=1800, env=env,
     )
 
 
@@ -65,4 +68,5 @@ def workdir(tmp_path_factory):
         shutil.rmtree(dest / "report" / "cpu", ignore_errors=True)
     run = snakemake(dest, "report")
     assert run.returncode == 0, run.stderr[-3000:]
+    (dest / ".snakemake" / "console.txt").write_text(run.stderr)  # what the run printed, for its tests
     return dest

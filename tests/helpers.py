@@ -34,3 +34,16 @@ def without_record_links(text: str) -> str:
     for pattern in _RECORD_LINKS:
         text = pattern.sub(r"\1", text)
     return text
+
+
+def run_config(checkout) -> dict:
+    """The config the report rule of a checkout's workflow renders with (its default config, resolved
+    here as workflow/rules/common.smk resolves it), with the cells it asks for."""
+    import json
+
+    from cs336report.config import Config
+    from cs336report.experiments import with_expected_cells
+
+    cfg = Config.from_file(checkout / "workflow" / "config" / "default.yaml")
+    data = {k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")}
+    return with_expected_cells(json.loads(json.dumps({**data, "_device": cfg.device, "_grid": cfg.grid_name})))

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from cs336report import accounting, accounting_peak
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 
 
 @pytest.mark.parametrize("context", [16, 48])

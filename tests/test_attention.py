@@ -9,14 +9,16 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, experiments
+from cs336report import experiments
+from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import attention, torch_compile
+from cs336report.experiments import torch_compile
+from cs336report.experiments.pytorch_attention import timing as attention
 from cs336report.report.render import render_report
 from cs336report.report.sections import pytorch_attention as attention_section
 from cs336report.report.sections import torch_compile as compile_section
 from cs336report.report.tables import fmt_bytes, fmt_pct, fmt_seconds, sig
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 
 def config(device: str = "cpu", **grid) -> Config:
@@ -231,7 +233,7 @@ def test_section_reports_the_oom_point_accounting_and_scaling(tmp_path, monkeypa
     oom_above(monkeypatch, 64)
     paths = run_all(cfg, "pytorch_attention", tmp_path)
     monkeypatch.undo()
-    render_report(paths, config_json(cfg), tmp_path / "report")
+    render_report(paths, config_json(cfg), tmp_path / "report", expected=experiments.expected_cells(config_json(cfg)))
     md = (tmp_path / "report" / "report.md").read_text()
     html = (tmp_path / "report" / "index.html").read_text()
     section = md.split('<a id="evidence-pytorch_attention"></a>', 1)[1].split("<a id=", 1)[0]
@@ -281,7 +283,8 @@ def test_torch_compile_section_pairs_compiled_cells_with_their_eager_twins(tmp_p
     pairs = compile_section.model_pairs([dict(compiled, _path=str(path))], [dict(eager, _path=str(eager_paths[0]))])
     assert len(pairs) == 1
     assert pairs.iloc[0]["mean_s_eager"] / pairs.iloc[0]["mean_s"] == pytest.approx(2.0)
-    render_report(eager_paths + [path], config_json(cfg), tmp_path / "report")
+    render_report(eager_paths + [path], config_json(cfg), tmp_path / "report",
+                  expected=experiments.expected_cells(config_json(cfg)))
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
     assert "forward 2.00× (micro, context 8)" in section
@@ -319,7 +322,7 @@ def test_optimized_step_shows_where_the_time_goes(tmp_path):
     assert record["status"] == "ok", record["error"]
     data = record["data"]
     assert set(data["phase_stats_s"]) == {"forward", "backward", "optimizer_step"}
-    render_report(paths, config_json(cfg), tmp_path / "report")
+    render_report(paths, config_json(cfg), tmp_path / "report", expected=experiments.expected_cells(config_json(cfg)))
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
     roofline = json.loads((tmp_path / "roofline" / "probe.json").read_text())["data"]["matmul"]["bf16"]["tflops"]
@@ -342,8 +345,8 @@ def test_optimized_step_shows_where_the_time_goes(tmp_path):
 
 
 def test_a_step_without_phase_timing_synchronizes_nowhere_inside(monkeypatch):
-    from cs336report import measure
-    from cs336report.experiments.benchmarking import prepare
+    from cs336report.experiments.benchmarking_script.step import prepare
+    from cs336report.measure import timing as measure
 
     cell = next(iter(experiments.cells("optimized_step", config()).values()))
     *_, step = prepare(cell)
@@ -393,7 +396,7 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
     assert math.isfinite(data["tflops"])
     # the kernels of a step, from torch.profiler: matrix products and the fused optimizer among them, no more
     # GPU time than a step takes
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     assert len(data["whole_steps_s"]) == cell["whole_steps"] and min(data["whole_steps_s"]) > 0
     assert data["kernel_steps"] == cell["kernel_steps"] == 3
@@ -408,7 +411,7 @@ def test_cuda_optimized_step_compiles_and_reports_its_phases():
 
 def test_first_steps_served_from_inductors_cache_are_marked_and_left_out_of_the_compile_range():
     """H200 records: small/128/forward found its graphs in the cache (2 hits, 2.84 s); the other two compiled."""
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     folder = Path(__file__).parent / "fixtures" / "compile"
     records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
@@ -435,7 +438,7 @@ CARDS = Path(__file__).parent / "fixtures" / "cards"
 
 
 def _card_records():
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     return {p.name.split(".json")[0]: dict(load(p), _path=str(p)) for p in CARDS.glob("*.json.gz")}
 
@@ -488,7 +491,7 @@ def test_optimized_step_is_set_against_adamws_memory_traffic_at_the_measured_cop
 
 
 def test_a_compiled_cell_is_not_compared_with_a_twin_from_another_card():
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     folder = Path(__file__).parent / "fixtures" / "compile"
     records = {p.name: dict(load(p), _path=str(p)) for p in folder.glob("*ctx512-forward*.json.gz")}
@@ -509,7 +512,7 @@ H200_ATTENTION = Path(__file__).parent / "fixtures" / "attention_h200"
 
 
 def h200_records(*names: str) -> list[dict]:
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     return [load(H200_ATTENTION / f"{name}.json.gz") for name in names]
 
@@ -533,7 +536,7 @@ def test_memory_columns_leave_out_what_an_earlier_cell_of_the_process_still_held
 def test_an_oom_while_another_process_held_the_card_is_not_the_cells_own_limit():
     """H200 records: the compiled d_head 64, seq 32768 cell ran out while the worker held 64.85 GiB;
     the eager d_head 32, seq 32768 cell ran out on its own."""
-    from cs336report.results import other_processes_bytes, record_status
+    from cs336report.records.store import other_processes_bytes, record_status
 
     shared, own = h200_records("compiled-fp32-d64-s32768", "naive-fp32-d32-s32768")
     assert other_processes_bytes(shared["error"]) == pytest.approx(64.85 * 2**30, rel=1e-3)
@@ -572,7 +575,7 @@ def test_memory_added_by_the_kept_forward_is_counted_from_just_before_it(monkeyp
 def test_torch_compiles_own_set_up_is_reported_beside_the_first_call():
     """An H100 record with compile.setup_s (torch.compile importing the compiler, compile_threads 1)
     reports its range; the H200 records from before it was recorded report none."""
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     eager = attention_section.frame(h200_records("naive-fp32-d64-s16384"))
     (old,) = h200_records("compiled-fp32-d64-s16384")
@@ -615,9 +618,9 @@ def test_the_optimized_steps_gpu_time_is_summed_by_kernel_class():
     """A real H100 record (kernels of 3 profiled steps) and the roofline probe of the same host: the matrix
     products' rate by the formula's non-attention terms, the dtype conversions autocast adds, and the time
     no kernel ran."""
-    from cs336report.kernels import classify
-    from cs336report.model import ModelSpec
-    from cs336report.results import load
+    from cs336report.lm.model import ModelSpec
+    from cs336report.parsers.kernels import classify
+    from cs336report.records.store import load
 
     folder = Path(__file__).parent / "fixtures" / "kernels_h100"
     record = dict(load(folder / "optimized_step.json.gz"), _path="optimized_step.json.gz")
@@ -665,7 +668,7 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
     compiled = sorted((PUBLISHED / "compiled_attention").glob("compiled-fp32-*.json.gz"))
     if not eager or not compiled:
         pytest.skip("no published records")
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     render_report([str(p) for p in eager + compiled], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r")
     answers = (tmp_path / "r" / "answers.md").read_text()
@@ -737,8 +740,8 @@ def test_published_compiled_model_answer_names_speed_ups_over_host_bound_steps(t
     bench = sorted((PUBLISHED / "benchmarking").glob("*.json.gz"))
     if not compiled or not bench:
         pytest.skip("no published records")
+    from cs336report.records.store import load
     from cs336report.report import checks
-    from cs336report.results import load
 
     records = [{**load(p), "_path": str(p)} for p in bench]
     host_bound = checks.host_bound_sources(checks.timing_flags(records))
@@ -766,9 +769,9 @@ def test_published_compiled_model_answer_names_speed_ups_over_host_bound_steps(t
 def test_published_optimized_step_counts_every_casting_copy_as_a_conversion(tmp_path):
     """The eager copy's dynamic-cast path (loads and stores that cast) converts dtype as much as a
     ``_to_copy`` kernel does: both count in the launches that only convert dtypes."""
-    from cs336report.kernels import classify
-    from cs336report.report.parts.compile_optimized import dtype_conversion
-    from cs336report.results import load
+    from cs336report.parsers.kernels import classify
+    from cs336report.records.store import load
+    from cs336report.report.sections.torch_compile.optimized import dtype_conversion
 
     paths = sorted((PUBLISHED / "optimized_step").glob("*.json.gz"))
     if not paths:

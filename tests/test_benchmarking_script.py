@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from cs336report.config import DEFAULT_CONFIG, Config, load_files
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
 from cs336report.report.sections import benchmarking_script as section
-from cs336report.results import load
 
 # fp32 forward cells of small, xl and 2.7B at contexts 128-1024, from a 4 x H200 run (README there)
 LEFT_OUT = Path(__file__).parent / "fixtures" / "bf16_sizes_left_out_h200"
@@ -80,7 +80,7 @@ def test_the_backward_ratio_says_which_forward_it_divides_by(tmp_path):
 def test_the_step_table_note_names_how_its_phases_were_timed():
     """The published cells time their phases between CUDA events inside the steps: the table's note says
     so (it said "synchronized at the boundary", the method of older records)."""
-    from cs336report.report.parts.bench_frame import phase_method
+    from cs336report.report.bench_frame import phase_method
 
     paths = sorted(PUBLISHED.glob("naive-fp32-small-*.json.gz"))
     if not paths:

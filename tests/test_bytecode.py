@@ -1,4 +1,4 @@
-"""The run's bytecode cache (cs336report/bytecode.py)."""
+"""The run's bytecode cache (cs336report/machine/bytecode.py)."""
 
 import importlib.util
 import os
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cs336report import bytecode
+from cs336report.machine import bytecode
 
 
 def test_an_installation_without_bytecode_gives_the_jobs_a_prefix_and_lets_them_write(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cs336report.codeinputs import closure
+from cs336report.run.codeinputs import closure
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,8 +73,8 @@ def test_every_module_an_experiment_imports_is_among_its_rules_code_inputs():
     """What the rules list (workflow/rules/common.smk: cell_code) against what Python actually loads."""
     from cs336report import experiments
 
-    roots = sorted({tuple(sorted({"cs336report.runner", *(f.__module__ for f in functions)}))
-                    for functions in experiments.registry().values()})
+    roots = sorted({tuple(sorted({"cs336report.run.runner", *experiments.code_modules(name)}))
+                    for name in experiments.names()})
     assert len(roots) >= 8
     run = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(roots)], cwd=REPO, capture_output=True,
                          text=True, check=True)
@@ -82,7 +82,7 @@ def test_every_module_an_experiment_imports_is_among_its_rules_code_inputs():
     for line in run.stdout.splitlines():
         modules, files = json.loads(line)
         loaded = {str(Path(f).resolve().relative_to(REPO)) for f in files if f}
-        assert "cs336report/runner.py" in loaded
+        assert "cs336report/run/runner.py" in loaded
         missing = loaded - set(closure(modules))
         assert not missing, (modules, sorted(missing))
         seen += 1

@@ -1,5 +1,5 @@
-"""The compiled graph's saved activations (cs336report.accounting_compiled) against what Inductor's
-partitioner makes the forward keep, traced on the CPU (cs336report.compiled_census), and the
+"""The compiled graph's saved activations (cs336report.accounting.compiled) against what Inductor's
+partitioner makes the forward keep, traced on the CPU (cs336report.measure.compiled_census), and the
 optimized step's optimizer terms."""
 
 from collections import Counter
@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 import torch
 
-from cs336report import accounting, accounting_peak
-from cs336report.compiled_census import compiled_saved_tensors
-from cs336report.model import ModelSpec, TransformerLM
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
+from cs336report.lm.model import ModelSpec, TransformerLM
+from cs336report.measure.compiled_census import compiled_saved_tensors
 
 # B·T·d, B·T·f, B·h·T², the weights' sizes and the byte counts of their 2- and 4-byte tensors all
 # differ at this size, so each saved tensor's bytes tell what it is
@@ -108,8 +108,8 @@ def record(**config) -> dict:
 
 def test_a_records_settings_switch_the_terms_on():
     """One reading of a record's settings serves every table that predicts its peak."""
-    from cs336report.report.parts.memory_accounting import prediction_inputs
-    from cs336report.report.parts.mixed_precision_memory import predicted
+    from cs336report.report.sections.benchmarking_mixed_precision.memory import predicted
+    from cs336report.report.sections.memory_profiling.analytic import prediction_inputs
 
     plain = prediction_inputs(record())
     assert (plain["compiled"], plain["master_weights"], plain["optimizer"]) == (False, False, "foreach")

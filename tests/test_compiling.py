@@ -14,7 +14,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, os, sys, torch
 import torch._inductor.config as inductor_config
-from cs336report.compiling import compile_fn, first_call
+from cs336report.measure.compiling import compile_fn, first_call
 f = lambda x: (x.sin() * 2 + 1).sum()
 x = torch.randn(64)
 out = {"default_threads": inductor_config.compile_threads}
@@ -77,8 +77,8 @@ WORKER_PROBE = """
 import json, torch
 import torch._inductor.async_compile as ac
 from torch._inductor.codecache import PyCodeCache
-from cs336report.compiling import compile_fn, first_call
-from cs336report.worker import global_state, reset_process_state
+from cs336report.measure.compiling import compile_fn, first_call
+from cs336report.run.worker import global_state, reset_process_state
 initial = global_state()
 f = lambda x: (x.cos() * 3 - 1).sum()
 x = torch.randn(32)
@@ -117,7 +117,7 @@ def test_a_warm_workers_next_compiled_cell_compiles_from_scratch(tmp_path):
 
 REPEAT = """
 import json, os, subprocess, sys, torch
-from cs336report import compiling
+from cs336report.measure import compiling
 f = lambda x: (x.cos() * 3 - 1).sum()
 g = compiling.compile_fn(f, threads=1)
 out = {"first": compiling.first_call(lambda: (g(torch.randn(64)), None)[1], "cpu"), "dir": compiling.private_cache()}
@@ -146,7 +146,8 @@ def test_a_repeat_of_a_compiled_cell_loads_what_its_first_run_compiled(tmp_path)
 
 
 def test_the_runner_hands_a_repeat_the_cells_compile_folder(tmp_path, monkeypatch):
-    from cs336report import compiling, runner
+    from cs336report.measure import compiling
+    from cs336report.run import runner
 
     seen = []
 

@@ -77,15 +77,38 @@ def test_empty_config_file_names_the_file(tmp_path):
 
 
 def test_cuda_without_a_cuda_device_stops_at_validation(raw, monkeypatch):
-    import torch
+    import cs336report.config as config
+    from cs336report.machine.cuda import CudaDevices
 
     raw["device"] = "cuda"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ConfigError, match=r"key 'device': 'cuda', but this machine has no usable CUDA device"):
+    monkeypatch.setattr(config, "devices", lambda: CudaDevices(False, 0, "2.13.0+cpu", "a CPU-only build"))
+    with pytest.raises(ConfigError, match=r"key 'device': 'cuda', but this machine has no usable CUDA device "
+                                          r"\(torch 2.13.0\+cpu, a CPU-only build\)"):
         Config.from_dict(raw, require_cuda=True)
     assert Config.from_dict(raw).device == "cuda"  # jobs that run elsewhere: not checked here
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(config, "devices", lambda: CudaDevices(True, 1, "2.13.0", "CUDA 12.8"))
     assert Config.from_dict(raw, require_cuda=True).device == "cuda"
+
+
+def test_the_device_is_asked_without_importing_torch_and_a_host_without_a_driver_has_none(monkeypatch):
+    import subprocess
+    import sys
+
+    from cs336report.machine import cuda
+
+    cuda.devices.cache_clear()
+    monkeypatch.setattr(cuda, "DRIVER_FILES", ())
+    monkeypatch.setattr(cuda.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cuda.sys, "platform", "linux")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("no driver: torch is not asked"))
+    try:
+        found = cuda.devices()
+    finally:
+        cuda.devices.cache_clear()
+    assert found.available is False and found.count == 0
+    monkeypatch.undo()  # a fresh process asks, with or without a driver, and keeps torch out of itself
+    code = "import sys, cs336report.machine.cuda as c; c.devices(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_check_config_merges_files_and_names_the_bad_one(tmp_path, capsys):
@@ -97,6 +120,50 @@ def test_check_config_merges_files_and_names_the_bad_one(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: {mine}: unknown key 'run.measured_stepz'; did you mean 'measured_steps'?\n"
     mine.write_text("run: {measured_steps: 3}\n")
     assert main(["check-config", str(DEFAULT_CONFIG), str(mine)]) == 0
+
+
+def test_the_command_line_answers_a_missing_file_or_an_unknown_name_in_one_line(tmp_path, capsys):
+    from cs336report.cli import main
+
+    missing = tmp_path / "nowhere.yaml"
+    assert main(["check-config", str(missing)]) == 2
+    assert capsys.readouterr().err == f"error: {missing}: cannot read the config file (No such file or directory)\n"
+    assert main(["cells", "benchmarking", "--config", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {missing}: cannot read")
+    assert main(["cells", "benchmark"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown experiment 'benchmark'; known: ") and "benchmarking," in err
+    assert len(err.splitlines()) == 1
+
+
+def test_the_command_line_has_a_version_and_lists_the_users_commands_apart(capsys):
+    from cs336report import __version__
+    from cs336report.cli import USER_COMMANDS, main
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out == f"cs336report {__version__}\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    mine, steps = text.split("commands to type:")[1].split("steps of the workflow")
+    assert all(f"  {c} " in mine for c in USER_COMMANDS) and "  run " not in mine
+    assert "  run " in steps and "  render " in steps and "  check-config " not in steps
+
+
+@pytest.mark.parametrize("key,text,expect", [
+    ("model", "model: {factory: no_such_package.model:LM}\n", "key 'model.factory': cannot import module"),
+    ("student", "student: {checkout: /no/such/checkout}\n", "key 'student.checkout': '/no/such/checkout' is not a folder"),
+])
+def test_a_bad_model_or_checkout_names_the_file_that_set_it(tmp_path, raw, key, text, expect):
+    from cs336report.config import load_files
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(text)
+    files = [str(DEFAULT_CONFIG), str(mine)]
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict(load_files(files), source="--config", files=files, cuda_available=False)
+    assert str(err.value).startswith(f"{mine}: {expect}"), err.value
 
 
 def test_unknown_size_is_named(raw):

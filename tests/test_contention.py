@@ -7,18 +7,21 @@ import subprocess
 import sys
 import time
 
-from cs336report import contention
-from cs336report.runner import run_cell
+from cs336report.machine import contention
+from cs336report.run.runner import run_cell
 from helpers import cell
 
 
-def test_a_cell_beside_another_job_of_the_workflow_is_marked_shared(tmp_path):
+def test_a_cell_beside_another_job_of_the_workflow_is_marked_shared(tmp_path, monkeypatch):
+    # a workflow's jobs share its working folder: this test's own, so that the processes of tests
+    # running beside it (pytest-xdist workers, in the repository's folder) are not its neighbours
+    monkeypatch.chdir(tmp_path)
     name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
     alone = run_cell("benchmarking", name, c, tmp_path / "alone.json")
     assert alone["contention"]["shared"] is False, alone["contention"]
     # a job the workflow started beside this one: not a descendant of this process
     line = f"{sys.executable} -c 'import time; time.sleep(60)' cs336report parse-nsys >/dev/null 2>&1 & echo $!"
-    other = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True).stdout)
+    other = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True, cwd=tmp_path).stdout)
     try:
         beside = run_cell("benchmarking", name, c, tmp_path / "beside.json")
     finally:
@@ -46,7 +49,7 @@ def test_nvidia_smi_compute_apps_are_read():
 
 
 def test_cpu_cells_are_never_repeated_and_gpu_cells_carry_the_runs_repeats():
-    from cs336report.experiments import benchmarking
+    from cs336report.experiments import benchmarking_script as benchmarking
 
     from helpers import tiny_config
 

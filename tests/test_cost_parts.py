@@ -1,9 +1,9 @@
 """The cost appendix's table of what the cells did around their timed work, from records the
 cells wrote on this machine."""
 
-from cs336report import results
-from cs336report.report.cost_parts import parts_frame, parts_table
-from cs336report.runner import run_cell
+from cs336report.records import store as results
+from cs336report.report.appendix.cost_parts import parts_frame, parts_table
+from cs336report.run.runner import run_cell
 from helpers import cell
 
 

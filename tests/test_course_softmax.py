@@ -2,8 +2,8 @@
 
 import torch
 
-from cs336report import accounting
-from cs336report.model import ModelSpec, TransformerLM, softmax
+from cs336report.accounting import transformer as accounting
+from cs336report.lm.model import ModelSpec, TransformerLM, softmax
 
 
 def saved_square_matrices(model, T: int) -> int:

@@ -7,8 +7,8 @@ import re
 import pandas as pd
 import pytest
 
-from cs336report.distributed.overlap import hidden_fraction, union
-from cs336report.distributed.train import kernels_of_last_step
+from cs336report.accounting.overlap import hidden_fraction, union
+from cs336report.experiments.ddp_training.train import kernels_of_last_step
 
 
 def test_union_merges_overlaps():
@@ -44,9 +44,9 @@ def test_kernels_of_last_step_from_trace():
 def test_section_on_h200_records(tmp_path):
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.render import RenderContext
     from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as section
-    from cs336report.results import load
 
     folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.ID
     records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
@@ -85,9 +85,9 @@ def test_the_time_left_after_backward_is_set_beside_what_the_step_gained(tmp_pat
     the GPU with it): the answer gives both, and the step's gain as a share of naive's all-reduce."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.ddp import ms
     from cs336report.report.render import render_report
-    from cs336report.results import load
 
     data = Path(__file__).resolve().parent.parent / "report" / "data"
     mine = data / "ddp_overlap_individual_parameters_benchmarking"
@@ -143,8 +143,8 @@ def test_the_summary_names_a_problem_answered_with_a_failed_record(tmp_path):
     answered from its other records, and the summary says it has a gap rather than counting it whole."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.render import render_report
-    from cs336report.results import load
 
     data = Path(__file__).resolve().parent / "fixtures" / "ddp_profile_failed_h200"
     folders = ("ddp_overlap_individual_parameters_benchmarking", "ddp_overlap_profile", "ddp_overlap_parse")
@@ -165,9 +165,9 @@ def test_the_profile_line_gives_each_ranks_nccl_time(tmp_path):
     rank 0's alone as "communication"."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.ddp import ms
     from cs336report.report.render import render_report
-    from cs336report.results import load
 
     data = Path(__file__).resolve().parent.parent / "report" / "data"
     path = data / "ddp_overlap_profile" / "bucketed-100mb-xl-ctx128-w2.json.gz"
@@ -188,8 +188,8 @@ def test_the_summary_names_a_problem_with_cells_not_run(tmp_path):
     that ran: the summary names the gap."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.render import render_report
-    from cs336report.results import load
 
     folder = Path(__file__).resolve().parent.parent / "report" / "data" / "distributed_communication_single_node"
     paths = sorted(folder.glob("*.json.gz"))

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report.ddp_timeline import parse_timeline
 from cs336report.parsers.nsys_columns import NsysParseError
 from cs336report.parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
+from cs336report.steps.ddp_timeline import parse_timeline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ddp_overlap_h200"
 
@@ -118,7 +118,7 @@ def test_profile_cells_are_gpu_cells_apart_from_the_timed_ones():
 
 
 def test_the_ddp_profile_is_traced_whole_and_exports_the_trace_reports(tmp_path, monkeypatch):
-    from cs336report import profiling
+    from cs336report.run import profiling
 
     cell = {"nsys": "nsys", "profiler": "nsys"}
     whole = profiling.nsys_profile_command({**cell, "capture_range": False}, tmp_path, ["python"])
@@ -183,8 +183,8 @@ def test_nsys_traces_every_rank_of_a_profiled_ddp_cell(tmp_path):
 
     from cs336report import experiments
     from cs336report.config import DEFAULT_CONFIG, Config, load_file
-    from cs336report.ddp_timeline import REPORTS
-    from cs336report.profiling import export_stats, profile_cell
+    from cs336report.run.profiling import export_stats, profile_cell
+    from cs336report.steps.ddp_timeline import REPORTS
 
     if torch.cuda.device_count() < 2 or shutil.which("nsys") is None:
         pytest.skip("needs two GPUs and nsys on PATH")
@@ -210,9 +210,9 @@ FAILED_PROFILE = Path(__file__).parent / "fixtures" / "ddp_profile_failed_h200"
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_a_failed_profile_beside_a_drawn_one_is_named_in_the_answer(tmp_path, mode):
     from cs336report.config import DEFAULT_CONFIG, Config, load_file
+    from cs336report.records.store import load
     from cs336report.report.render import RenderContext, environments
     from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as section
-    from cs336report.results import load
 
     cfg = Config.from_dict(load_file(DEFAULT_CONFIG), cuda_available=True)
     records = [load(p) for p in sorted(FAILED_PROFILE.glob("*/*.json.gz"))]
@@ -227,3 +227,13 @@ def test_a_failed_profile_beside_a_drawn_one_is_named_in_the_answer(tmp_path, mo
         fmt_lib=f"_{mode}.j2", d=data, section=info)
     assert "Not drawn, for want of a profile: overlapped, per parameter (error, no nsys report" in text
     assert "--forcerun ddp_overlap_profile -- report" in text
+
+
+def test_a_trace_export_in_utf16_is_read_and_a_long_row_named_by_line(tmp_path):
+    text = "Name,Projected Start (ns),Projected Duration (ns),PID,TID\n:a,1,2,3,4\n:b,5,6,3,4\n"
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xff\xfe" + text.replace("\n", "\r\n").encode("utf-16-le"))
+    assert read_nvtx_gpu_projection(path)["start"].tolist() == [1, 5]
+    _write(path, text + ":c,7,8,3,4,9\n")
+    with pytest.raises(NsysParseError, match=r"t\.csv, line 4: expected a row of the CSV"):
+        read_nvtx_gpu_projection(path)

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from cs336report.config import Config
-from cs336report.distributed.link import link_between, nvlink_peak
+from cs336report.accounting.interconnect import link_between, nvlink_peak
 from cs336report.experiments import distributed_communication_single_node as ar
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext, render_report
 from cs336report.report.sections import distributed_communication_single_node as section
-from cs336report.results import load
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ddp_h200" / "distributed_communication_single_node"
 CELL = {"device": "cpu", "backend": "gloo", "world_size": 2, "sizes_mb": [0.01, 0.1], "warmup": 1,

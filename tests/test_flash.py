@@ -296,8 +296,8 @@ def test_tensor_descriptors_are_not_chosen_off_the_gpu():
 
 
 def test_tuning_script_times_the_defaults_and_every_autotuner_candidate():
+    from cs336report.experiments.flash_benchmarking import tune
     from cs336report.flash import triton_kernels as tk
-    from cs336report.flash import tune
 
     specs = tune.variants()
     timed = {(s["pass"], s.get("backward"), s["tiles"], s["tma"], s.get("tma_reduce")) for s in specs.values()}
@@ -569,7 +569,7 @@ def test_gpu_every_backward_and_tile_path_matches_the_reference(dtype):
 
 @pytest.mark.gpu
 def test_gpu_tuning_script_checks_the_defaults(tmp_path):
-    from cs336report.flash import tune
+    from cs336report.experiments.flash_benchmarking import tune
 
     tune.main(["--out", str(tmp_path), "--phases", "check,sweep", "--shape", "2,1024,64"])
     phases = json.loads((tmp_path / "tune.json").read_text())["phases"]

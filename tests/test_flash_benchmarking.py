@@ -21,15 +21,15 @@ import yaml
 
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import flash_benchmarking as fb
-from cs336report.experiments import flash_leaderboard as fl
+from cs336report.experiments.flash_benchmarking import timing as fb
+from cs336report.experiments.flash_benchmarking import leaderboard as fl
 from cs336report.flash import reference_attention
-from cs336report.measure import summarize
+from cs336report.measure.timing import summarize
+from cs336report.records.store import SCHEMA, load, save
 from cs336report.report.render import render_report
 from cs336report.report.sections import flash_benchmarking as section
 from cs336report.report.tables import sig
 from cs336report.report.targets import LEADERBOARD_TARGET_MS
-from cs336report.results import SCHEMA, load, save
 
 
 def config(cuda: bool) -> Config:
@@ -135,8 +135,8 @@ def test_a_compiled_implementation_compiles_once_before_any_shape_is_timed(monke
     do_bench's untimed calls."""
     import time
 
-    from cs336report.report.cost import timed_seconds
-    from cs336report.report.cost_parts import parts_frame
+    from cs336report.report.appendix.cost import timed_seconds
+    from cs336report.report.appendix.cost_parts import parts_frame
 
     calls = []
 
@@ -632,8 +632,8 @@ def test_target_sentence_says_when_the_card_is_not_the_targets(tmp_path):
 
 def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
     """On CUDA each pass also gets its kernels' own time, the overhead per call and both FLOP rates."""
-    from cs336report import kernel_times as kt
-    from cs336report.experiments import flash_benchmarking as fb
+    from cs336report.experiments.flash_benchmarking import timing as fb
+    from cs336report.measure import kernel_times as kt
 
     seen = []
     monkeypatch.setattr(kt, "kernel_times", lambda fn, steps: seen.append(steps) or {
@@ -652,8 +652,8 @@ def test_kernel_only_times_name_the_per_call_overhead(monkeypatch):
 def test_long_passes_are_profiled_for_fewer_calls(monkeypatch):
     """A pass is profiled for about KERNEL_BUDGET_S of its median time: five calls when short, one
     when a call alone fills the budget, never none."""
-    from cs336report import kernel_times as kt
-    from cs336report.experiments import flash_benchmarking as fb
+    from cs336report.experiments.flash_benchmarking import timing as fb
+    from cs336report.measure import kernel_times as kt
 
     seen = []
     monkeypatch.setattr(kt, "kernel_times", lambda fn, steps: seen.append(steps) or {"k": {"ms": 1.0, "calls": 1.0}})
@@ -666,7 +666,7 @@ def test_long_passes_are_profiled_for_fewer_calls(monkeypatch):
 
 
 def test_the_report_sets_kernel_time_beside_do_bench_time():
-    from cs336report.report import kernel_overhead
+    from cs336report.report.sections.flash_benchmarking import kernel_overhead
 
     def shape(seq, bench, kernel):
         passes = {p: {"status": "ok", "stats_s": {"median": bench}, "kernel_s": kernel, "overhead_s": bench - kernel,
@@ -731,7 +731,7 @@ def test_answer_gives_the_fitted_exponents_as_memory_not_time(tmp_path):
     assert "time grows as seq" not in answer
     assert re.search(r"× at seq 65536 with d_head 64\. ", answer)  # the speed-up at the longest seq is one d_head's
     summary = (tmp_path / "report" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
-    assert re.search(r"× at seq 65536, d_head 64\b", summary)  # and so is the summary's headline
+    assert re.search(r"× at seq 65536 with d_head 64\b", summary)  # and so is the summary's headline
     # where Triton's call is mostly host overhead, the median speed-up compares launch paths: the answer
     # counts those shapes and gives the kernels' own ratio, both from the records
     shapes = {impl: {(s["d"], s["seq"]): s["passes"]["forward_backward"] for s in load(p)["data"]["shapes"]}
@@ -755,7 +755,7 @@ def test_the_leaderboard_section_says_when_tuning_chose_the_default_tiles(tmp_pa
     path = PUBLISHED.parent / "flash_leaderboard" / "leaderboard.json.gz"
     if not path.exists():
         pytest.skip("no published records")
-    from cs336report.report.parts.flash_leaderboard import _launch_tiles
+    from cs336report.report.sections.flash_benchmarking.leaderboard import _launch_tiles
 
     rows = {row["implementation"]: row for row in load(path)["data"]["rows"]}
     assert _launch_tiles(rows["triton"]["tiles"]) == _launch_tiles(rows["triton_fixed"]["tiles"])
@@ -769,7 +769,7 @@ def test_the_leaderboard_section_says_when_tuning_chose_the_default_tiles(tmp_pa
     for row in other["data"]["rows"]:
         if row["implementation"] == "triton_fixed":
             row["tiles"]["fwd"]["Q_TILE_SIZE"] = 64
-    from cs336report.results import save
+    from cs336report.records.store import save
     save(other, tmp_path / "other" / "leaderboard.json")
     render_report([str(tmp_path / "other" / "leaderboard.json")], {"_device": "cuda", "_grid": "gpu"},
                   tmp_path / "o", draw=False)

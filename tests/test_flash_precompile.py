@@ -76,7 +76,7 @@ def test_the_tuning_after_a_precompile_compiles_nothing(tmp_path, monkeypatch):
 
 def _fresh_pin(monkeypatch, tmp_path, ship: bool):
     """compiling.pin_ptxas as in a new process, with torch's bundled ptxas at a path of the test's."""
-    from cs336report import compiling
+    from cs336report.measure import compiling
 
     bundled = tmp_path / "ptxas"
     if ship:
@@ -110,7 +110,8 @@ def test_a_path_already_set_or_no_bundled_ptxas_is_left_alone(monkeypatch, tmp_p
 
 
 def test_a_gpu_cell_runs_with_the_assembler_pinned_a_cpu_cell_without(monkeypatch, tmp_path):
-    from cs336report import experiments, runner
+    from cs336report import experiments
+    from cs336report.run import runner
 
     compiling, bundled = _fresh_pin(monkeypatch, tmp_path, ship=True)
     seen = {}
@@ -135,7 +136,7 @@ def test_a_gpu_cell_runs_with_the_assembler_pinned_a_cpu_cell_without(monkeypatc
 _WORKER_ORDER = """
 import os, sys, torch
 from cs336report.flash import precompile, triton_kernels as tk
-from cs336report.compiling import compile_fn
+from cs336report.measure.compiling import compile_fn
 if __name__ == "__main__":
     q, k, v, do = precompile.inputs((1, 256, 64))
     tk.flash_forward_triton(q, k, v, True)

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from cs336report import contention, gpu_slots
-from cs336report.results import load
+from cs336report.machine import contention, gpu_slots
+from cs336report.records.store import load
 
 
 def test_core_lists_read_and_write_the_kernels_format():
@@ -37,7 +37,7 @@ def test_each_slot_gets_its_own_block_and_the_untimed_jobs_the_rest():
 
 _CLAIM = textwrap.dedent("""
     import json, os, sys, time
-    from cs336report import gpu_slots
+    from cs336report.machine import gpu_slots
     with gpu_slots.claim(int(sys.argv[1]), lock_dir=__import__("pathlib").Path(sys.argv[2]), wait_s=float(sys.argv[3])) as where:
         print(json.dumps({"where": where, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
                           "affinity": sorted(os.sched_getaffinity(0))}), flush=True)
@@ -172,7 +172,7 @@ def test_a_neighbour_job_pinned_to_other_cores_is_listed_but_not_sharing():
 _NESTED = textwrap.dedent("""
     import json, os, subprocess, sys
     from pathlib import Path
-    from cs336report import gpu_slots
+    from cs336report.machine import gpu_slots
     child = sys.argv[1]
     with gpu_slots.claim(1, lock_dir=Path(sys.argv[2]), wait_s=5) as where:
         mine = {"where": where, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -241,7 +241,7 @@ def test_hardware_threads_of_one_core_stay_in_one_slot(tmp_path):
 _SHUTDOWN = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from cs336report import gpu_slots
+    from cs336report.machine import gpu_slots
     with gpu_slots.claim(1, lock_dir=Path(sys.argv[1]), wait_s=5, until_exit=True):
         print("cell done", flush=True)
     time.sleep(float(sys.argv[2]))  # the process shutting down: its CUDA context, caches, workers
@@ -298,7 +298,7 @@ def test_a_job_caught_before_its_claim_is_not_sharing(monkeypatch):
 _FINALIZING = textwrap.dedent("""
     import gc, sys, time
     from pathlib import Path
-    from cs336report import gpu_slots
+    from cs336report.machine import gpu_slots
     with gpu_slots.claim(1, lock_dir=Path(sys.argv[1]), wait_s=5, until_exit=True):
         pass
     vars(gpu_slots).clear()  # what the interpreter does to every module as it shuts down

@@ -89,7 +89,7 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
     config = {**{k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")},
               "_device": "cuda", "_grid": "handout"}
     assert cut_down_grid(config) == []
-    render_report(keep, config, tmp_path, draw=False)  # the text is checked, not the figures
+    render_report(keep, config, tmp_path, draw=False, expected=experiments.expected_cells(config))  # the text is checked
     md = (tmp_path / "answers.md").read_text()
     # nothing goes unanswered that the full grid's answers answer
     not_run = [line for line in md.splitlines() if "Not run" in line]
@@ -137,7 +137,7 @@ def test_a_resolved_handout_config_expects_the_handout_cells_only():
     """The report and publish read the configured cells back from the resolved config (config.json).
     Resolving it a second time must not merge the gpu grid in again: that brought back the experiments
     the handout grid sets to null (the leaderboard, the optimized step, the autocast memory study)."""
-    from cs336report.coverage import with_expected_cells
+    from cs336report.experiments import with_expected_cells
 
     cfg = _config("handout")
     data = {k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")}
@@ -148,7 +148,7 @@ def test_a_resolved_handout_config_expects_the_handout_cells_only():
 
 
 def test_a_rerun_command_names_the_grid_only_where_the_device_would_not_pick_it():
-    from cs336report.handout import RERUN_OPTIONS, grid_option, rerun_command
+    from cs336report.names.handout import RERUN_OPTIONS, grid_option, rerun_command
 
     assert [grid_option(g, d) for g, d in (("gpu", "cuda"), ("cpu", "cpu"), ("handout", "cuda"), ("cpu", "cuda"))] == \
         ["", "", "--config grid=handout", "--config grid=cpu"]

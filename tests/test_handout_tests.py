@@ -18,8 +18,9 @@ import yaml
 
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import handout_tests
-from cs336report.runner import run_cell
-from cs336report.student_check import check_checkout
+from cs336report.experiments.handout_tests import suite as handout_tests_suite
+from cs336report.run.runner import run_cell
+from cs336report.student.check import check_checkout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIELDS = {"id", "name", "problem", "subquestion", "outcome", "seconds", "message", "max_abs_error"}
@@ -42,7 +43,7 @@ def test_parse_junit_reads_each_test(tmp_path):
     path = tmp_path / "suite.xml"
     path.write_text(JUNIT)
     verdicts = {"sharded_optimizer": {"status": "not_implemented", "reason": "returned type, not an optimizer"}}
-    tests = handout_tests.parse_junit(path, "attention", verdicts)
+    tests = handout_tests_suite.parse_junit(path, "attention", verdicts)
     assert all(set(t) == FIELDS for t in tests)
     by_name = {t["name"]: t for t in tests}
     first = by_name["test_flash_forward_pass_pytorch"]
@@ -71,7 +72,7 @@ def test_parse_junit_reads_each_test(tmp_path):
     ("test_sharded_optimizer[ToyModel]", "sharded_optimizer", ("optimizer_state_sharding", "")),
 ])
 def test_tests_map_to_the_problems_they_grade(name, suite, expected):
-    assert handout_tests.classify(name, suite)[:2] == expected
+    assert handout_tests_suite.classify(name, suite)[:2] == expected
 
 
 def _cells(checkout: Path | None, tmp_path: Path) -> dict:
@@ -198,7 +199,7 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0, run.stdout[-2000:]
-    tests = handout_tests.parse_junit(xml, "attention")
+    tests = handout_tests_suite.parse_junit(xml, "attention")
     triton = [t for t in tests if "triton" in t["name"]]
     assert len(triton) == 4 and {t["outcome"] for t in triton} == {"skipped"}
     assert {t["message"] for t in triton} == {"Triton is not installed (pip install triton)"}
@@ -216,8 +217,11 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
     text = environments()["md"].get_template("answers/flash_backward.j2").render(
         fmt_lib="_md.j2", d=backward, section={**section, "id": "flash_backward"})
     assert "1 of 3 handout tests of the backward pass passed, 2 skipped: Triton is not installed" in text
-    from cs336report.report.handout_tests import headline
-    assert headline(part).startswith("1 of 3 tests of cs336report's suite passed, 2 skipped (Triton is not installed (pip install triton))")
+    from cs336report.report.sections import flash_backward, flash_forward
+    assert flash_forward.headline(part) == ["Passed: the handout test of the tiled PyTorch forward",
+                                            "Skipped: the handout test of the Triton forward kernel",
+                                            "Skipped: the handout test of causal masking"]
+    assert flash_backward.headline(backward)[0] == "1 of 3 handout tests of the backward pass passed, 2 skipped"
 
 
 def test_the_answer_says_whose_test_files_ran():
@@ -250,9 +254,9 @@ def test_the_answer_says_whose_test_files_ran():
         evidence = environments()["md"].get_template("sections/flash_backward.j2").render(
             fmt_lib="_md.j2", d=part, section=section)
         assert ("in cs336report's own suite" in evidence) is (checkout is None)
-        from cs336report.report.handout_tests import headline
-        assert headline(part).startswith("1 of 1 tests of cs336report's suite passed" if checkout is None
-                                         else "1 of 1 handout tests passed")
+        from cs336report.report.sections import flash_backward
+        assert flash_backward.headline(part) == ["Passed: the handout test of the backward pass",
+                                                 "largest absolute error against the reference 1e-06"]
         assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
                                        else "Handout tests of flash_backward")
 
@@ -261,7 +265,7 @@ def test_beside_a_gpu_our_pytorch_backward_runs_eagerly_and_triton_natively(tmp_
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("CS336_FLASH_BACKWARD", raising=False)
     cells = _cells(None, tmp_path)
-    argv, root, env = handout_tests.command({**cells["attention"], "device": "cuda"}, tmp_path / "a.xml")
+    argv, root, env = handout_tests_suite.command({**cells["attention"], "device": "cuda"}, tmp_path / "a.xml")
     assert "TRITON_INTERPRET" not in env and env["CS336_FLASH_BACKWARD"] == "eager"
     # the suite's processes see it: our backward is not compiled for the CPU tensors of its tests
     probe = "from cs336report.flash import backward_mode; print(backward_mode())"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cs336report import experiments
-from cs336report.results import load
+from cs336report.records.store import load
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JOB_FIXTURE = Path(__file__).parent / "fixtures/compile/job-h100"  # one compiled_model job on an H100
@@ -19,7 +19,7 @@ CELLS = [f"naive-fp32-small-ctx128-{mode}-compiled" for mode in ("forward", "tra
 
 def _tiny_cells() -> list[tuple[str, dict]]:
     from cs336report.config import Config
-    from cs336report.experiments.benchmarking import transformer_cell
+    from cs336report.experiments.benchmarking_script import transformer_cell
     from cs336report.experiments.torch_compile import compiled_model_jobs, model_cell_name
 
     cfg = Config.from_file(REPO_ROOT / "workflow/config/default.yaml")
@@ -53,7 +53,7 @@ def test_a_compiled_job_compiles_the_model_once_for_its_forward_and_train_step(w
 
 
 def test_a_failed_cell_empties_the_jobs_shared_state(tmp_path, monkeypatch):
-    from cs336report.runner import run_job
+    from cs336report.run.runner import run_job
 
     seen = []
 
@@ -86,7 +86,7 @@ def test_run_job_refuses_result_files_that_do_not_match_its_cells(tmp_path, caps
 @pytest.fixture
 def published_job(tmp_path):
     """The H100 job's two records published with the job's benchmark, as the report reads them."""
-    from cs336report.publish import publish
+    from cs336report.steps.publish import publish
 
     results = sorted(str(p) for p in (JOB_FIXTURE / "results/compiled_model").glob("*.json.gz"))
     publish(results, {"device": "cuda"}, tmp_path / "data", JOB_FIXTURE / "benchmarks")
@@ -105,7 +105,7 @@ def test_both_cells_of_a_job_carry_the_jobs_benchmark(published_job):
 
 
 def test_the_cost_appendix_counts_a_job_once(published_job):
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
     from cs336report.report.tables import fmt_seconds
 
     wall = published_job[0]["benchmark"]["wall_s"]

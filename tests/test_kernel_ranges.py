@@ -7,9 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report.nsys_step import parse_stats
 from cs336report.parsers import kernel_ranges, nsys, torchprof
-from cs336report.results import load, save
+from cs336report.parsers.kernel_records import kernel_rows
+from cs336report.records.store import load, save
+from cs336report.steps.nsys_step import parse_stats
 from test_torchprof import KERNELS, STEPS, cuda_trace
 
 REAL = Path(__file__).parent / "fixtures" / "nsys" / "real"
@@ -25,7 +26,7 @@ def small_cell(mode: str) -> dict:
 
 
 def table(data: dict, rng: str) -> pd.DataFrame:
-    return pd.DataFrame([k for k in data["kernels"] if k["range"] == rng]).set_index("name")
+    return pd.DataFrame([k for k in kernel_rows(data["kernels"]) if k["range"] == rng]).set_index("name")
 
 
 def synthetic(tmp_path) -> dict:
@@ -86,7 +87,7 @@ def test_real_forward_export_with_warmup_is_scaled_and_checked():
     top = fwd_raw["total_ns"].idxmax()
     assert fwd.index[0] == top
     assert fwd.loc[top, "per_step_instances"] == fwd_raw.loc[top, "instances"] / (n + w)
-    assert "backward" not in {k["range"] for k in data["kernels"]}
+    assert "backward" not in {k["range"] for k in kernel_rows(data["kernels"])}
     check = data["checks"]["forward_vs_step_kernels"]
     assert abs(check["relative_difference"]) < 0.02  # warm-up forwards ran the same kernels
     assert data["checks"]["range_instances"]["attention_scores"] == {"observed": 60, "expected": (n + w) * 12, "ok": True}
@@ -106,7 +107,7 @@ def test_real_train_step_export_finds_the_backward_on_the_autograd_thread():
     phases = data["phases"]  # the phases add up to the step, up to the scaling of the warm-up estimate
     assert phases["step"]["kernel_ns_per_step"] == pytest.approx(
         sum(phases[p]["kernel_ns_per_step"] for p in ("forward", "backward", "optimizer_step")), rel=0.005)
-    assert {k["class"] for k in data["kernels"] if k["range"] == "optimizer_step"} >= {"optimizer"}
+    assert {k["class"] for k in kernel_rows(data["kernels"]) if k["range"] == "optimizer_step"} >= {"optimizer"}
     json.dumps(data)  # JSON-ready
 
 
@@ -161,10 +162,10 @@ def test_missing_or_empty_reports():
     assert "no cuda_gpu_kern_sum" in kernel_ranges.summarise({})["empty_reason"]
     frames = nsys.parse_text("SKIPPED: run.sqlite does not contain CUDA kernel data.\n", report="cuda_gpu_kern_sum")
     data = kernel_ranges.summarise(frames)
-    assert data["kernels"] == [] and "does not contain" in data["empty_reason"]
+    assert kernel_rows(data["kernels"]) == [] and "does not contain" in data["empty_reason"]
     only_kernels = {"cuda_gpu_kern_sum": nsys.parse_exports(REAL / "small_ctx128_forward")["cuda_gpu_kern_sum"]}
     data = kernel_ranges.summarise(only_kernels, cell={"measured_steps": 3})
-    assert {k["range"] for k in data["kernels"]} == {"step"} and data["warnings"]
+    assert {k["range"] for k in kernel_rows(data["kernels"])} == {"step"} and data["warnings"]
 
 
 @pytest.mark.parametrize("name, short", [
@@ -215,7 +216,7 @@ def test_parse_stats_writes_a_result_record(tmp_path):
     assert loaded["data"]["python_timer"]["warmup_s"] == [0.5, 0.05]
     assert loaded["data"]["launches"]["per_step"] == pytest.approx(764)  # as many launches as kernels per step
     assert loaded["data"]["tool"]["source"] == "nsys"
-    assert record["data"]["kernels"]
+    assert kernel_rows(record["data"]["kernels"])
 
 
 def test_parse_stats_keeps_the_status_of_a_failed_run(tmp_path):

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from cs336report.parsers import kernel_ranges, nsys
+from cs336report.parsers.kernel_records import kernel_rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nsys"
 
@@ -37,7 +38,7 @@ def test_handout_attention_range_names_are_recognised():
     frames = nsys.parse_exports(FIXTURES / "handout_ranges" / "stats")
     data = kernel_ranges.summarise(frames, cell={"mode": "forward", "model": {"num_layers": 2}})
     by_range = {}
-    for k in data["kernels"]:
+    for k in kernel_rows(data["kernels"]):
         by_range.setdefault(k["range"], set()).add(k["name"])
     assert by_range["attention_scores"] == {"ampere_sgemm_64x64_tn"}
     assert by_range["softmax"] == {"softmax_warp_forward"}

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cs336report.kernel_times import device_activities, idle_time, kernel_times, split_idle, summarize_activities
+from cs336report.measure.kernel_times import (device_activities, idle_time, kernel_times, split_idle,
+                                              summarize_activities)
 
 CUDA, CPU = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 FIXTURE = Path(__file__).parent / "fixtures" / "kernels_h200" / "recorded_events.json.gz"
@@ -108,7 +109,7 @@ def test_a_matmul_and_an_add_are_found_with_their_launch_counts():
 def test_the_recorded_events_give_the_event_lists_table_on_a_gpu():
     from torch.profiler import ProfilerActivity, profile
 
-    from cs336report.kernel_times import _CUDA
+    from cs336report.measure.kernel_times import _CUDA
 
     a = torch.randn(1024, 1024, device="cuda")
     torch.cuda.synchronize()

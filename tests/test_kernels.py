@@ -1,9 +1,9 @@
-"""Tests for cs336report.kernels, the CUDA kernel name classifier."""
+"""Tests for cs336report.parsers.kernels, the CUDA kernel name classifier."""
 
 import pandas as pd
 import pytest
 
-from cs336report.kernels import CLASSES, classify, is_gemm, summarise_by_class
+from cs336report.parsers.kernels import CLASSES, classify, is_gemm, summarise_by_class
 
 # Kernel names as nsys reports them (cuBLAS/cuBLASLt, CUTLASS, PyTorch at::native,
 # Triton from torch.compile, flash attention, memory operations).
@@ -53,7 +53,7 @@ REAL_NAMES = [
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, bool, float, float, float, float, float, float*, float*>(T1, T2, T3...)", "optimizer"),
     ("void at::native::<unnamed>::multi_tensor_apply_kernel<at::native::<unnamed>::TensorListMetadata<(int)2>, at::native::<unnamed>::BinaryOpListAlphaFunctor<float, (int)2, (int)2, (int)0>, std::plus<float>, float>(T1, T2, T3...)", "optimizer"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::AdamW_step_functor<float>, std::array<char*, 4ul>>(int, T2, T3)", "optimizer"),
-    # an AdamW step compiled by Inductor (cs336report.master_weights): one kernel per tensor, named by its operators
+    # an AdamW step compiled by Inductor (cs336report.lm.master_weights): one kernel per tensor, named by its operators
     ("triton_poi_fused__to_copy_add_addcmul_div_lerp_mul_sqrt_sub_0", "optimizer"),
     ("triton_poi_fused_add_addcmul_div_lerp_mul_sqrt_sub_3", "optimizer"),
     # copy/memset

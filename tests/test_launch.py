@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from cs336report.distributed.launch import NotEnoughDevices, RankFailed, launch
-from cs336report.measure import is_out_of_memory
+from cs336report.measure.timing import is_out_of_memory
 
 
 def _all_reduce_rank(rank, world_size, device, base):
@@ -58,7 +58,7 @@ def test_spawned_ranks_are_programs_the_caller_starts_and_forked_ones_are_not():
 
 
 def test_a_cell_profiled_by_nsys_spawns_its_ranks(monkeypatch):
-    from cs336report.distributed import train
+    from cs336report.experiments.ddp_training import train
 
     seen = []
 
@@ -81,13 +81,13 @@ def test_nccl_without_enough_gpus_is_refused_before_start():
 
 
 def _not_implemented_on_every_rank(rank, world_size, device):
-    from cs336report.student import AdapterNotImplemented
+    from cs336report.student.resolve import AdapterNotImplemented
 
     raise AdapterNotImplemented("get_ddp_bucketed raises NotImplementedError (repo:get_ddp_bucketed)")
 
 
 def test_a_ranks_result_status_reaches_the_caller():
-    from cs336report.student import AdapterNotImplemented, adapter_errors
+    from cs336report.student.resolve import AdapterNotImplemented, adapter_errors
 
     with pytest.raises(RankFailed) as info:
         launch(_not_implemented_on_every_rank, 2, backend="gloo", timeout_s=30)

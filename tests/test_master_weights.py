@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from cs336report.master_weights import MasterWeightAdamW, adamw_scalars, adamw_update, autocast_cast_weights
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.lm.master_weights import MasterWeightAdamW, adamw_scalars, adamw_update, autocast_cast_weights
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 
 SPEC = ModelSpec(vocab_size=61, d_model=32, num_layers=2, num_heads=4, d_ff=48, rope_theta=10_000.0)
 LR = 1e-2  # large enough that a weight moves by many bf16 steps in a few updates
@@ -163,7 +163,7 @@ def test_the_compiled_update_writes_back_what_the_eager_one_computes_and_reads_a
     """Inductor (CPU here) runs the same update in place, and its kernels carry AdamW's lerp in their names."""
     from torch._inductor.utils import run_and_get_code
 
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     shapes = [(48, 32), (32,)]  # a matrix with a bf16 working copy, a gain without one
     grads = [torch.randn(shapes[0]).to(torch.bfloat16), torch.randn(shapes[1])]

@@ -2,7 +2,7 @@ import statistics
 
 import pytest
 
-from cs336report.measure import PhaseTimer, is_out_of_memory, summarize, time_steps
+from cs336report.measure.timing import PhaseTimer, is_out_of_memory, summarize, time_steps
 
 
 def test_summarize_matches_statistics_module():
@@ -51,7 +51,7 @@ def test_out_of_memory_detection():
 def test_casts_are_counted_with_their_elements_as_the_profiler_recorded_them(monkeypatch):
     import torch
 
-    from cs336report import measure
+    from cs336report.measure import timing as measure
 
     x, y = torch.ones(3, 5), torch.ones(7)
 
@@ -69,8 +69,8 @@ def test_casts_are_counted_with_their_elements_as_the_profiler_recorded_them(mon
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_train_steps_casts_read_as_recorded_equal_the_profilers_event_list(precision, monkeypatch):
-    from cs336report import measure
-    from cs336report.experiments import benchmarking
+    from cs336report.experiments.benchmarking_script import step as benchmarking
+    from cs336report.measure import timing as measure
     from helpers import cell
 
     _, c = cell("benchmarking")

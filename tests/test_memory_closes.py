@@ -9,11 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report import accounting, accounting_peak
-from cs336report.model import ModelSpec
-from cs336report.report.parts.memory_accounting import TRAIN_STEP_EXPERIMENTS, accounting_analysis, train_step_rows
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
+from cs336report.lm.model import ModelSpec
+from cs336report.records.store import load
 from cs336report.report.sections import memory_profiling
-from cs336report.results import load
+from cs336report.report.sections.memory_profiling.analytic import (TRAIN_STEP_EXPERIMENTS, accounting_analysis,
+                                                                   train_step_rows)
 
 DATA = Path(__file__).resolve().parents[1] / "report" / "data"
 MiB = 2**20
@@ -164,7 +165,7 @@ def test_the_cublas_workspace_follows_the_card():
 def test_the_train_step_table_says_which_steps_its_peaks_cover(steps):
     """memory_profiling resets the allocator's peak after its warm-up: the note says its rows' peaks
     cover the recorded steps alone, the other experiments' the warm-up and measured steps."""
-    from cs336report.report.parts.memory_accounting import train_step_table
+    from cs336report.report.sections.memory_profiling.analytic import train_step_table
 
     assert {x["experiment"] for x in steps} >= {"memory_profiling", "benchmarking"}
     note = train_step_table(steps).note

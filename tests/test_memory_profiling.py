@@ -19,17 +19,18 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, accounting_peak, experiments
+from cs336report import experiments
+from cs336report.accounting import transformer as accounting, peak as accounting_peak
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import memory
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.experiments.memory_profiling import capture as memory
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.parsers.snapshot import parse_snapshot
+from cs336report.records.store import load, save
 from cs336report.report.render import render_report
 from cs336report.report.sections import memory_profiling as section
 from cs336report.report.tables import fmt_bytes, sig
-from cs336report.results import load, save
-from cs336report.runner import run_cell
-from cs336report.snapshot_step import parse_step
+from cs336report.run.runner import run_cell
+from cs336report.steps.snapshot_step import parse_step
 
 REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "tests" / "fixtures" / "snapshots" / "real"
@@ -639,8 +640,8 @@ def test_answer_e_counts_what_the_largest_blocks_are(tmp_path):
     # the summary's headline names which of the three peaks it quotes: the snapshot's, not the counter's
     forward = load(PUBLISHED / "memory_profiling_parse" / "naive-fp32-2.7B-ctx512-forward.json.gz")["data"]
     summary = (tmp_path / "report" / "report.md").read_text().split('<a id="answers"></a>', 1)[0]
-    assert (f"snapshot peak (requested) {fmt_bytes(forward['snapshot']['peak']['bytes'])} for the forward pass and "
-            f"{fmt_bytes(snap['peak']['bytes'])} for a full step") in summary
+    assert f"to a snapshot peak (requested) of {fmt_bytes(forward['snapshot']['peak']['bytes'])}" in summary
+    assert f"reaches its snapshot peak (requested), {fmt_bytes(snap['peak']['bytes'])}," in summary
 
 
 def test_answer_b_names_what_stays_fixed_as_the_forward_pass_holds_it(tmp_path):

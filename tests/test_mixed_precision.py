@@ -12,15 +12,18 @@ import yaml
 
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
-from cs336report.experiments import autocast_benchmarking as ab
-from cs336report.experiments import benchmarking, norm_sensitivity, precision
-from cs336report.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.experiments import benchmarking_mixed_precision as mixed, benchmarking_script as benchmarking
+from cs336report.experiments import mixed_precision_accumulation
+from cs336report.experiments.benchmarking_mixed_precision import census
+from cs336report.experiments.benchmarking_script import step
+from cs336report.experiments.mixed_precision_accumulation import accumulation
+from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
+from cs336report.records.store import load
 from cs336report.report import checks
 from cs336report.report.render import RenderContext, environments, render_report
 from cs336report.report.sections import benchmarking_mixed_precision as bmp
 from cs336report.report.sections import mixed_precision_accumulation as mpa
-from cs336report.results import load
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 MICRO = {"d_model": 32, "d_ff": 64, "num_layers": 2, "num_heads": 2, "vocab_size": 100}
 
@@ -54,18 +57,18 @@ def test_probe_cells_default_to_the_run_device_and_follow_devices():
     for key in ("mixed_precision_accumulation", "autocast_dtypes", "norm_sensitivity"):
         raw["grids"]["cpu"][key].pop("devices", None)
     cfg = config(raw)
-    assert list(precision.accumulation_cells(cfg)) == ["cpu"]
-    assert sorted(precision.autocast_cells(cfg)) == ["cpu-bf16", "cpu-fp16"]
+    assert list(mixed_precision_accumulation.accumulation_cells(cfg)) == ["cpu"]
+    assert sorted(mixed.autocast_cells(cfg)) == ["cpu-bf16", "cpu-fp16"]
     gpu = config(cuda=True)
     gpu_grid = gpu.grid("autocast_dtypes")
-    assert sorted(precision.autocast_cells(gpu)) == sorted(f"{d}-{t}" for d in gpu_grid["devices"] for t in gpu_grid["dtypes"])
-    assert all(c["device"] in ("cuda", "cpu") for c in precision.accumulation_cells(gpu).values())
+    assert sorted(mixed.autocast_cells(gpu)) == sorted(f"{d}-{t}" for d in gpu_grid["devices"] for t in gpu_grid["dtypes"])
+    assert all(c["device"] in ("cuda", "cpu") for c in mixed_precision_accumulation.accumulation_cells(gpu).values())
 
 
 def test_probe_without_grid_has_no_cells():
     raw = raw_config()
     del raw["grids"]["cpu"]["norm_sensitivity"]
-    assert norm_sensitivity.norm_cells(config(raw)) == {}
+    assert mixed.norm_cells(config(raw)) == {}
 
 
 def _product(cfg, grid) -> dict:
@@ -76,49 +79,49 @@ def _product(cfg, grid) -> dict:
 def test_bf16_grid_never_repeats_a_benchmarking_cell_and_misses_none(cuda):
     cfg = config(cuda=cuda)
     base = benchmarking.cells(cfg)
-    mine = ab.bf16_cells(cfg)
+    mine = mixed.bf16_cells(cfg)
     assert not set(mine) & set(base)
-    wanted = _product(cfg, ab.bf16_grid(cfg))
+    wanted = _product(cfg, mixed.bf16_grid(cfg))
     assert set(wanted) <= set(mine) | set(base)
     for name in set(wanted) & set(base):
         assert base[name] == wanted[name]
-    assert {c["precision"] for c in mine.values()} <= set(ab.bf16_grid(cfg)["precisions"])
+    assert {c["precision"] for c in mine.values()} <= set(mixed.bf16_grid(cfg)["precisions"])
 
 
 def test_bf16_grid_inherits_unset_keys_from_benchmarking():
     raw = raw_config()
     raw["grids"]["cpu"]["benchmarking_bf16"] = {}
     cfg = config(raw)
-    grid = ab.bf16_grid(cfg)
+    grid = mixed.bf16_grid(cfg)
     for key in ("sizes", "contexts", "modes"):
         assert grid[key] == cfg.grid("benchmarking")[key]
     assert grid["precisions"] == ["fp32", "bf16"]  # the schema's default
-    assert {c["precision"] for c in ab.bf16_cells(cfg).values()} == {"bf16"}
+    assert {c["precision"] for c in mixed.bf16_cells(cfg).values()} == {"bf16"}
 
 
 @pytest.mark.parametrize("cuda", [False, True])
 def test_memory_grid_reuses_cells_of_both_benchmarking_grids(cuda):
     cfg = config(cuda=cuda)
-    taken = {**benchmarking.cells(cfg), **ab.bf16_cells(cfg)}
-    mine = ab.memory_cells(cfg)
+    taken = {**benchmarking.cells(cfg), **mixed.bf16_cells(cfg)}
+    mine = mixed.memory_cells(cfg)
     assert not set(mine) & set(taken)
     grid = cfg.grid("autocast_memory")
     wanted = _product(cfg, grid)
     assert set(wanted) <= set(mine) | set(taken)
-    assert len(wanted) == math.prod(len(grid[k]) for k in ab.GRID_KEYS)
+    assert len(wanted) == math.prod(len(grid[k]) for k in mixed.GRID_KEYS)
 
 
 def test_census_cells_one_per_implementation_and_size():
     cfg = config()
     grid = cfg.grid("autocast_memory")
-    cells = ab.census_cells(cfg)
+    cells = mixed.census_cells(cfg)
     assert sorted(cells) == sorted(f"{i}-{s}-census" for i, s in itertools.product(grid["implementations"], grid["sizes"]))
     for c in cells.values():
         assert c["contexts"] == grid["contexts"] and c["context"] == max(grid["contexts"])
         assert c["precisions"] == grid["precisions"]
     raw = raw_config()
     raw["grids"]["cpu"]["autocast_memory"]["saved_tensors"] = False
-    assert ab.census_cells(config(raw)) == {}
+    assert mixed.census_cells(config(raw)) == {}
 
 
 def test_every_experiment_is_registered():
@@ -141,11 +144,11 @@ def test_ulp_is_the_gap_to_the_next_number(dtype, value):
         y = torch.nextafter(y, torch.tensor(math.inf, dtype=torch.float64))
         y = y + (y - x.double())  # doubling the step keeps the walk short
     nxt = y.to(dtype)
-    assert precision.ulp(float(x), dtype) == float(nxt) - float(x)
+    assert accumulation.ulp(float(x), dtype) == float(nxt) - float(x)
 
 
 def test_accumulation_trajectory_and_stall():
-    result = precision.accumulation(n=400, step=0.01, points=40)
+    result = accumulation.accumulation(n=400, step=0.01, points=40)
     for row in result["rows"]:
         assert row["trajectory"][-1] == [400, row["result"]]
         assert len(row["trajectory"]) == 40
@@ -167,7 +170,7 @@ def _forward(impl: str, precision_: str, context: int = 16):
     spec = ModelSpec(**MICRO)
     model = TransformerLM(spec, context, impl=impl)
     tokens = torch.randint(0, spec.vocab_size, (2, context))
-    with benchmarking.autocast_context("cpu", precision_):
+    with step.autocast_context("cpu", precision_):
         loss = cross_entropy(model(tokens), tokens)
     return model, loss
 
@@ -181,7 +184,7 @@ def _weight_bytes(model, element_size: int) -> int:
 @pytest.mark.parametrize("impl", ["naive", "native"])
 def test_census_finds_one_bf16_copy_of_every_matrix_weight(impl):
     model, loss = _forward(impl, "bf16")
-    groups = ab.saved_tensor_census(loss, model)
+    groups = census.saved_tensor_census(loss, model)
     copies = sum(g["bytes"] for g in groups if g["role"] == "parameter_copy")
     assert copies == _weight_bytes(model, torch.tensor([], dtype=torch.bfloat16).element_size())
     assert all(g["dtype"] == "bfloat16" for g in groups if g["role"] == "parameter_copy")
@@ -190,7 +193,7 @@ def test_census_finds_one_bf16_copy_of_every_matrix_weight(impl):
 @pytest.mark.parametrize("impl", ["naive", "native"])
 def test_census_in_fp32_saves_the_parameters_themselves(impl):
     model, loss = _forward(impl, "fp32")
-    groups = ab.saved_tensor_census(loss, model)
+    groups = census.saved_tensor_census(loss, model)
     assert not [g for g in groups if g["role"] == "parameter_copy"]
     saved_params = sum(g["bytes"] for g in groups if g["role"] == "parameter")
     assert saved_params >= _weight_bytes(model, 4)
@@ -198,10 +201,10 @@ def test_census_in_fp32_saves_the_parameters_themselves(impl):
 
 def test_census_counts_each_storage_once():
     model, loss = _forward("naive", "fp32")
-    groups = ab.saved_tensor_census(loss, model)
+    groups = census.saved_tensor_census(loss, model)
     storages = {}
-    for node in ab._graph_nodes(loss.grad_fn):
-        for _, t in ab._saved(node):
+    for node in census._graph_nodes(loss.grad_fn):
+        for _, t in census._saved(node):
             storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     assert sum(g["bytes"] for g in groups) == sum(storages.values())
     assert sum(g["count"] for g in groups) == len([b for b in storages.values() if b])
@@ -209,16 +212,16 @@ def test_census_counts_each_storage_once():
 
 def test_run_census_records_every_context_and_precision_and_survives_an_oom(monkeypatch):
     cfg = config()
-    cell = ab.census_cells(cfg)["naive-micro-census"]
-    real = ab.cross_entropy
+    cell = mixed.census_cells(cfg)["naive-micro-census"]
+    real = census.cross_entropy
 
     def failing(logits, targets):
         if logits.dtype == torch.bfloat16 and logits.shape[1] == max(cell["contexts"]):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
         return real(logits, targets)
 
-    monkeypatch.setattr(ab, "cross_entropy", failing)
-    data = ab.run_census(cell)
+    monkeypatch.setattr(census, "cross_entropy", failing)
+    data = census.run_census(cell)
     cases = {(c["context"], c["precision"]): c for c in data["cases"]}
     assert set(cases) == set(itertools.product(cell["contexts"], cell["precisions"]))
     for (context, prec), case in cases.items():
@@ -414,7 +417,8 @@ def test_census_part_totals_match_the_result(cpu_results, tmp_path):
 
 def test_sections_render_in_both_formats(cpu_results, tmp_path):
     cfg, paths = cpu_results
-    render_report(paths, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "out")
+    config = {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}
+    render_report(paths, config, tmp_path / "out", expected=experiments.expected_cells(config))
     md = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "index.html").read_text()
     for section in ("mixed_precision_accumulation", "benchmarking_mixed_precision"):
@@ -439,10 +443,10 @@ def test_memory_cells_record_peaks_and_census_on_cuda(tmp_path):
     raw["grids"]["gpu"]["benchmarking_bf16"] = raw["grids"]["cpu"]["benchmarking_bf16"]
     raw["grids"]["gpu"]["autocast_memory"] = raw["grids"]["cpu"]["autocast_memory"]
     cfg = config(raw, cuda=True)
-    name, cell = next(iter(ab.memory_cells(cfg).items()))
+    name, cell = next(iter(mixed.memory_cells(cfg).items()))
     record = run_cell("autocast_memory", name, cell, tmp_path / "m.json")
     assert record["status"] == "ok" and record["data"]["peak_memory"]["allocated_bytes"] > 0
-    name, cell = next(iter(ab.census_cells(cfg).items()))
+    name, cell = next(iter(mixed.census_cells(cfg).items()))
     record = run_cell("autocast_saved_tensors", name, cell, tmp_path / "c.json")
     assert record["status"] == "ok"
     for case in record["data"]["cases"]:
@@ -481,7 +485,8 @@ def test_with_one_size_left_to_compare_the_answer_claims_no_size_trend_and_no_sl
     assert "median over context" not in text and "up to" not in text
     assert "for 2.7B and" not in text and "pay off" not in text
     assert "slow down" not in text and "gain least" not in text  # no smaller model to set against it
-    assert headlines.benchmarking_mixed_precision(data).endswith("for 2.7B (the one size compared)")
+    assert headlines.benchmarking_mixed_precision(data) == ["Only 2.7B can be compared in this run",
+                                                            "the forward speed-up there is 4.76×"]
 
 
 @pytest.mark.parametrize("mode", ["md", "html"])
@@ -495,14 +500,14 @@ def test_a_smaller_size_left_out_is_named_and_not_called_the_slowest(tmp_path, m
 
 
 def test_sizes_left_out_are_joined_in_order():
-    from cs336report.report.parts.mixed_precision_speed import _join
+    from cs336report.report.sections.benchmarking_mixed_precision.speed import _join
 
     assert [_join([]), _join(["a"]), _join(["a", "b"]), _join(["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
 
 
 def test_the_speedup_plot_draws_the_pairs_left_out_hollow(tmp_path):
     from cs336report.config import load_files
-    from cs336report.report.parts import mixed_precision_speed as mps
+    from cs336report.report.sections.benchmarking_mixed_precision import speed as mps
 
     cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
     ctx = _context(cfg, [], tmp_path, [load(p) for p in sorted(LEFT_OUT.glob("*/*.json.gz"))])
@@ -539,7 +544,7 @@ def test_published_memory_grid_saves_from_a_context_only_where_every_longer_one_
     change = {ctx: peak[("bf16", ctx)] - peak[("fp32", ctx)] for ctx in (128, 256, 512)}
     assert change[512] < 0  # the published cells save at the longest context
     start = min(ctx for ctx in change if all(change[c] < 0 for c in change if c >= ctx))
-    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False)
+    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False, expected=experiments.expected_cells(config))
     evidence = (tmp_path / "r" / "evidence.md").read_text()
     pct = {ctx: f"{100 * (peak[('bf16', ctx)] / peak[('fp32', ctx)] - 1):+.1f} %" for ctx in (128, 512)}
     assert f"2.7B forward + backward {pct[128]} at 128 to {pct[512]} at 512 (a saving from context {start} on)" in evidence
@@ -556,7 +561,7 @@ def test_published_speed_ups_name_no_trend_from_two_cells(tmp_path):
     if not paths:
         pytest.skip("no published records")
     config = json.loads((PUBLISHED / "config.json").read_text())
-    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False)
+    render_report([str(p) for p in paths], config, tmp_path / "r", draw=False, expected=experiments.expected_cells(config))
     records = [{**load(p), "_path": str(p)} for p in paths]
     part = bmp.speed_part(RenderContext(records, config, tmp_path))
     modes = {m["mode"]: m for m in part["analysis"]["modes"]}
@@ -576,7 +581,7 @@ def test_host_bound_bf16_steps_that_still_win_give_lower_bounds_only():
     import pandas as pd
 
     from cs336report.report import headlines
-    from cs336report.report.parts.mixed_precision_speed import lower_bounds, speed_analysis
+    from cs336report.report.sections.benchmarking_mixed_precision.speed import lower_bounds, speed_analysis
 
     rows, records, flags = [], {}, []
     for size, params, fp32, bf16, bf16_flag, fp32_flag in (
@@ -602,5 +607,5 @@ def test_host_bound_bf16_steps_that_still_win_give_lower_bounds_only():
     analysis = speed_analysis(pairs, flags, records)
     assert analysis["modes"] == [] and analysis["bounds"] == [forward]
     line = headlines.benchmarking_mixed_precision({"speed": {"analysis": analysis}})
-    assert line == ("bf16 autocast makes the forward at least 1.20× as fast for medium and at least 1.71× for large "
-                    "(its steps host-bound)")
+    assert line == ["No fp32/bf16 pair of this run can be compared as measured",
+                    "forward, at least 1.20× (at most 4.80×) for medium"]

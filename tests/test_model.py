@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from cs336report import accounting
+from cs336report.accounting import transformer as accounting
 from cs336report.config import Config
-from cs336report.model import ModelSpec, TransformerLM, scaled_dot_product_attention
+from cs336report.lm.model import ModelSpec, TransformerLM, scaled_dot_product_attention
 
 EXPECTED_PARAMS = {
     "small": 128_625_408,

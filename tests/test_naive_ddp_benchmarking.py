@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from cs336report.config import Config
-from cs336report.distributed.train import slowest
 from cs336report.experiments import minimal_ddp_flat_benchmarking, naive_ddp_benchmarking
-from cs336report.measure import summarize
-from cs336report.models import build_model
+from cs336report.experiments.ddp_training.train import slowest
+from cs336report.lm.build import build_model
+from cs336report.measure.timing import summarize
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext
 from cs336report.report.sections import minimal_ddp_flat_benchmarking as flat_section
 from cs336report.report.sections import naive_ddp_benchmarking as section
-from cs336report.results import load
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 
 def _cell(cuda: bool, experiment=naive_ddp_benchmarking):
@@ -75,9 +75,9 @@ def test_flat_against_naive_claims_a_saving_only_outside_the_spread(tmp_path, ap
     import copy
     import math
 
+    from cs336report.records.store import load
     from cs336report.report.render import RenderContext, environments
     from cs336report.report.sections import minimal_ddp_flat_benchmarking as section
-    from cs336report.results import load
 
     paths = [*sorted((PUBLISHED / "minimal_ddp_flat_benchmarking").glob("*.json.gz")),
              *sorted((PUBLISHED / "naive_ddp_benchmarking").glob("*.json.gz"))]

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from cs336report.config import DEFAULT_CONFIG, Config, load_files
-from cs336report.report.parts.nsys_frames import forward_source
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
 from cs336report.report.sections import nsys_profile as section
-from cs336report.results import load
+from cs336report.report.sections.nsys_profile.frames import forward_source
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nsys_step_h200"
 
@@ -78,8 +78,8 @@ def test_forward_source_prefers_forward_only_cells():
 
 
 def test_the_class_figure_draws_the_forward_range_of_the_steps(tmp_path):
-    from cs336report.report.parts.nsys_frames import cell_frame, class_frame
-    from cs336report.report.parts.nsys_kernels import class_figure
+    from cs336report.report.sections.nsys_profile.frames import cell_frame, class_frame
+    from cs336report.report.sections.nsys_profile.kernels import class_figure
 
     records = [load(p) for p in sorted((FIXTURE / "nsys_profile").glob("*train_step.json.gz"))]
     fig = class_figure(class_frame(records), cell_frame(records, []))

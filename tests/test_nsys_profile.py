@@ -15,9 +15,10 @@ import yaml
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments.nsys_profile import resolve_profiler
-from cs336report.nsys_step import parse_stats
-from cs336report.profiling import PROFILE_FLAGS, export_stats, nsys_profile_command, profile_cell
-from cs336report.results import load, save
+from cs336report.parsers.kernel_records import kernel_rows
+from cs336report.records.store import load, save
+from cs336report.run.profiling import PROFILE_FLAGS, export_stats, nsys_profile_command, profile_cell
+from cs336report.steps.nsys_step import parse_stats
 
 LAYERS = 2
 
@@ -152,9 +153,9 @@ def test_three_steps_on_a_cpu_cell(tmp_path):
     assert data["checks"]["range_instances"]["softmax"]["expected"] == 2 * LAYERS
     assert data["checks"]["kernels_outside_measured_steps"]["share"] == pytest.approx(0, abs=1e-9)
     assert 0.5 < data["checks"]["phases_over_step_wall"]["ratio"] <= 1.0001
-    ranges = {k["range"] for k in data["kernels"]}
+    ranges = {k["range"] for k in kernel_rows(data["kernels"])}
     assert {"step", "forward", "backward", "optimizer_step", "attention_scores", "softmax"} <= ranges
-    assert any(k["class"] == "gemm" for k in data["kernels"] if k["range"] == "attention_scores")
+    assert any(k["class"] == "gemm" for k in kernel_rows(data["kernels"]) if k["range"] == "attention_scores")
     assert len(data["python_timer"]["measured_s"]) == 2
     assert data["tool"]["profile_wall_s"] > 0 and data["tool"]["export_wall_s"] >= 0
     assert not torch.autograd.profiler._is_profiler_enabled  # the profiler was stopped
@@ -261,7 +262,7 @@ def test_nsys_profile_on_the_gpu(tmp_path):
     assert record["status"] == "ok" and data["exact"] and data["warmup_in_export"] == 0
     assert all(v["ok"] for v in data["checks"]["range_instances"].values()), data["checks"]
     assert data["checks"]["kernels_outside_measured_steps"]["share"] == pytest.approx(0, abs=1e-3)
-    backward = [k for k in data["kernels"] if k["range"] == "backward"]
+    backward = [k for k in kernel_rows(data["kernels"]) if k["range"] == "backward"]
     assert backward and any(k["class"] == "gemm" for k in backward)
     assert 0.8 < data["checks"]["phases_over_step_wall"]["ratio"] <= 1.0001
 
@@ -294,7 +295,7 @@ def test_an_nccl_cell_without_its_gpus_is_recorded_not_run_without_a_profiler(tm
 
 def test_clock_stamps_a_child_process_on_the_parents_clock(tmp_path):
     """A process started between two stamps of its parent starts between them on the boot-time clock."""
-    from cs336report import clock
+    from cs336report.machine import clock
 
     before = clock.boot_s()
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
@@ -371,7 +372,7 @@ def _job_cells(contexts=(8, 16, 32)):
 
 @pytest.mark.parametrize("fail_cell", [None, "naive-fp32-micro-ctx16-train_step"])
 def test_each_range_report_goes_to_the_cell_that_captured_it(tmp_path, monkeypatch, fail_cell):
-    from cs336report.profiling import profile_job
+    from cs336report.run.profiling import profile_job
 
     monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
     fake_nsys_of_ranges(tmp_path, fail_cell=fail_cell)
@@ -401,7 +402,7 @@ def test_each_range_report_goes_to_the_cell_that_captured_it(tmp_path, monkeypat
 
 
 def test_reports_that_do_not_match_the_ranges_are_not_given_out(tmp_path, monkeypatch):
-    from cs336report.profiling import profile_job
+    from cs336report.run.profiling import profile_job
 
     monkeypatch.setenv("PATH", str(tmp_path / "bin") + os.pathsep + os.environ["PATH"])
     fake_nsys_of_ranges(tmp_path, reports_short_by=1)
@@ -415,7 +416,7 @@ def test_reports_that_do_not_match_the_ranges_are_not_given_out(tmp_path, monkey
 
 
 def test_a_cpu_job_profiles_each_context_in_this_process(tmp_path):
-    from cs336report.profiling import profile_job
+    from cs336report.run.profiling import profile_job
 
     cells = experiments.cells("nsys_profile", profile_config(contexts=[8, 16], modes=["forward"]))
     job, names = "naive-fp32-micro-forward", ["naive-fp32-micro-ctx16-forward", "naive-fp32-micro-ctx8-forward"]
@@ -435,7 +436,7 @@ def test_a_cpu_job_profiles_each_context_in_this_process(tmp_path):
 def test_range_reports_are_read_in_the_order_nsys_numbered_them(tmp_path):
     """nsys 2025.3.1 on an H200 named the 4 reports of a job's ranges profile.1.nsys-rep to
     profile.4.nsys-rep and listed them in that order (the fixture: that job's launch.json)."""
-    from cs336report.profiling import _range_reports
+    from cs336report.run.profiling import _range_reports
 
     launch = json.loads((Path(__file__).parent / "fixtures" / "nsys_job_h200" / "launch.json").read_text())
     attempt = launch["attempts"][0]

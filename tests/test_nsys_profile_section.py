@@ -10,15 +10,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cs336report import accounting
-from cs336report.model import ModelSpec
+from cs336report.accounting import transformer as accounting
+from cs336report.lm.model import ModelSpec
 from cs336report.parsers import nsys
-from cs336report.nsys_step import parse_stats
 from cs336report.parsers.kernel_ranges import short_name
+from cs336report.records.store import load, save
 from cs336report.report.render import RenderContext, render_report
 from cs336report.report.sections import nsys_profile as section
 from cs336report.report.tables import fmt_pct, sig
-from cs336report.results import load, save
+from cs336report.parsers.kernel_records import kernel_rows
+from cs336report.records.store import load, save
+from cs336report.steps.nsys_step import parse_stats
 from test_kernel_ranges import REAL, small_cell
 
 MODES = ("forward", "train_step")
@@ -101,13 +103,13 @@ def test_forward_backward_top_kernel_comes_from_the_training_step(parsed):
 def test_gemm_share_forward_against_training_step(parsed):
     d = build(list(parsed["paths"].values()))
     fwd = range_kernels(raw("forward"), "forward")
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     gemm_fwd = fwd[[classify(k) == "gemm" for k in fwd.index]]["total_ns"].sum() / fwd["total_ns"].sum()
     row = _rows(d["shift_table"])[0]
     assert row[2] == fmt_pct(gemm_fwd)
     record = load(parsed["paths"]["train_step"])
-    step = [k for k in record["data"]["kernels"] if k["range"] == "step"]
+    step = [k for k in kernel_rows(record["data"]["kernels"]) if k["range"] == "step"]
     gemm_train = sum(k["total_ns"] for k in step if k["class"] == "gemm") / sum(k["total_ns"] for k in step)
     assert row[3] == fmt_pct(gemm_train)
     assert gemm_train < gemm_fwd  # backward and AdamW add non-GEMM work
@@ -117,7 +119,7 @@ def test_gemm_share_forward_against_training_step(parsed):
 def test_softmax_against_the_attention_matmuls(parsed):
     d = build(list(parsed["paths"].values()))
     frames = raw("forward")
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     def gemm_time(rng):
         k = range_kernels(frames, rng)
@@ -137,7 +139,7 @@ def test_softmax_against_the_attention_matmuls(parsed):
 def test_non_gemm_kernels_listed_are_the_non_trivial_ones(parsed):
     d = build(list(parsed["paths"].values()))
     fwd = range_kernels(raw("forward"), "forward")
-    from cs336report.kernels import classify
+    from cs336report.parsers.kernels import classify
 
     share = fwd["total_ns"] / fwd["total_ns"].sum()
     expected = [short_name(k) for k in share.sort_values(ascending=False).index
@@ -429,7 +431,7 @@ def test_the_softmax_paragraph_says_the_row_reductions_write_little(parsed, tmp_
 def test_the_whole_jobs_table_does_not_set_a_job_against_a_cell(tmp_path):
     """The profiled run's time is a whole job's; the unprofiled column is a cell's own wall time, most
     of them in a warm worker: the table says the two are not a profiler's cost."""
-    from cs336report.report.parts.nsys_timing import cost_table
+    from cs336report.report.sections.nsys_profile.timing import cost_table
 
     table = cost_table(pd.DataFrame(columns=["size", "context", "mode", "status", "plain_status", "timer_mean_s",
                                              "plain_mean_s", "profile_wall_s", "export_wall_s", "plain_wall_s",

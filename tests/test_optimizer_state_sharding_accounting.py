@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from cs336report.experiments import optimizer_state_sharding_accounting as experiment
+from cs336report.experiments.optimizer_state_sharding_accounting import training as experiment_training
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
 from cs336report.report.sections import optimizer_state_sharding_accounting as section
-from cs336report.results import load
 from helpers import tiny_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sharding"
@@ -46,7 +47,7 @@ def test_a_global_batch_the_ranks_cannot_share_is_refused():
 
 
 def test_sharded_cell_on_two_cpu_ranks():
-    d = experiment.run(_cell("sharded"))
+    d = experiment_training.run(_cell("sharded"))
     ranks = d["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert ranks[0]["param_checksum"] == ranks[1]["param_checksum"]  # the broadcast left the ranks equal
@@ -98,7 +99,7 @@ def test_two_gpus_measure_the_state_the_allocator_holds():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
     for optimizer in ("sharded", "zero"):
-        d = experiment.run(_cell(optimizer, device="cuda", backend="nccl"))
+        d = experiment_training.run(_cell(optimizer, device="cuda", backend="nccl"))
         for r in d["ranks"]:
             # the first step allocated the state: the allocator's count and the tensors' bytes agree
             assert r["state_allocated_first_step"] == pytest.approx(r["tensors"]["optimizer_state"], rel=0.05)
@@ -114,10 +115,10 @@ PUBLISHED = Path(__file__).resolve().parent.parent / "report" / "data" / "optimi
 def test_published_answer_splits_memory_and_time_from_the_records(tmp_path):
     """The H200 records: the optimizer step's own allocation halves too, the peaks are named by the phase
     they were taken in, and a difference of the steps beyond their spread is given per phase (none within it)."""
+    from cs336report.records.store import load
     from cs336report.report.render import RenderContext, environments
     from cs336report.report.sections import optimizer_state_sharding_accounting as section
     from cs336report.report.tables import fmt_bytes
-    from cs336report.results import load
 
     records = [{**load(p), "_path": str(p)} for p in sorted(PUBLISHED.glob("*.json.gz"))]
     rank0 = {r["config"]["optimizer"]: r["data"]["ranks"][0] for r in records}

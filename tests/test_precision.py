@@ -3,7 +3,8 @@ import json
 import pytest
 import torch
 
-from cs336report.experiments import norm_sensitivity, precision
+from cs336report.experiments.benchmarking_mixed_precision import dtypes as autocast, norms
+from cs336report.experiments.mixed_precision_accumulation import accumulation
 
 SMALL_NORM_ARGS = dict(
     magnitudes=(1, 100, 1e3, 1e4),
@@ -18,12 +19,12 @@ def _round_trip(result: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def accumulation_result():
-    return precision.accumulation()
+    return accumulation.accumulation()
 
 
 @pytest.fixture(scope="module")
 def norm_result():
-    return norm_sensitivity.norm_sensitivity(**SMALL_NORM_ARGS)
+    return norms.norm_sensitivity(**SMALL_NORM_ARGS)
 
 
 def test_accumulation_rows(accumulation_result):
@@ -53,7 +54,7 @@ def test_accumulation_json(accumulation_result):
 
 
 def test_autocast_bfloat16_on_cpu():
-    result = precision.autocast_dtypes(device="cpu", dtype="bfloat16")
+    result = autocast.autocast_dtypes(device="cpu", dtype="bfloat16")
     assert result["status"] == "ok"
     assert result["autocast_enabled"] is True
     assert result["autocast_dtype"] == "bfloat16"
@@ -72,7 +73,7 @@ def test_autocast_bfloat16_on_cpu():
 
 
 def test_autocast_float16_on_cpu_is_observed_not_assumed():
-    result = precision.autocast_dtypes(device="cpu", dtype="float16")
+    result = autocast.autocast_dtypes(device="cpu", dtype="float16")
     assert result["status"] in {"ok", "disabled", "unsupported"}
     if result["status"] == "ok":
         dtypes = {row["component"]: row["dtype"] for row in result["rows"]}
@@ -82,7 +83,7 @@ def test_autocast_float16_on_cpu_is_observed_not_assumed():
 
 @pytest.mark.gpu
 def test_autocast_float16_on_cuda():
-    result = precision.autocast_dtypes(device="cuda", dtype="float16")
+    result = autocast.autocast_dtypes(device="cuda", dtype="float16")
     assert result["status"] == "ok"
     dtypes = {row["component"]: row["dtype"] for row in result["rows"]}
     assert dtypes["fc1 output"] == "float16"
@@ -158,9 +159,9 @@ def test_norm_json(norm_result):
 
 def test_unknown_accumulation_rejected():
     with pytest.raises(ValueError):
-        norm_sensitivity.norm_sensitivity(magnitudes=(1,), hidden_sizes=(8,), accumulations=("kahan",))
+        norms.norm_sensitivity(magnitudes=(1,), hidden_sizes=(8,), accumulations=("kahan",))
 
 
 def test_same_seed_same_result():
     args = dict(magnitudes=(1, 1e4), hidden_sizes=(32,), rows_per_case=2)
-    assert norm_sensitivity.norm_sensitivity(**args) == norm_sensitivity.norm_sensitivity(**args)
+    assert norms.norm_sensitivity(**args) == norms.norm_sensitivity(**args)

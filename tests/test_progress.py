@@ -2,7 +2,7 @@
 
 import re
 
-from cs336report.measure import time_steps
+from cs336report.measure.timing import time_steps
 
 
 def test_timing_steps_prints_a_line_per_phase(capsys):
@@ -16,4 +16,4 @@ def test_timing_steps_prints_a_line_per_phase(capsys):
 
 def test_no_warm_up_line_without_warm_up(capsys):
     time_steps(lambda: None, warmup=0, measured=1, device="cpu")
-    assert capsys.readouterr().err.endswith("] timing 1 steps\n")
+    assert capsys.readouterr().err.endswith("] timing 1 step\n")

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from cs336report import results
-from cs336report.publish import publish
-from cs336report.report.appendix import unclean_records
+from cs336report.records import provenance, store as results
+from cs336report.report.appendix.provenance import unclean_records
+from cs336report.steps.publish import publish
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_records_hold_no_absolute_path(tmp_path):
-    from cs336report.runner import run_cell
+    from cs336report.run.runner import run_cell
     from helpers import cell
 
     name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
@@ -25,22 +25,22 @@ def test_records_hold_no_absolute_path(tmp_path):
     text = json.dumps(record)
     for folder in {str(REPO), os.getcwd(), str(tmp_path)}:
         assert folder not in text
-    assert record["data"]["model"]["file"] == "cs336report/model.py"
+    assert record["data"]["model"]["file"] == "cs336report/lm/model.py"
     assert len(record["provenance"]["code_hash"]) == 16
 
 
 def test_code_hash_needs_no_git_and_matches_the_commit(tmp_path):
     pkg = tmp_path / "repo" / "cs336report"
-    shutil.copytree(results.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    assert results.code_hash(pkg) == results.code_hash()  # a copy without .git hashes the same
+    shutil.copytree(provenance.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    assert provenance.code_hash(pkg) == provenance.code_hash()  # a copy without .git hashes the same
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "repo")]
     subprocess.run(git + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "-A"], check=True)
     subprocess.run(git + ["commit", "-qm", "c"], check=True)
     sha = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    assert results.commit_code_hash(sha, tmp_path / "repo") == results.code_hash(pkg)
-    (pkg / "model.py").write_text((pkg / "model.py").read_text() + "\n# edited\n")
-    assert results.commit_code_hash(sha, tmp_path / "repo") != results.code_hash(pkg)
+    assert provenance.commit_code_hash(sha, tmp_path / "repo") == provenance.code_hash(pkg)
+    (pkg / "lm" / "model.py").write_text((pkg / "lm" / "model.py").read_text() + "\n# edited\n")
+    assert provenance.commit_code_hash(sha, tmp_path / "repo") != provenance.code_hash(pkg)
 
 
 def _record(tmp_path, name, **prov):
@@ -50,7 +50,7 @@ def _record(tmp_path, name, **prov):
 
 
 def test_publish_refuses_records_that_are_not_from_one_clean_commit(tmp_path, monkeypatch):
-    import cs336report.publish as pub
+    import cs336report.steps.publish as pub
 
     monkeypatch.setattr(pub, "commit_code_hash", lambda commit: "feedfacefeedface")
     clean = _record(tmp_path, "a", git_commit="1" * 40, git_dirty=False, code_hash="feedfacefeedface")
@@ -70,7 +70,7 @@ def test_publish_refuses_records_that_are_not_from_one_clean_commit(tmp_path, mo
 
 
 def test_merge_refuses_a_cpu_record_in_a_gpu_folder(tmp_path):
-    from cs336report.runner import run_cell
+    from cs336report.run.runner import run_cell
     from helpers import cell
 
     config = json.loads((REPO / "report/data/config.json").read_text())
@@ -89,19 +89,19 @@ def test_merge_refuses_a_cpu_record_in_a_gpu_folder(tmp_path):
 def test_a_file_of_another_machine_is_named_by_its_module():
     """A published record holds the path of the machine that made it; the report names the file the
     same way wherever it is rendered (here the path lies under no folder of this machine)."""
-    from cs336report.results import portable_path
+    from cs336report.records.store import portable_path
 
-    foreign = "/somewhere/else/checkout/cs336report/model.py"
-    assert portable_path(foreign, "cs336report.model") == "cs336report/model.py"
+    foreign = "/somewhere/else/checkout/cs336report/lm/model.py"
+    assert portable_path(foreign, "cs336report.lm.model") == "cs336report/lm/model.py"
     assert portable_path("/x/y/mypkg/__init__.py", "mypkg") == "mypkg/__init__.py"
     assert portable_path(foreign) == "model.py"  # without its module: only the name is certain
-    assert portable_path("cs336report/model.py", "cs336report.model") == "cs336report/model.py"
+    assert portable_path("cs336report/lm/model.py", "cs336report.lm.model") == "cs336report/lm/model.py"
 
 
 def test_the_appendix_tells_apart_machines_that_share_a_name():
     """Records of one 4-GPU host and four cells run again on a 1-GPU host, both named "vm": the
     appendix lists each machine by its cores and GPU slots, with its records; one machine, once."""
-    from cs336report.report.appendix import provenance_summary
+    from cs336report.report.appendix.provenance import provenance_summary
 
     def record(cores, of):
         return {"provenance": {"hostname": "vm", "cpu_count": cores, "gpu": "NVIDIA H200",

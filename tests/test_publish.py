@@ -50,7 +50,7 @@ def test_render_published_without_a_published_folder_says_what_to_do(workdir):
 
 
 def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
-    from cs336report.publish import benchmark_of
+    from cs336report.records.job_timing import benchmark_of
 
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
     for rule, (wall, rss, cpu) in {"nsys_profile": (10.0, 900.0, 8.0), "nsys_stats": (2.0, 300.0, 1.5)}.items():
@@ -63,8 +63,8 @@ def test_a_chained_result_costs_every_job_of_its_chain(tmp_path):
 
 
 def test_a_chain_whose_first_job_ran_several_cells_counts_that_job_once(tmp_path):
-    from cs336report.publish import benchmark_of
-    from cs336report.report.cost import cost_of
+    from cs336report.report.appendix.cost import cost_of
+    from cs336report.records.job_timing import benchmark_of
 
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
     rows = {("nsys_profile", "job"): 30.0, ("nsys_stats", "a"): 2.0, ("nsys_parse", "a"): 1.0,
@@ -90,7 +90,7 @@ def _record(experiment: str, cell: str, **data) -> dict:
 @pytest.fixture
 def run_results(tmp_path):
     """Two result files of a run, in results/<rule>/<cell>.json, and a benchmark of one job."""
-    from cs336report.results import save
+    from cs336report.records.store import save
 
     paths = [save(_record("benchmarking", "small-ctx128", times=[0.1, 0.2], note="µs"),
                   tmp_path / "results/benchmarking/small-ctx128.json"),
@@ -103,8 +103,8 @@ def run_results(tmp_path):
 
 
 def test_publish_writes_gzip_records_holding_the_run_records(run_results, tmp_path):
-    from cs336report.publish import publish, published_files
-    from cs336report.results import load
+    from cs336report.records.store import load
+    from cs336report.steps.publish import publish, published_files
 
     paths, benchmarks = run_results
     out = tmp_path / "pub"
@@ -125,7 +125,7 @@ def test_publish_writes_gzip_records_holding_the_run_records(run_results, tmp_pa
 
 
 def test_publishing_twice_gives_the_same_bytes(run_results, tmp_path):
-    from cs336report.publish import publish
+    from cs336report.steps.publish import publish
 
     paths, benchmarks = run_results
     publish(paths, {"device": "cpu"}, tmp_path / "one", benchmarks)
@@ -139,7 +139,7 @@ def test_publishing_twice_gives_the_same_bytes(run_results, tmp_path):
 
 
 def test_republishing_a_published_folder_keeps_the_cell_names(run_results, tmp_path):
-    from cs336report.publish import publish, published_files
+    from cs336report.steps.publish import publish, published_files
 
     paths, benchmarks = run_results
     publish(paths, {}, tmp_path / "one", benchmarks)
@@ -149,8 +149,8 @@ def test_republishing_a_published_folder_keeps_the_cell_names(run_results, tmp_p
 
 
 def test_merging_replaces_only_the_cells_given(run_results, tmp_path):
-    from cs336report.publish import publish, published_files
-    from cs336report.results import load, save
+    from cs336report.records.store import load, save
+    from cs336report.steps.publish import publish, published_files
 
     paths, benchmarks = run_results
     out = tmp_path / "pub"
@@ -171,7 +171,7 @@ def test_merging_replaces_only_the_cells_given(run_results, tmp_path):
 
 
 def test_merging_into_a_folder_of_another_config_is_refused(run_results, tmp_path):
-    from cs336report.publish import publish, published_files
+    from cs336report.steps.publish import publish, published_files
 
     paths, benchmarks = run_results
     out = tmp_path / "pub"
@@ -182,8 +182,8 @@ def test_merging_into_a_folder_of_another_config_is_refused(run_results, tmp_pat
 
 
 def test_merging_records_of_another_card_is_refused_before_anything_is_written(run_results, tmp_path):
-    from cs336report.publish import publish, published_files
-    from cs336report.results import save
+    from cs336report.records.store import save
+    from cs336report.steps.publish import publish, published_files
 
     def on(card, cell, times):
         record = _record("benchmarking", cell, times=times)
@@ -208,9 +208,9 @@ def test_merging_records_of_another_card_is_refused_before_anything_is_written(r
 def test_missing_lists_the_result_files_of_the_configured_cells_a_folder_lacks(tmp_path, capsys):
     from cs336report import experiments
     from cs336report.cli import main
-    from cs336report.coverage import PARSED_BY
-    from cs336report.publish import missing_targets, publish
-    from cs336report.results import load, save
+    from cs336report.records.coverage import PARSED_BY
+    from cs336report.records.store import load, save
+    from cs336report.steps.publish import missing_targets, publish
     from helpers import tiny_config
 
     cfg = tiny_config()
@@ -249,8 +249,8 @@ def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsy
     lists both result files, and publishing one of them alone is refused before anything is written."""
     from cs336report.cli import main
     from cs336report.config import Config
-    from cs336report.publish import missing_targets, publish
-    from cs336report.results import load, save
+    from cs336report.records.store import load, save
+    from cs336report.steps.publish import missing_targets, publish
 
     job = Path(__file__).parent / "fixtures/compile/job-h100"
     forward, train = sorted(str(p) for p in (job / "results/compiled_model").glob("*.json.gz"))
@@ -302,9 +302,9 @@ def test_missing_lists_a_job_whole_and_publish_takes_a_job_whole(tmp_path, capsy
 def test_settings_a_machine_resolves_are_not_compared_when_merging():
     """The published nsys records ran under Nsight Systems; the folder's config read on a machine
     without nsys resolves their cells to torch.profiler. They still merge; another setting does not."""
-    from cs336report.coverage import expected_cells
-    from cs336report.publish import _check_settings, published_files
-    from cs336report.results import load
+    from cs336report.experiments import expected_cells
+    from cs336report.records.store import load
+    from cs336report.steps.publish import _check_settings, published_files
 
     out = Path(__file__).parents[1] / "report/data"
     files, config = published_files(out)
@@ -320,7 +320,7 @@ def test_settings_a_machine_resolves_are_not_compared_when_merging():
 
 def test_missing_names_the_config_it_cannot_resolve(run_results, tmp_path, capsys):
     from cs336report.cli import main
-    from cs336report.publish import missing_targets, publish
+    from cs336report.steps.publish import missing_targets, publish
 
     paths, benchmarks = run_results
     publish(paths, {"device": "cpu", "grids": "not a mapping"}, tmp_path / "pub", benchmarks)
@@ -335,8 +335,8 @@ def test_missing_can_list_the_cells_timed_host_bound_beside_other_jobs(tmp_path,
     --host-bound, the host-bound ones timed beside other jobs are listed to time again; no others."""
     from cs336report.cli import main
     from cs336report.config import Config, load_files
-    from cs336report.publish import missing_targets, publish
-    from cs336report.results import host_bound_beside_jobs, load
+    from cs336report.records.store import host_bound_beside_jobs, load
+    from cs336report.steps.publish import missing_targets, publish
 
     fixture = Path(__file__).parent / "fixtures/bf16_beside_neighbours_h200"
     paths = sorted(str(p) for p in fixture.glob("*/*.json.gz"))
@@ -359,8 +359,8 @@ def test_a_gloo_all_reduce_timed_beside_other_jobs_is_listed_and_named():
     """A Gloo all-reduce runs on the CPU: timed beside other jobs of a run on several GPU slots, it is
     listed to time again like a host-bound step, and the all-reduce table's note names it; an NCCL
     cell beside the same jobs is not, nor a Gloo cell that ran alone."""
+    from cs336report.records.store import host_bound_beside_jobs, load
     from cs336report.report.ddp import allreduce_frame, allreduce_table
-    from cs336report.results import host_bound_beside_jobs, load
 
     folder = Path(__file__).resolve().parents[1] / "report/data/distributed_communication_single_node"
     if not (folder / "gloo-w2.json.gz").exists():

@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 from urllib.parse import unquote
 
+from cs336report.records.store import load
 from cs336report.report.render import environments, md_cell, md_code, record_href, render_report
 from cs336report.report.tables import Cell, Num, Table, fmt_mean_std, fmt_seconds, sig, source_of, with_source
-from cs336report.results import load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ODD_TEXT = "1|2 [x] *y* _z_ `c` <b> & \\"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from cs336report.compiling import repeated_blocks
 from cs336report.config import Config, load_file
 from cs336report.experiments import torch_compile
-from cs336report.model import TransformerLM
-from cs336report.spec import ModelSpec
+from cs336report.lm.model import TransformerLM
+from cs336report.measure.compiling import repeated_blocks
+from cs336report.names.spec import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_the_repeated_blocks_are_the_longest_list_of_one_class():
 
 
 def test_a_model_without_repeated_blocks_is_compiled_whole_and_says_why(monkeypatch, tmp_path):
-    from cs336report.compiling import CACHE_ENV, compile_model
+    from cs336report.measure.compiling import CACHE_ENV, compile_model
 
     for name in CACHE_ENV:  # compile_model points them at a private folder: put them back afterwards
         monkeypatch.setenv(name, str(tmp_path / name))
@@ -79,7 +79,7 @@ def test_the_scope_reaches_the_compiled_cells_only_and_the_model_scope_keeps_cel
 CELL_RUN = r"""
 import json, sys
 import torch
-from cs336report.experiments import benchmarking
+from cs336report.experiments.benchmarking_script import step as benchmarking
 cell = json.loads(sys.argv[1])
 data = benchmarking.run(cell)
 out = {k: data[k] for k in ("compile", "model", "stats_s")}
@@ -96,7 +96,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_blocks_scope_compiles_one_block_graph_for_every_layer_on_the_cpu():
-    from cs336report.experiments.benchmarking import transformer_cell
+    from cs336report.experiments.benchmarking_script import transformer_cell
 
     cfg = Config.from_file(REPO_ROOT / "workflow/config/default.yaml", cuda_available=False)
     cell = transformer_cell(cfg, "tiny", 16, "forward", "fp32", "naive", compile=True)
@@ -120,7 +120,7 @@ REGIONAL = Path(__file__).parent / "fixtures/compile/regional-h100"  # 2.7B, con
 
 
 def _records(*names: str) -> list[dict]:
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     return [{**load(p), "_path": str(p)} for n in names for p in sorted(REGIONAL.glob(f"{n}-*.json.gz"))]
 

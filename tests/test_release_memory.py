@@ -2,7 +2,7 @@
 
 import gc
 
-from cs336report import measure
+from cs336report.measure import timing as measure
 
 
 def test_release_memory_freezes_what_survives_and_thaw_ends_it():
@@ -17,7 +17,7 @@ def test_release_memory_freezes_what_survives_and_thaw_ends_it():
 
 
 def test_a_cell_ends_with_nothing_frozen(tmp_path):
-    from cs336report.runner import run_cell
+    from cs336report.run.runner import run_cell
 
     measure.release_memory("cpu")  # as a cell's measurement would, before the end of the cell
     record = run_cell("communication_accounting", "xxl", {"device": "cpu", "setting": {"tokens": 2048}},

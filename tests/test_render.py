@@ -2,8 +2,9 @@ import json
 
 import pytest
 
+from cs336report import experiments
 from cs336report.report.render import md_cell, render_report
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from helpers import cell, tiny_config
 
 EVIL = "<script>alert(1)</script> a|b `c` *d*"
@@ -17,7 +18,8 @@ def test_data_strings_are_escaped_in_html_and_markdown(tmp_path):
     record["config"]["size"] = EVIL
     record["status"], record["error"] = "error", EVIL
     (tmp_path / "r.json").write_text(json.dumps(record))
-    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "out")
+    config = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
+    render_report([tmp_path / "r.json"], config, tmp_path / "out", expected=experiments.expected_cells(config))
     html = (tmp_path / "out" / "index.html").read_text()
     md = (tmp_path / "out" / "report.md").read_text()
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -38,14 +40,12 @@ def test_md_cell_keeps_table_structure():
 
 
 def test_configured_cells_without_a_result_are_listed_as_not_run(tmp_path):
-    from cs336report import experiments
-
     cfg = tiny_config()
     config = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
     configured = experiments.cells("benchmarking", cfg)
     name, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
     run_cell("benchmarking", name, c, tmp_path / "r.json")
-    render_report([tmp_path / "r.json"], config, tmp_path / "out")
+    render_report([tmp_path / "r.json"], config, tmp_path / "out", expected=experiments.expected_cells(config))
     md = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "index.html").read_text()
     assert len(configured) > 1
@@ -61,7 +61,7 @@ def test_configured_cells_without_a_result_are_listed_as_not_run(tmp_path):
 
 
 def test_commits_line_counts_records_per_commit_and_tree_state():
-    from cs336report.report.appendix import _commits
+    from cs336report.report.appendix.provenance import _commits
 
     def rec(commit, dirty):
         return {"provenance": {"git_commit": commit, "git_dirty": dirty}}
@@ -82,7 +82,7 @@ def test_markdown_text_keeps_quotes_readable_but_no_markup():
 
 
 def test_cost_puts_a_shared_experiment_under_its_own_section():
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
 
     records = [{"experiment": "benchmarking", "wall_s": 2.0, "benchmark": {"wall_s": 3.0}, "_path": "b.json", "data": {}}]
     row = _cost(records)["table"].rows[0]
@@ -95,9 +95,10 @@ def test_cost_splits_job_time_into_timed_steps_first_compiled_calls_and_the_rest
     """H200 records: a compiled_model cell (warm-up, measured steps, a first call) and the leaderboard (do_bench calls)."""
     from pathlib import Path
 
-    from cs336report.report.cost import cost_of as _cost, timed_seconds as _timed_seconds
+    from cs336report.records.store import load
+    from cs336report.report.appendix.cost import cost_of as _cost
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
 
     fixtures = Path(__file__).parent / "fixtures"
     compiled = load(fixtures / "compile/naive-fp32-small-ctx128-train_step-compiled.json.gz")
@@ -158,7 +159,7 @@ def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
     import json
     from pathlib import Path
 
-    from cs336report.report.cost import timed_seconds as _timed_seconds
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
 
     path = Path(__file__).resolve().parent.parent / "report/data/ddp_bucketed_benchmarking/bucketed-1mb-xl-ctx128-w2.json.gz"
     if not path.exists():
@@ -173,9 +174,10 @@ def test_a_cell_measured_again_counts_the_steps_of_its_other_runs():
 
 
 def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_rule_first():
-    from cs336report.report.cost import cost_of as _cost, timed_seconds as _timed_seconds
+    from cs336report.records.store import load
+    from cs336report.report.appendix.cost import cost_of as _cost
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
 
     record, paths = _compiled_copies(__import__("pathlib").Path(__import__("tempfile").mkdtemp()), 3)
     records = [load(p) for p in paths]
@@ -191,7 +193,7 @@ def test_cost_floor_is_the_timed_steps_plus_first_compiled_calls_of_the_largest_
 
 
 def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_path):
-    from cs336report.report.cost import timed_seconds as _timed_seconds
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
     from cs336report.report.targets import COST_TARGET_S
 
     record, _ = _compiled_copies(tmp_path / "probe", 1)
@@ -209,7 +211,7 @@ def test_gpu_report_says_when_the_measurements_alone_exceed_the_cost_goal(tmp_pa
 
 
 def test_cost_per_section_sums_its_rules_in_the_report_order():
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
     from cs336report.report.sections import SECTIONS
     from cs336report.report.tables import fmt_seconds
 
@@ -235,9 +237,9 @@ def test_warm_up_study_speaks_of_one_and_two_warm_up_steps():
     """H200 records of the warm-up study (0, 1, 2, 5 warm-up steps)."""
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.sections import benchmarking_script as section
     from cs336report.report.tables import sig
-    from cs336report.results import load
 
     records = [load(p) for p in sorted((Path(__file__).parent / "fixtures" / "warmup_h200").glob("*.json.gz"))]
     wf = section.frame(records)
@@ -259,9 +261,9 @@ def test_backward_to_forward_ratio_comes_from_the_phase_columns_of_the_table():
     import statistics
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.sections import benchmarking_script as section
     from cs336report.report.tables import fmt_mean_std, sig
-    from cs336report.results import load
 
     records = [load(p) for p in sorted((Path(__file__).parent / "fixtures" / "benchmarking_h200").glob("*.json.gz"))]
     df = section.frame(records)
@@ -293,8 +295,8 @@ def test_a_distributed_cells_ranks_count_their_steps_once():
     rank's steps (per-phase dicts) and an all-reduce's per-call latencies are timed work too."""
     from pathlib import Path
 
-    from cs336report.report.cost import timed_seconds as _timed_seconds
-    from cs336report.results import load
+    from cs336report.records.store import load
+    from cs336report.report.appendix.timed_steps import timed_seconds as _timed_seconds
 
     two = {"ranks": [{"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.0]}},
                      {"times_s": {"warmup_s": [1.0], "measured_s": [2.0, 2.5]}}]}
@@ -317,7 +319,7 @@ def test_a_one_gpu_host_renders_every_distributed_problem_as_not_run(tmp_path):
 
     from cs336report import experiments
     from cs336report.config import Config
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     here = Path(__file__).parent / "fixtures" / "one_gpu_h100" / "ddp_bucketed_benchmarking"
     not_run = load(here / "bucketed-10mb-xl-ctx128-w2.json.gz")
@@ -360,12 +362,13 @@ def test_the_appendix_names_the_host_cpu_model_escaped(tmp_path):
     record = json.loads((tmp_path / "r.json").read_text())
     record["provenance"]["cpu_model"] = "Xeon <b>8480+</b>"
     (tmp_path / "r.json").write_text(json.dumps(record))
-    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "out")
+    config = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
+    render_report([tmp_path / "r.json"], config, tmp_path / "out", expected=experiments.expected_cells(config))
     html = (tmp_path / "out" / "index.html").read_text()
     assert "(Xeon &lt;b&gt;8480+&lt;/b&gt;)" in html and "<b>8480" not in html
     del record["provenance"]["cpu_model"]  # a record from before the field: the line as it was
     (tmp_path / "r.json").write_text(json.dumps(record))
-    render_report([tmp_path / "r.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "old")
+    render_report([tmp_path / "r.json"], config, tmp_path / "old", expected=experiments.expected_cells(config))
     line = next(x for x in (tmp_path / "old" / "evidence.md").read_text().splitlines() if "CPU: " in x)
     assert line.rstrip().endswith(f"CPU: {record['provenance']['cpu']}")
 
@@ -397,9 +400,9 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
     import math
     import re
 
-    from cs336report.measure import summarize
+    from cs336report.measure.timing import summarize
+    from cs336report.records.store import load
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
 
     stats = {int(p.name.split("-w")[-1].split(".")[0]): load(p)["data"]["stats_s"] for p in here if "-w" in p.name}
     apart = {n: abs(stats[n]["mean"] - stats[5]["mean"]) > math.hypot(stats[n]["std"], stats[5]["std"]) for n in (1, 2)}
@@ -418,7 +421,7 @@ def test_warmup_answer_does_not_settle_what_one_run_per_setting_cannot(tmp_path)
     if any(apart.values()):
         assert "one run per setting cannot tell the two apart" in both
     # the 2-step run moved onto the 5-step mean: within the spread, and said so
-    from cs336report.results import save
+    from cs336report.records.store import save
 
     w2 = next(p for p in here if p.name.endswith("-w2.json.gz"))
     moved = load(w2)
@@ -449,8 +452,8 @@ def test_cost_rows_go_to_the_section_of_their_own_name():
     problem 18, the section of its name, and problem 16's rule stays with 16."""
     from pathlib import Path
 
-    from cs336report.report.cost import cost_of
-    from cs336report.results import load
+    from cs336report.records.store import load
+    from cs336report.report.appendix.cost import cost_of
 
     here = Path(__file__).parent / "fixtures" / "ddp_h200"
     records = [{**load(p), "_path": str(p)} for p in sorted(here.glob("ddp_*/*.json.gz"))]
@@ -462,7 +465,7 @@ def test_cost_rows_go_to_the_section_of_their_own_name():
 def test_cost_gives_each_handout_suite_to_the_problems_it_grades_and_reads_every_peak():
     """handout_tests' three jobs serve different problems: each is costed under the first problem its
     tests grade. The peak column reads an attention cell's peak and a FlashAttention job's largest shape."""
-    from cs336report.report.cost import cost_of as _cost
+    from cs336report.report.appendix.cost import cost_of as _cost
     from cs336report.report.tables import fmt_bytes
 
     def suite(name, problems, job_s):
@@ -492,7 +495,7 @@ def test_the_experiments_appendix_says_who_writes_a_profiled_cells_record(tmp_pa
     run inside the profiler: the appendix says both, not "the rule of the same name" alone."""
     from pathlib import Path
 
-    from cs336report.coverage import result_target
+    from cs336report.records.coverage import result_target
 
     assert result_target("nsys_profile", "c").startswith("results/nsys_parse/")
     data = Path(__file__).resolve().parent.parent / "report" / "data" / "roofline"

@@ -3,9 +3,9 @@
 import pytest
 
 from cs336report.cli import main
-from cs336report.nsys_step import CellNameError, parse_stats
+from cs336report.records.store import load
 from cs336report.report.render import render_report
-from cs336report.results import load
+from cs336report.steps.nsys_step import CellNameError, parse_stats
 from test_kernel_ranges import REAL, small_cell
 
 
@@ -60,3 +60,37 @@ def test_parsing_an_nsys_export_imports_no_torch(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split()[-2:] == ["0", "False"]
     assert load(out)["status"] == "ok"
+
+
+def _attention_row(md: str) -> list[str]:
+    table = md[md.index("**(e) Softmax against the attention matmuls, per forward pass**"):]
+    row = next(line for line in table.splitlines() if line.startswith("| small | 128 |"))
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def test_e_of_exports_parsed_without_their_run_has_the_times_and_names_the_batch_option(tmp_path):
+    out = tmp_path / "parsed.json"
+    assert main(["parse-nsys", str(REAL / "small_ctx128_forward"), "--out", str(out),
+                 "--name", "naive-fp32-small-ctx128-forward"]) == 0
+    render_report([out], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    row = _attention_row(md)
+    assert all(c != "–" and float(c) > 0 for c in row[2:7]) and row[7:] == ["–"] * 4  # times; no FLOPs
+    assert "fused attention has no separate softmax" not in md and "no cell has both" not in md
+    assert f"Softmax takes {row[6]}× the kernel time of the two matmuls around it." in md
+    assert "give it to parse-nsys as `--batch-size N`." in md
+
+    assert main(["parse-nsys", str(REAL / "small_ctx128_forward"), "--out", str(out),
+                 "--name", "naive-fp32-small-ctx128-forward", "--batch-size", "4"]) == 0
+    assert load(out)["config"]["batch_size"] == 4
+    render_report([out], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "out4")
+    md = (tmp_path / "out4" / "report.md").read_text()
+    assert "–" not in _attention_row(md) and "--batch-size" not in md
+    assert "× the FLOPs of the two matmuls around it" in md
+
+
+def test_a_batch_size_below_one_is_refused(tmp_path, capsys):
+    out = tmp_path / "parsed.json"
+    assert main(["parse-nsys", str(REAL / "small_ctx128_forward"), "--out", str(out),
+                 "--name", "naive-fp32-small-ctx128-forward", "--batch-size", "0"]) == 2
+    assert "--batch-size gives the batch" in capsys.readouterr().err and not out.exists()

@@ -1,6 +1,6 @@
 """Every command the report gives to run a missing answer works as typed: a rule of one job per
 cell has a wildcard and cannot be a Snakemake target, so each command forces its rules and builds
-the report (cs336report.handout.rerun_command)."""
+the report (cs336report.names.handout.rerun_command)."""
 
 import re
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cs336report.handout import HANDOUT, rerun_command
+from cs336report.names.handout import HANDOUT, rerun_command
 from cs336report.report.render import render_report
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from cs336report import results
-from cs336report.runner import run_cell
+from cs336report.records import provenance, store as results
+from cs336report.run.runner import run_cell
 from helpers import cell
 
 
@@ -30,45 +30,45 @@ def test_the_cpu_model_comes_from_cpuinfo(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)   Platinum 8480+\n"
                     "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
-    assert results.cpu_model(info) == "Intel(R) Xeon(R) Platinum 8480+"
+    assert provenance.cpu_model(info) == "Intel(R) Xeon(R) Platinum 8480+"
     info.write_text("processor\t: 0\nCPU part\t: 0xd0c\n")  # no model name (some ARM hosts)
-    assert results.cpu_model(info) is None
-    assert results.cpu_model(tmp_path / "absent") is None
-    assert results.provenance("cpu")["cpu_model"] == results.cpu_model()
+    assert provenance.cpu_model(info) is None
+    assert provenance.cpu_model(tmp_path / "absent") is None
+    assert provenance.provenance("cpu")["cpu_model"] == provenance.cpu_model()
 
 
 def test_the_host_cpu_and_driver_are_read_once_a_process(monkeypatch):
     reads, runs = [], []
-    monkeypatch.setattr(results, "_read_cpu_model", lambda path: reads.append(path) or "Some CPU")
-    real_run = results.subprocess.run
-    monkeypatch.setattr(results.subprocess, "run", lambda args, **kw: (
+    monkeypatch.setattr(provenance, "_read_cpu_model", lambda path: reads.append(path) or "Some CPU")
+    real_run = provenance.subprocess.run
+    monkeypatch.setattr(provenance.subprocess, "run", lambda args, **kw: (
         runs.append(args[0]) or real_run(["true"], **kw) if args[0] == "nvidia-smi" else real_run(args, **kw)))
-    results._host_cpu_model.cache_clear()
-    results._nvidia_driver.cache_clear()
+    provenance._host_cpu_model.cache_clear()
+    provenance._nvidia_driver.cache_clear()
     try:
         for _ in range(3):
-            assert results.cpu_model() == "Some CPU"
-            results._nvidia_driver()
+            assert provenance.cpu_model() == "Some CPU"
+            provenance._nvidia_driver()
         assert reads == ["/proc/cpuinfo"] and runs == ["nvidia-smi"]
     finally:
-        results._host_cpu_model.cache_clear()
-        results._nvidia_driver.cache_clear()
+        provenance._host_cpu_model.cache_clear()
+        provenance._nvidia_driver.cache_clear()
 
 
 def test_named_commit_wins_over_the_checkout_it_runs_in(monkeypatch):
-    head = results._git("rev-parse", "HEAD")
+    head = provenance._git("rev-parse", "HEAD")
     if head is None:
         pytest.skip("not a git checkout")
     monkeypatch.delenv("CS336REPORT_GIT_COMMIT", raising=False)
-    own = results._git_state()
+    own = provenance._git_state()
     assert own["git_commit"] == head and own["git_commit_from"] == "git" and isinstance(own["git_dirty"], bool)
     # a tree shipped to another machine names its commit; a stale .git there must not replace it
     monkeypatch.setenv("CS336REPORT_GIT_COMMIT", "f" * 40)
-    shipped = results._git_state()
+    shipped = provenance._git_state()
     assert shipped == {"git_commit": "f" * 40, "git_commit_from": "CS336REPORT_GIT_COMMIT", "git_dirty": None,
-                       "code_hash": results.code_hash()}
+                       "code_hash": provenance.code_hash()}
     monkeypatch.setenv("CS336REPORT_GIT_COMMIT", head)
-    assert results._git_state()["git_dirty"] == own["git_dirty"]  # .git at the named commit: its status counts
+    assert provenance._git_state()["git_dirty"] == own["git_dirty"]  # .git at the named commit: its status counts
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):
@@ -83,6 +83,37 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         results.save({"a": 1}, target)
     assert json.loads(target.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_full_disk_leaves_the_old_file_and_names_the_new_one(tmp_path, monkeypatch):
+    target = tmp_path / "figure.png"
+    target.write_bytes(b"old")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as err:
+        results.write_atomic(target, b"\x89PNG" + b"x" * 1000)
+    assert (err.value.errno, err.value.filename) == (28, str(target))
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["figure.png"]
+
+
+def test_a_render_that_cannot_write_says_which_file_in_one_line(tmp_path, monkeypatch, capsys):
+    from conftest import REPO
+    from cs336report.cli import main
+    from cs336report.report import render
+
+    def full(path, payload):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(render, "write_atomic", full)
+    record = REPO / "tests" / "fixtures" / "handout_tests" / "attention.json"
+    out = tmp_path / "report"
+    assert main(["render", str(record), "--config-json", '{"_device": "cpu"}', "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: writing {out}/") and "failed: No space left on device;" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_killed_experiment_leaves_no_result(tmp_path):

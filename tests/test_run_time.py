@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from cs336report.report.cost import cost_of
+from cs336report.records.store import load
+from cs336report.report.appendix.cost import cost_of
+from cs336report.report.appendix.run_time import GAP_S, forecast, gpus_held, run_span, too_large
 from cs336report.report.render import render_report
-from cs336report.report.run_time import GAP_S, forecast, gpus_held, run_span, too_large
 from cs336report.report.tables import Table, fmt_seconds
 from cs336report.report.targets import COST_TARGET_S, targets_table
-from cs336report.results import load
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "slots_h200").glob("*.json.gz"))
 

@@ -1,9 +1,9 @@
 import torch
 
-from cs336report import results
-from cs336report.model import TransformerLM
+from cs336report.lm.model import TransformerLM
+from cs336report.records import store as results
 from cs336report.report.render import render_report
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 from helpers import cell, tiny_config
 from pathlib import Path
 
@@ -49,7 +49,7 @@ def test_other_failures_are_results_too(tmp_path, monkeypatch):
 
 def test_noisy_ddp_cells_are_measured_again_like_single_gpu_ones():
     """A DDP record times the phases of a step: its whole-step spread decides the repeats."""
-    from cs336report.runner import needs_repeats, whole_step
+    from cs336report.run.runner import needs_repeats, whole_step
 
     def phases(cv):
         one = {"mean": 0.5, "median": 0.5, "std": 0.5 * cv, "cv": cv, "n": 10}
@@ -86,8 +86,8 @@ def test_a_noisy_host_bound_cell_is_not_measured_again():
     """Records of one run of the gpu grid on 4 H200s, beside three busy neighbours: the small model's
     host-bound step and the 2.7B model's GPU-bound one were both noisy; only the second is worth
     measuring again (the report compares no host-bound cell)."""
-    from cs336report.results import load
-    from cs336report.runner import needs_repeats
+    from cs336report.records.store import load
+    from cs336report.run.runner import needs_repeats
 
     here = FIXTURES / "neighbours_h200"
     host = load(here / "naive-fp32-small-ctx128-forward_backward.json.gz")
@@ -117,7 +117,8 @@ def test_a_noisy_cell_frees_its_processs_cached_memory_before_its_repeats(tmp_pa
     """The repeats run in fresh processes beside this one: on a GPU, memory the allocator of this
     process still caches from the cell is memory they cannot have (a 2.7B bf16 train step's two
     repeats ran out of memory next to the 80 GB its first run had left cached)."""
-    from cs336report import experiments, runner
+    from cs336report import experiments
+    from cs336report.run import runner
 
     calls = []
     noisy = {"mean": 0.5, "median": 0.5, "std": 0.1, "cv": 0.2, "n": 10}

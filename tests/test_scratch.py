@@ -1,4 +1,4 @@
-"""Scratch folders that a killed process does not leave behind (cs336report.scratch)."""
+"""Scratch folders that a killed process does not leave behind (cs336report.machine.scratch)."""
 
 import os
 import signal
@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cs336report import compiling
-from cs336report.scratch import alive, remove_stale, scratch, scratch_dir
+from cs336report.machine.scratch import alive, remove_stale, scratch, scratch_dir
+from cs336report.measure import compiling
 
 
 def _dead_pid() -> int:
@@ -29,7 +29,7 @@ def test_a_dead_process_folder_goes_and_a_living_one_stays(tmp_path):
 
 
 def test_a_killed_process_private_cache_is_removed_by_the_next_one(tmp_path):
-    code = ("import os, sys, time\nfrom cs336report import compiling\n"
+    code = ("import os, sys, time\nfrom cs336report.measure import compiling\n"
             "print(compiling.use_private_caches(), flush=True)\ntime.sleep(60)\n")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)

@@ -11,8 +11,8 @@ import yaml
 
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError, validate
-from cs336report.experiments import benchmarking
-from cs336report.step_graph import capture_step
+from cs336report.experiments.benchmarking_script import step as benchmarking
+from cs336report.measure.step_graph import capture_step
 
 
 def _raw() -> dict:
@@ -97,16 +97,16 @@ def test_the_h100_records_of_the_step_with_and_without_its_graph_render_apart():
     targets name both."""
     from pathlib import Path
 
-    from cs336report.report.parts import compile_optimized
+    from cs336report.records.store import load
+    from cs336report.report.sections.torch_compile.optimized import optimized
     from cs336report.report.tables import fmt_pct
     from cs336report.report.targets import targets_table
-    from cs336report.results import load
 
     folder = Path(__file__).parent / "fixtures" / "step_graph_h100"
     name = "native-bf16-2.7B-ctx512-train_step-compiled-fused"
     plain, graph = (dict(load(folder / f"{n}.json.gz"), _path=f"{n}.json.gz") for n in (name, f"{name}-stepgraph"))
     roofline = load(folder / "roofline.json.gz")
-    out = compile_optimized.optimized([plain, graph], [], [roofline], "naive")
+    out = optimized([plain, graph], [], [roofline], "naive")
     items = {("graph" if "one CUDA graph" in it["switches"] else "plain"): it for it in out["items"]}
     assert set(items) == {"graph", "plain"} and all(it["is_target"] for it in items.values())
     peak = roofline["data"]["matmul"]["bf16"]["tflops"]
@@ -143,9 +143,9 @@ def test_the_idle_split_is_given_with_its_own_total(tmp_path):
     import re
     from pathlib import Path
 
+    from cs336report.records.store import load
     from cs336report.report.render import render_report
     from cs336report.report.tables import fmt_seconds
-    from cs336report.results import load
 
     data = Path(__file__).resolve().parent.parent / "report" / "data"
     paths = sorted((data / "optimized_step").glob("*.json.gz")) + sorted((data / "roofline").glob("*.json.gz"))

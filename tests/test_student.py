@@ -1,4 +1,4 @@
-"""The student's own code through the handout's adapters: our adapters, the resolver, the config check.
+"""The student's own code through the handout's adapters: our adapters, the resolver, the check of a checkout.
 
 Fixtures: tests/fixtures/student_repo (flash PyTorch and per-parameter DDP implemented with code of
 its own, Triton and bucketed DDP raising, the sharded optimizer returning the wrong kind) and
@@ -15,10 +15,11 @@ import pytest
 import torch
 import yaml
 
-from cs336report import adapters, student
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
 from cs336report.experiments import flash_benchmarking
-from cs336report.runner import run_cell
+from cs336report.experiments.flash_benchmarking import timing as flash_benchmarking_timing
+from cs336report.run.runner import run_cell
+from cs336report.student import adapters, resolve as student
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 STUDENT_REPO = FIXTURES / "student_repo"
@@ -49,6 +50,15 @@ def raw_config(checkout=None, **model) -> dict:
 @pytest.fixture
 def student_cfg() -> Config:
     return Config.from_dict(raw_config(STUDENT_REPO), cuda_available=False)
+
+
+def checked(raw: dict) -> dict:
+    """The probes of a config's checkout and model, as check-config and the check_student rule run them
+    after the config loaded (which imports none of their code)."""
+    from cs336report.student.check import check_config
+
+    cfg = Config.from_dict(raw, cuda_available=False)
+    return check_config(cfg.data.get("student"), cfg.model_source, cfg.device, "config")
 
 
 def entry(checkout: Path) -> dict:
@@ -85,7 +95,7 @@ def test_builtin_adapters_return_our_functions():
 
 def test_builtin_adapter_of_a_missing_module_is_not_implemented():
     with pytest.raises(NotImplementedError, match="get_ddp_bucketed: cs336report.no_such_module.X"):
-        adapters._load(".no_such_module", "X", "get_ddp_bucketed")
+        adapters._load("..no_such_module", "X", "get_ddp_bucketed")
 
 
 def test_resolver_without_a_checkout_gives_ours():
@@ -117,22 +127,58 @@ def test_resolver_rejects_an_instance_where_a_class_is_due(tmp_path):
     assert not found and "not a torch.autograd.Function subclass" in found.reason
 
 
-# ------------------------------------------------------------------ the config check
+# ------------------------------------------------------------------ the check of a checkout
 
 
-def test_config_checks_the_student_checkout(student_cfg):
-    verdicts = {name: v["status"] for name, v in student_cfg.student["adapters"].items()}
+def test_the_config_names_the_checkout_without_importing_it(student_cfg):
+    assert student_cfg.student == {"checkout": str(STUDENT_REPO), "name": "student_repo",
+                                   "sha256_16": student.source_hash(STUDENT_REPO)}
+    assert not [m for m in sys.modules if m.split(".")[0] in ("cs336_basics", "cs336_systems")
+                or m.startswith("cs336report_student_adapters")]
+    source = student_cfg.model_source  # the handout model's functions, where the checkout may have them
+    assert source["optional_roles"] == ["attention", "softmax"] and len(source["sha256_16"]) == 16
+
+
+def test_the_check_probes_the_student_checkout():
+    found = checked(raw_config(STUDENT_REPO))["student"]
+    verdicts = {name: v["status"] for name, v in found["adapters"].items()}
     assert verdicts == {"flash_pytorch": "implemented", "flash_triton": "not_implemented",
                         "ddp_individual_parameters": "implemented", "ddp_bucketed": "not_implemented",
                         "sharded_optimizer": "not_implemented"}
-    flash = student_cfg.student["adapters"]["flash_pytorch"]
+    flash = found["adapters"]["flash_pytorch"]
     assert flash["backward"] is True and flash["probe"] == "ran" and "max_abs_error" not in flash
-    assert "returned type" in student_cfg.student["adapters"]["sharded_optimizer"]["reason"]
-    assert student_cfg.student["name"] == "student_repo" and len(student_cfg.student["sha256_16"]) == 16
+    assert "returned type" in found["adapters"]["sharded_optimizer"]["reason"]
+    assert found["name"] == "student_repo" and len(found["sha256_16"]) == 16
+
+
+def test_editing_the_students_code_changes_every_cell_that_runs_it(tmp_path):
+    """The student's code reaches the rules that run it through their cells: each carries the
+    checkout's source hash, and the workflow passes a cell as a settings file named by its content
+    (a param), so an edited checkout reruns those cells and no other."""
+    import json
+
+    from cs336report import experiments
+
+    repo = copy_repo(tmp_path)
+
+    def cells() -> dict[str, str]:
+        student.load_adapters.cache_clear()
+        cfg = Config.from_dict(raw_config(repo), cuda_available=False)
+        return {f"{name}/{cell}": json.dumps(c, sort_keys=True)
+                for name in experiments.names() for cell, c in experiments.cells(name, cfg).items()}
+
+    before = cells()
+    flash = repo / "cs336_systems" / "flash.py"
+    flash.write_text(flash.read_text() + "\n# edited\n")
+    after = cells()
+    assert before.keys() == after.keys()
+    changed = {key.split("/")[0] for key in before if before[key] != after[key]}
+    carries = {key.split("/")[0] for key, text in before.items() if json.loads(text).get("student")}
+    assert "handout_tests" in changed and changed == carries, (changed, carries)
 
 
 def test_model_comes_from_the_checkout_unless_a_factory_is_named(student_cfg, tmp_path):
-    source = student_cfg.model_source
+    source = checked(raw_config(STUDENT_REPO))["model_source"]
     assert source["factory"] == student.DEFAULT_FACTORY
     # its attention is in a profiler range; it has no nn_utils.softmax, so none is named
     assert source["attention"] == "cs336_basics.model:scaled_dot_product_attention" and "softmax" not in source
@@ -154,13 +200,13 @@ def test_a_model_that_does_not_call_the_handouts_attention_runs_without_its_rang
     assert call in model.read_text()
     model.write_text(model.read_text().replace(call, "self.output_proj(nn.functional.scaled_dot_product_attention("
                                                      "q, k, v, mask)"))
-    source = Config.from_dict(raw_config(repo), cuda_available=False).model_source
+    source = checked(raw_config(repo))["model_source"]
     assert source["factory"] == student.DEFAULT_FACTORY and "attention" not in source
 
 
 def test_course_repository_as_handed_out_is_all_not_implemented():
-    cfg = Config.from_dict(raw_config(COURSE_REPO), cuda_available=False)
-    assert {v["status"] for v in cfg.student["adapters"].values()} == {"not_implemented"}
+    found = checked(raw_config(COURSE_REPO))["student"]
+    assert {v["status"] for v in found["adapters"].values()} == {"not_implemented"}
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -172,14 +218,16 @@ def test_course_repository_as_handed_out_is_all_not_implemented():
                                      "lambda ctx, q, k, v, c=False: 1 / 0)})\n"),
      "adapter get_flashattention_autograd_function_pytorch .*ZeroDivisionError.*raise NotImplementedError until"),
 ])
-def test_a_broken_checkout_stops_the_config_naming_key_and_adapter(tmp_path, edit, message):
+def test_a_broken_checkout_stops_the_config_or_its_check_naming_key_and_adapter(tmp_path, edit, message):
     repo = copy_repo(tmp_path)
-    if edit is None:
-        repo = tmp_path / "nowhere"
-    else:
-        edit_adapter(repo, *edit)
+    if edit is None:  # no folder: the config itself stops
+        with pytest.raises(ConfigError, match=f"key 'student.checkout': {message}"):
+            Config.from_dict(raw_config(tmp_path / "nowhere"), cuda_available=False)
+        return
+    edit_adapter(repo, *edit)
+    Config.from_dict(raw_config(repo), cuda_available=False)  # it loads: its code is not run here
     with pytest.raises(ConfigError, match=f"key 'student.checkout': {message}"):
-        Config.from_dict(raw_config(repo), cuda_available=False)
+        checked(raw_config(repo))
 
 
 # ------------------------------------------------------------------ experiments ask the resolver
@@ -232,24 +280,31 @@ def test_the_workflow_runs_the_students_code_with_one_config_line():
 
 
 def test_a_broken_checkout_stops_snakemake_before_any_job(tmp_path):
+    from conftest import snakemake
+
     repo = copy_repo(tmp_path)
     edit_adapter(repo, "def get_sharded_optimizer(params, optimizer_cls", "def get_sharded_optimizer(optimizer_cls")
     config = tmp_path / "broken.yaml"
     config.write_text(f"student:\n  checkout: {repo}\n")
     code, output = dry_run(str(config))
-    assert code != 0
+    assert code == 0 and "rule check_student:" in output  # the DAG builds: the checkout's code is not run there
+    # the first rule runs the checkout's code; every cell waits for it, so none starts
+    run = snakemake(REPO, "--nolock", "report", "--configfile", "workflow/config/default.yaml", str(config))
+    output = run.stdout + run.stderr
+    assert run.returncode != 0 and "Error in rule check_student" in output
     assert "key 'student.checkout'" in output and "adapter get_sharded_optimizer" in output
-    assert "restore the handout's signature" in output and "Job stats" not in output
+    assert "restore the handout's signature" in output and "Finished jobid" not in output
 
 
 def test_leaderboard_entry_is_the_students_triton_and_not_implemented_is_a_row_status(student_cfg):
-    from cs336report.experiments import flash_leaderboard
+    from cs336report.experiments import flash_benchmarking as flash_leaderboard
+    from cs336report.experiments.flash_benchmarking import leaderboard as flash_leaderboard_leaderboard
 
     raw = raw_config(STUDENT_REPO)
     cfg = Config.from_dict(raw, cuda_available=True)  # the GPU grid's cells (nothing runs here)
     cell = flash_leaderboard.leaderboard_cells(cfg)["leaderboard"]
     assert cell["implementations"][:2] == ["student_triton", "triton"] and cell["student"] == cfg.student
-    assert flash_benchmarking.classify(student.AdapterNotImplemented("x")) == "not_implemented"
-    row = flash_benchmarking._attempt(lambda: flash_leaderboard._leaderboard_row("student_triton", cell, torch.zeros(3, 1, 16, 16)),
+    assert flash_benchmarking_timing.classify(student.AdapterNotImplemented("x")) == "not_implemented"
+    row = flash_benchmarking_timing._attempt(lambda: flash_leaderboard_leaderboard._leaderboard_row("student_triton", cell, torch.zeros(3, 1, 16, 16)),
                                        "cpu")
     assert row["status"] == "not_implemented" and "get_flashattention_autograd_function_triton" in row["error"]

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs336report import student
 from cs336report.config import Config
 from cs336report.experiments import ddp_bucketed_benchmarking as bucketed
 from cs336report.experiments import ddp_overlap_individual_parameters_benchmarking as individual
 from cs336report.experiments import optimizer_state_sharding_accounting as sharding
+from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
 from cs336report.report.sections import ddp_bucketed_benchmarking as bucketed_section
 from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as individual_section
 from cs336report.report.sections import optimizer_state_sharding_accounting as sharding_section
 from cs336report.report.student_rows import same_weights
-from cs336report.results import load
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
+from cs336report.student import resolve as student
 from test_student import STUDENT_REPO, copy_repo, edit_adapter, entry, fresh_imports, raw_config  # noqa: F401
 
 MICRO = {"d_model": 32, "d_ff": 64, "num_layers": 1, "num_heads": 2, "vocab_size": 100, "rope_theta": 10000.0}

@@ -5,10 +5,10 @@ from pathlib import Path
 
 from cs336report import experiments
 from cs336report.config import Config
+from cs336report.records.store import load
 from cs336report.report.render import render_report
 from cs336report.report.tables import sig
 from cs336report.report.targets import COST_TARGET_S
-from cs336report.results import load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100 = [FIXTURES / "flash/leaderboard-h100.json.gz", FIXTURES / "cards/optimized_step-h100.json.gz",
@@ -19,7 +19,7 @@ H200 = [FIXTURES / "flash/leaderboard-h200.json.gz", FIXTURES / "cards/optimized
 
 def target_rows(paths, tmp_path, device="cuda", config=None) -> dict[str, list[str]]:
     config = {**(config or {}), "_device": device, "_grid": "gpu" if device == "cuda" else "cpu"}
-    context = render_report(paths, config, tmp_path)
+    context = render_report(paths, config, tmp_path, expected=experiments.expected_cells(config))
     md = (tmp_path / "report.md").read_text()
     assert ("**Benchmark targets**" in md) is (context["targets"] is not None)
     if context["targets"] is None:
@@ -75,7 +75,7 @@ def test_a_handout_grid_report_states_its_own_cost_goals(tmp_path):
     config = {k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")}
     config.update(_device="cuda", _grid="handout")
     paths = sorted((FIXTURES / "benchmarking_h200").glob("*.json.gz"))
-    context = render_report([str(p) for p in paths], config, tmp_path)
+    context = render_report([str(p) for p in paths], config, tmp_path, expected=experiments.expected_cells(config))
     rows = {row[0].text: [c.text for c in row[1:]] for row in context["targets"].rows}
     # records of several runs on a goal of one GPU: their job time, one job after another
     whole = rows["The whole report, every job one after another"]

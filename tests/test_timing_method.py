@@ -5,8 +5,9 @@ import statistics
 import pytest
 import torch
 
-from cs336report import measure
-from cs336report.experiments import benchmarking
+from cs336report.experiments import benchmarking_script as benchmarking
+from cs336report.experiments.benchmarking_script import step as benchmarking_step
+from cs336report.measure import timing as measure
 from helpers import cell
 
 
@@ -15,7 +16,7 @@ def test_headline_steps_have_one_synchronize_each_and_carry_their_phases(monkeyp
     syncs = []
     monkeypatch.setattr(measure, "synchronize", lambda device: syncs.append(device))
     calls = []  # (result, synchronizes during the call) of every time_steps call
-    real = benchmarking.time_steps
+    real = benchmarking_step.time_steps
 
     def counted(step, warmup, measured, device):
         before = len(syncs)
@@ -23,9 +24,9 @@ def test_headline_steps_have_one_synchronize_each_and_carry_their_phases(monkeyp
         calls.append((out, len(syncs) - before))
         return out
 
-    monkeypatch.setattr(benchmarking, "time_steps", counted)
+    monkeypatch.setattr(benchmarking_step, "time_steps", counted)
     _, c = cell("benchmarking", f"naive-fp32-micro-ctx8-{mode}")
-    data = benchmarking.run(c)
+    data = benchmarking_step.run(c)
     headline = next(n for out, n in calls if out is data["times_s"])
     steps = c["warmup_steps"] + c["measured_steps"]
     assert headline == steps  # one synchronize per step, none inside it
@@ -143,7 +144,7 @@ def test_a_gpu_bound_step_can_be_issued_in_nearly_all_its_wall_time():
     time alone would call it host-bound; the kernels-alone step is what tells it is not."""
     from pathlib import Path
 
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     here = Path(__file__).parent / "fixtures" / "neighbours_h200"
     train = load(here / "naive-fp32-2.7B-ctx1024-train_step.json.gz")["data"]
@@ -163,7 +164,7 @@ def test_the_kernel_sum_tells_host_bound_from_a_full_queue_in_h100_records():
     the launch queue holds, and its kernels fill 0.93 of its step: the GPU set its time."""
     from pathlib import Path
 
-    from cs336report.results import load
+    from cs336report.records.store import load
 
     here = Path(__file__).parent / "fixtures" / "host_probe_h100"
     small = load(here / "naive-fp32-small-ctx128-forward.json.gz")["data"]
@@ -180,14 +181,14 @@ def test_the_kernel_sum_tells_host_bound_from_a_full_queue_in_h100_records():
 def test_the_report_says_how_each_records_phases_were_timed():
     import pandas as pd
 
-    from cs336report.report.parts.bench_frame import phase_method, phase_timing
+    from cs336report.report.bench_frame import phase_method, phase_timing
 
     def record(device, timing):
         return {"config": {"device": device}, "data": {"timing": timing} if timing else {}}
 
-    assert phase_method(record("cuda", benchmarking.TIMING)) == "events"
-    assert phase_method(record("cuda:1", benchmarking.TIMING)) == "events"
-    assert phase_method(record("cpu", benchmarking.TIMING)) == "wall clock"
+    assert phase_method(record("cuda", benchmarking_step.TIMING)) == "events"
+    assert phase_method(record("cuda:1", benchmarking_step.TIMING)) == "events"
+    assert phase_method(record("cpu", benchmarking_step.TIMING)) == "wall clock"
     assert phase_method(record("cuda", None)) == "synchronized"  # a record from before the events
     assert phase_method({"config": {}, "data": None}) == "synchronized"  # a failed cell's
     assert phase_timing(pd.DataFrame({"phase_method": ["events", "events"]})) == "events"
@@ -200,10 +201,10 @@ def test_a_cell_says_where_its_time_went_besides_its_steps(monkeypatch):
     import time
 
     slow_casts = lambda step, device: (time.sleep(0.05), {"op": "x", "calls": 0, "elements": 0})[1]  # noqa: E731
-    monkeypatch.setattr(benchmarking, "count_casts", slow_casts)
+    monkeypatch.setattr(benchmarking_step, "count_casts", slow_casts)
     _, c = cell("benchmarking", "naive-fp32-micro-ctx8-forward")
     start = time.perf_counter()
-    data = benchmarking.run(c)
+    data = benchmarking_step.run(c)
     wall = time.perf_counter() - start
     spent = data["spent_s"]
     assert set(spent) == {"build", "steps", "casts"}  # no compile, graph, extra steps or host-bound check here
@@ -220,6 +221,6 @@ def test_only_forward_cells_count_their_casts():
 
     cells = benchmarking.cells(tiny_config())
     for name in ("naive-fp32-micro-ctx8-forward", "naive-fp32-micro-ctx8-train_step"):
-        data = benchmarking.run(cells[name])
+        data = benchmarking_step.run(cells[name])
         counted = cells[name]["mode"] == "forward"
         assert (data["casts"] is not None) == counted and ("casts" in data["spent_s"]) == counted

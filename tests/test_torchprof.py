@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cs336report.kernels import classify
 from cs336report.parsers import nsys, torchprof
+from cs336report.parsers.kernels import classify
 
 
 def _x(cat, name, tid, ts, dur, pid=1, **args):

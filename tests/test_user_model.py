@@ -19,13 +19,16 @@ import pytest
 import torch
 import yaml
 
-from cs336report import accounting, annotate, experiments, models
+from cs336report import experiments
+from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
-from cs336report.model import ModelSpec, TransformerLM
+from cs336report.lm import build as models
+from cs336report.lm.model import ModelSpec, TransformerLM
+from cs336report.measure import annotate
 from cs336report.parsers.snapshot import parse_snapshot
 from cs336report.report.render import render_report
 from cs336report.report.sections import SECTIONS
-from cs336report.runner import run_cell
+from cs336report.run.runner import run_cell
 
 REPO = Path(__file__).resolve().parent.parent
 USER_DIR = Path(__file__).resolve().parent / "fixtures" / "user_model"
@@ -58,6 +61,15 @@ def config(model: dict | None = USER_MODEL) -> Config:
     return Config.from_dict(raw_config(model), cuda_available=False)
 
 
+def checked(model: dict | None = USER_MODEL) -> dict | None:
+    """The model as the check before any cell leaves it (rule check_student, check-config): the config
+    loads without running the model's code, and its check imports and runs it."""
+    from cs336report.student.check import check_config
+
+    cfg = config(model)
+    return check_config(None, cfg.model_source, cfg.device, "config")["model_source"]
+
+
 def bench_cell(cfg: Config, mode: str = "train_step") -> tuple[str, dict]:
     cells = experiments.cells("benchmarking", cfg)
     name = next(n for n in sorted(cells) if n.endswith(mode))
@@ -71,6 +83,7 @@ def test_cells_carry_the_checked_model_source():
     cfg = config()
     assert cfg.model_source["factory"] == USER_MODEL["factory"]
     assert cfg.model_source["sha256_16"] == models.package_source("student_lm")["sha256_16"]
+    assert checked() == cfg.model_source  # the check changes nothing of a model whose roles are all named
     for name in experiments.names():
         for cell in experiments.cells(name, cfg).values():
             if "model" in cell:  # every cell that runs the Transformer
@@ -110,7 +123,8 @@ def test_tied_model_is_measured_and_flagged(tmp_path):
     spec = ModelSpec(**MICRO)
     assert info["params_expected"] - info["params"] == spec.vocab_size * spec.d_model  # one table fewer
     assert info["params_match"] is False
-    render_report([tmp_path / "tied.json"], {**cfg.data, "_device": "cpu", "_grid": "cpu"}, tmp_path / "out")
+    resolved = {**cfg.data, "_device": "cpu", "_grid": "cpu"}
+    render_report([tmp_path / "tied.json"], resolved, tmp_path / "out", expected=experiments.expected_cells(resolved))
     md = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "index.html").read_text()
     diff = f"{info['params'] - info['params_expected']:+,}"
@@ -138,9 +152,9 @@ def test_tied_model_is_measured_and_flagged(tmp_path):
      ["has no attribute 'no_attention'"]),
     ({"attention": "student_lm.functional:attend"}, "model.attention", ["without model.factory"]),
 ])
-def test_bad_model_stops_config_loading_with_key_and_fix(model, key, says):
+def test_bad_model_stops_the_config_or_its_check_with_key_and_fix(model, key, says):
     with pytest.raises(ConfigError) as err:
-        config(model)
+        checked(model)
     message = str(err.value)
     assert message.startswith(f"config: key '{key}': ")
     for text in says:
@@ -149,7 +163,7 @@ def test_bad_model_stops_config_loading_with_key_and_fix(model, key, says):
 
 def test_a_model_that_needs_cuda_is_refused_on_a_cpu_run():
     with pytest.raises(ConfigError, match=r"key 'model\.factory': the forward of .* on cpu.*needs a CUDA device"):
-        config({"factory": "student_lm.broken:CudaOnlyLM"})
+        checked({"factory": "student_lm.broken:CudaOnlyLM"})
 
 
 @pytest.mark.gpu
@@ -174,7 +188,7 @@ def test_the_check_leaves_no_trace():
 
     state = torch.random.get_rng_state()
     before = (functional.attend, network.attend, functional.normalized_exp)
-    config()
+    checked()
     assert torch.equal(torch.random.get_rng_state(), state)
     assert (functional.attend, network.attend, functional.normalized_exp) == before
 
@@ -262,7 +276,7 @@ def test_result_names_the_model_file_and_hashes(tmp_path):
 def test_builtin_model_provenance_matches_reference(tmp_path):
     name, cell = bench_cell(config(None), "forward")
     info = run_cell("benchmarking", name, cell, tmp_path / "r.json")["data"]["model"]
-    assert info["kind"] == "builtin" and info["object"] == "cs336report.model:TransformerLM"
+    assert info["kind"] == "builtin" and info["object"] == "cs336report.lm.model:TransformerLM"
     assert info["params_match"] is True
 
 
@@ -390,13 +404,17 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_bad_factory_stops_snakemake_before_any_job(tmp_path):
-    run = _snakemake(_copy_repo(tmp_path), "-n", "report", "--configfile", "workflow/config/default.yaml",
-                     "tests/fixtures/user_model/bad_factory.yaml")
+    repo = _copy_repo(tmp_path)
+    args = ("report", "--configfile", "workflow/config/default.yaml", "tests/fixtures/user_model/bad_factory.yaml")
+    run = _snakemake(repo, "-n", *args)
+    assert run.returncode == 0 and "rule check_student:" in run.stdout  # the DAG builds without running the model
+    # the first rule runs the model; every cell waits for it, so none starts
+    run = _snakemake(repo, *args)
     output = run.stdout + run.stderr
-    assert run.returncode != 0
+    assert run.returncode != 0 and "Error in rule check_student" in output
     assert "key 'model.factory'" in output and "student_lm.broken:hidden_states" in output
     assert "(batch, seq, vocab_size)" in output
-    assert "Job stats" not in output
+    assert "Finished jobid" not in output
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, snakemake
 from helpers import cell
 
-from cs336report import results
+from cs336report.records import store as results
 
 SOCKETS = Path(".snakemake/cs336report-worker")
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "CS336REPORT_WORKER_IDLE_S": "120"}
@@ -36,7 +36,7 @@ def worker_pids(cwd: Path) -> set[int]:
             where = os.readlink(proc / "cwd")
         except OSError:
             continue
-        if b"cs336report.worker" in cmdline and b"serve" in cmdline and state != "Z" and where == str(cwd):
+        if b"cs336report.run.worker" in cmdline and b"serve" in cmdline and state != "Z" and where == str(cwd):
             pids.add(int(proc.name))
     return pids
 
@@ -269,8 +269,8 @@ def test_changed_package_or_environment_starts_another_worker(cwd):
     pids = []
     for i, run_env in enumerate([env, "touch", env, {**env, "CS336REPORT_GIT_COMMIT": "0" * 40}]):
         if run_env == "touch":  # an edited package
-            stat = (copy / "runner.py").stat()
-            os.utime(copy / "runner.py", ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+            stat = (copy / "run" / "runner.py").stat()
+            os.utime(copy / "run" / "runner.py", ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
             run_env = env
         p, out, log = client(cwd, "roofline", f"probe{i}", c, env=run_env)
         assert p.returncode == 0, log.read_text()
@@ -317,10 +317,10 @@ def test_the_client_does_not_import_torch(cwd):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     modules = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
-    assert "cs336report.worker_client" in modules and "socket" in modules
-    assert "cs336report.worker" not in modules  # the client does not import the worker itself
+    assert "cs336report.run.worker_client" in modules and "socket" in modules
+    assert "cs336report.run.worker" not in modules  # the client does not import the worker itself
     assert not [m for m in modules if m.split(".")[0] in ("torch", "numpy")]
-    assert "cs336report.runner" not in modules and "cs336report.experiments" not in modules
+    assert "cs336report.run.runner" not in modules and "cs336report.experiments" not in modules
     assert results.load(cwd / "results/roofline/probe2.json")["process"]["cells_before"] == 1
 
 
@@ -348,8 +348,8 @@ def test_reset_puts_the_process_state_back():
     import torch
     from torch._dynamo.utils import counters
 
-    from cs336report.compiling import compile_stats
-    from cs336report.worker import global_state, reset_process_state
+    from cs336report.measure.compiling import compile_stats
+    from cs336report.run.worker import global_state, reset_process_state
 
     initial = global_state()
     try:
@@ -363,7 +363,7 @@ def test_reset_puts_the_process_state_back():
         functorch_config.donated_buffer = not initial["donated_buffer"]  # as compile_fn(donated_buffer=False)
         import torch._inductor.config as inductor_config
 
-        from cs336report.compiling import compile_fn
+        from cs336report.measure.compiling import compile_fn
 
         threads = inductor_config.compile_threads
         compile_fn(lambda x: x, threads=2 if threads == 1 else 1)  # as a compiled_attention cell sets it
@@ -391,7 +391,7 @@ def test_the_state_a_cell_changed_is_put_back_before_its_reply(tmp_path, monkeyp
 
     import torch
 
-    from cs336report import runner, worker, worker_client
+    from cs336report.run import runner, worker, worker_client
 
     initial = worker.global_state()
 
@@ -464,7 +464,7 @@ def test_worker_false_runs_cells_in_their_own_process_and_reruns_nothing(workdir
 
 
 def test_a_cuda_oom_an_error_or_memory_left_behind_ends_the_worker():
-    from cs336report.worker import exit_reason
+    from cs336report.run.worker import exit_reason
 
     assert exit_reason("ok", "cuda", False) is None
     assert exit_reason("ok", "cuda:0", False, left_bytes=0) is None
@@ -515,7 +515,7 @@ def test_a_worker_freezes_what_outlives_its_cells_and_its_collections_scan_the_r
 
     code = """
 import gc, json, weakref
-from cs336report import measure, worker
+from cs336report.measure import timing as measure; from cs336report.run import worker
 initial = worker.global_state()
 out = {}
 measure.release_memory("cpu"); out["released"] = gc.get_freeze_count(); measure.thaw()

@@ -7,8 +7,9 @@ import re
 import pytest
 
 from conftest import snakemake
-from helpers import without_record_links
+from helpers import run_config, without_record_links
 
+from cs336report.parsers.kernel_records import kernel_rows
 from cs336report.report.tables import fmt_mean_std, sig
 
 pytestmark = pytest.mark.slow
@@ -44,12 +45,28 @@ def test_cpu_report_has_every_section_and_measured_numbers(workdir):
     assert "Not run: needs a CUDA device" in memory and '<h2 id="memory_profiling">' in html
 
 
+def test_the_run_prints_a_line_a_job_and_ends_naming_the_report(workdir):
+    """The console of the run that built the CPU report: no input lists, a line a job with its
+    phases, and a last line naming the pages to read."""
+    lines = (workdir / ".snakemake" / "console.txt").read_text().splitlines()
+    assert lines[-1].endswith("The answers: report/cpu/answers.md; the whole report: report/cpu/index.html"), lines[-3:]
+    assert not any(line.lstrip().startswith(("input:", "output:", "SNAKEMAKE")) for line in lines)
+    jobs = [line for line in lines if re.match(r"^\[\d\d:\d\d:\d\d\] \d+/\d+ ", line)]
+    if jobs:  # a run that had jobs (a reused, up-to-date folder has none)
+        total = int(jobs[0].split()[1].split("/")[1])
+        assert len(jobs) == total and jobs[-1].endswith(f"{total}/{total} report")
+        phases = [line for line in lines if line.startswith("    ")]
+        assert len(lines) <= 2 + len(jobs) + len(phases) + 2, lines[:5]
+        if any(" benchmarking " in job for job in jobs):  # a timed cell ran: its warm-up and timing show
+            assert "    warm-up: 5 steps" in lines and "    timing 10 steps" in lines
+
+
 def test_the_jobs_share_a_bytecode_cache_only_where_the_installation_has_none(workdir):
     """Where torch's installation holds its bytecode (pip's), the jobs read it and no run cache is
     made; where it has none and may not be written, every job's Python compiles into the run's cache."""
     import os
 
-    from cs336report import bytecode
+    from cs336report.machine import bytecode
 
     cache = workdir / ".snakemake" / "cs336report" / "pycache"
     compiled = [p.as_posix() for p in cache.rglob("*.pyc")]
@@ -93,7 +110,7 @@ def jobs_after_editing(workdir, module: str) -> dict[str, int]:
 
 
 def test_editing_experiment_code_reruns_that_experiment_only(workdir):
-    assert jobs_after_editing(workdir, "experiments/roofline.py") == {"roofline": 1, "report": 1}
+    assert jobs_after_editing(workdir, "experiments/benchmarking_script/roofline.py") == {"roofline": 1, "report": 1}
 
 
 def test_editing_the_compile_experiment_reruns_the_compiled_cells_only(workdir):
@@ -120,7 +137,71 @@ def test_uncompiled_twins_that_benchmarking_does_not_run_are_their_own_jobs(work
 
 
 def test_editing_the_coverage_module_rerenders_the_report_only(workdir):
-    assert jobs_after_editing(workdir, "coverage.py") == {"report": 1}
+    assert jobs_after_editing(workdir, "records/coverage.py") == {"report": 1}
+
+
+def test_installing_or_upgrading_triton_reruns_the_rules_that_run_it(workdir, tmp_path):
+    """Triton's version is a param of handout_tests and the flash rules: another Triton (here a
+    distribution record that shadows the installed one, or a first one where none is) reruns their
+    cells and the report, and nothing else."""
+    import subprocess
+    import sys
+
+    dist = tmp_path / "site" / "triton-0.0.0+test.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 0.0.0+test\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(dist.parent), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "-n", "report"], cwd=workdir, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    output = run.stdout + run.stderr
+    cells = {rule: len(list((workdir / "results" / rule).glob("*.json"))) for rule in
+             ("handout_tests", "flash_benchmarking", "flash_leaderboard")}
+    assert cells["handout_tests"] and cells["flash_benchmarking"], cells
+    assert job_counts(output) == {**{rule: n for rule, n in cells.items() if n}, "report": 1}
+    assert "triton 0.0.0+test" in output  # the changed param, named in Snakemake's reason
+
+
+def hints(markdown: str) -> tuple[set[str], list[str]]:
+    """The commands a report's "not run" lines give to run on its machine, and what the others say
+    their result needs (a machine, a setting), from its Markdown."""
+    text = without_record_links(markdown).replace("\\_", "_")
+    here = set(re.findall(r"Run it with `([^`]+)`", text)) | set(re.findall(r"not run \(`([^`]+)`\)", text))
+    elsewhere = re.findall(r"It needs (.+?)(?:: run `[^`]+` there)?\.(?:\s|$)", text)
+    elsewhere += re.findall(r"not run \(needs ([^:)]+)(?:: `|\))", text)  # the summary's (not the appendix's reasons)
+    return here, elsewhere
+
+
+def planned_jobs(workdir, command: str) -> dict[str, int]:
+    """The jobs a dry run of a hint's command plans in the built CPU workflow."""
+    import subprocess
+    import sys
+
+    words = command.split()
+    assert words[:3] == ["snakemake", "--cores", "1"] and "--forcerun" in words, command
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", *words[1:]], cwd=workdir, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, (command, run.stderr[-2000:])
+    return job_counts(run.stdout + run.stderr)
+
+
+def test_every_not_run_hint_plans_the_missing_jobs_or_names_the_machine(workdir, tmp_path):
+    """Each "not run" line of the CPU report, and of the same report without some rules' records,
+    gives a command whose dry run plans those rules' jobs, or says which machine (or setting) the
+    result needs: the CPU grid has no cells of the GPU-only rules, so no command runs them here."""
+    from cs336report.report.render import render_report
+
+    here, elsewhere = hints((workdir / "report/cpu/report.md").read_text())
+    assert elsewhere and all(re.search(r"\bCUDA GPUs?\b", need) for need in elsewhere), elsewhere
+    dropped = ("benchmarking_warmup", "naive_ddp_benchmarking", "ddp_bucketed_benchmarking")
+    results = [p for p in sorted((workdir / "results").glob("*/*.json")) if p.parent.name not in dropped]
+    render_report([str(p) for p in results], run_config(workdir), tmp_path / "out", links_from=workdir / "report/cpu")
+    more, _ = hints((tmp_path / "out/report.md").read_text())
+    forced = {command: set(command.split("--forcerun ", 1)[1].split(" -- ")[0].split()) for command in here | more}
+    assert set(dropped) <= set().union(*forced.values()), forced  # each missing rule has a command
+    for command, rules in forced.items():
+        jobs = planned_jobs(workdir, command)
+        assert rules <= set(jobs) and jobs.get("report") == 1, (command, jobs)
 
 
 def test_bad_config_stops_before_any_job(workdir, tmp_path):
@@ -149,7 +230,7 @@ def test_cpu_report_has_the_nsys_profile_section_from_torch_profiler(workdir):
     data = result["data"]
     assert result["status"] == "ok" and data["source"] == "torch.profiler" and data["exact"]
     assert all(check["ok"] for check in data["checks"]["range_instances"].values())
-    top = max((k for k in data["kernels"] if k["range"] == "forward"), key=lambda k: k["total_ns"])
+    top = max((k for k in kernel_rows(data["kernels"]) if k["range"] == "forward"), key=lambda k: k["total_ns"])
     assert md_cell(top["short_name"]) in section
 
 
@@ -229,8 +310,8 @@ def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_p
         (tmp_path / t).write_text("{}")
     assert job_counts((run := snakemake(tmp_path, *targets, *args)).stdout + run.stderr) == {}
     clock = max((tmp_path / t).stat().st_mtime for t in targets)
-    for module, expected in (("experiments/flash_leaderboard.py", {"flash_leaderboard": 1}),
-                             ("experiments/flash_benchmarking.py", {"flash_leaderboard": 1, "flash_benchmarking": 4})):
+    for module, expected in (("experiments/flash_benchmarking/leaderboard.py", {"flash_leaderboard": 1}),
+                             ("experiments/flash_benchmarking/timing.py", {"flash_leaderboard": 1, "flash_benchmarking": 4})):
         clock += 100
         os.utime(tmp_path / "cs336report" / module, (clock, clock))  # the edit
         run = snakemake(tmp_path, *targets, *args)
@@ -241,10 +322,10 @@ def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_p
             os.utime(tmp_path / t, (clock, clock))
 
 
-# Rules whose cells call torch.compile through cs336report.compiling; the others import it with
+# Rules whose cells call torch.compile through cs336report.measure.compiling; the others import it with
 # the shared experiment modules but never run it, so it is not among their code inputs.
 COMPILING_RULES = {"compiled_attention", "compiled_model", "optimized_step"}
-# Rules whose cells time each kernel through cs336report.kernel_times (the shared benchmarking module
+# Rules whose cells time each kernel through cs336report.measure.kernel_times (the shared benchmarking module
 # imports it; only cells with kernel_steps call it).
 KERNEL_TIMING_RULES = {"optimized_step", "flash_leaderboard"}
 
@@ -287,18 +368,19 @@ def test_each_cell_rule_lists_the_code_its_cells_run(workdir):
         fields = line.split("\t")
         inputs.setdefault(fields[2], set()).update(f for f in fields[4].split(",") if f.startswith("cs336report/"))
     checked = 0
-    for name, (cells, runner) in experiments.registry().items():
+    for name in experiments.names():
         if name not in inputs:  # not on the CPU grid
             continue
+        cells, runner = experiments.registry()[name][0], experiments.runner(name)  # the run's module imported
         root = Path(experiments.__file__).resolve().parent.parent
         modules = {Path(inspect.getsourcefile(f)).resolve() for f in (cells, runner)}
         need = {f"cs336report/{m.relative_to(root).as_posix()}" for m in modules}
-        need |= {"cs336report/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
+        need |= {"cs336report/run/runner.py"} | _package_imports(Path(inspect.getsourcefile(runner)).resolve())
         need -= {"cs336report/__init__.py"}  # the package's version string
         if name not in COMPILING_RULES:
-            need -= {"cs336report/compiling.py"}
+            need -= {"cs336report/measure/compiling.py"}
         if name not in KERNEL_TIMING_RULES:
-            need -= {"cs336report/kernel_times.py"}
+            need -= {"cs336report/measure/kernel_times.py"}
         assert need <= inputs[name], (name, sorted(need - inputs[name]))
         checked += 1
     assert checked >= 12, sorted(inputs)
@@ -319,5 +401,5 @@ def test_the_report_rule_lists_every_package_module_the_report_imports(workdir):
     package = Path(__file__).resolve().parent.parent / "cs336report"
     need = set().union(*(_package_imports(f) for f in (package / "report").rglob("*.py")))
     need -= {"cs336report/__init__.py"}
-    assert "cs336report/accounting.py" in need and need <= inputs, sorted(need - inputs)
+    assert "cs336report/accounting/transformer.py" in need and need <= inputs, sorted(need - inputs)
 

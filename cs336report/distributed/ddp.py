@@ -35,6 +35,8 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from ..names.ddp import WRAPPERS
+
 MIB = 2**20  # bucket_size_mb counts MiB, as torch's DistributedDataParallel's bucket_cap_mb does
 
 
@@ -179,4 +181,5 @@ def _copy_back(flat: torch.Tensor, grads: list[torch.Tensor]) -> None:
         grad.copy_(reduced)
 
 
-VARIANTS = {"naive": DDPNaive, "flat": DDPFlat, "individual": DDPIndividualParameters, "bucketed": DDPBucketed}
+# Our wrappers by their variant names (cs336report.names.ddp.WRAPPERS).
+VARIANTS = dict(zip(WRAPPERS, (DDPNaive, DDPFlat, DDPIndividualParameters, DDPBucketed)))

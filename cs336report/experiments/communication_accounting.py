@@ -1,7 +1,7 @@
 """communication_accounting: the handout's XXL memory and communication arithmetic (problem 19).
 
 Nothing is measured: the one cell computes the derivations of
-:func:`cs336report.accounting_distributed.communication_accounting` from the setting the config
+:func:`cs336report.accounting.distributed.communication_accounting` from the setting the config
 gives (the handout's XXL numbers, and the token count the handout leaves open), so the report
 reads them from a result file like every other answer.
 
@@ -10,7 +10,7 @@ reads them from a result file like every other answer.
 
 from __future__ import annotations
 
-from ..accounting_distributed import XXL, communication_accounting
+from ..accounting.distributed import XXL, communication_accounting
 
 
 def cells(cfg) -> dict[str, dict]:

@@ -1,13 +1,13 @@
 """ddp_bucketed_benchmarking: (a) time per step of bucketed DDP at each bucket size, and PyTorch's
 own DistributedDataParallel at its bucket caps as the reference; (b) the overhead model fitted to
-these steps lives in :mod:`cs336report.distributed.bucket_model`. With a student checkout, the
+these steps lives in :mod:`cs336report.accounting.bucket_model`. With a student checkout, the
 student's wrapper (``get_ddp_bucketed``) runs at each bucket size too (``student_bucketed``). The loop
-and its timing: :mod:`cs336report.distributed.train`.
+and its timing: :mod:`cs336report.experiments.ddp_training.train`.
 
     python -m cs336report run ddp_bucketed_benchmarking --name bucketed-100mb-xl-ctx128-w2 ...
 """
 
-from ..distributed.train import ddp_cell, ddp_cell_name, run_ddp
+from .ddp_training import ddp_cell, ddp_cell_name
 
 NAME = "ddp_bucketed_benchmarking"
 
@@ -23,4 +23,4 @@ def cells(cfg) -> dict[str, dict]:
     return {ddp_cell_name(c): c for c in found}
 
 
-EXPERIMENTS = {NAME: (cells, run_ddp)}
+EXPERIMENTS = {NAME: (cells, ".ddp_training.train:run_ddp")}

@@ -4,7 +4,7 @@ Three experiments:
 
 * ``compiled_attention`` -- the pytorch_attention grid (or the subset ``d_heads`` x ``seqs``
   of ``grids.<gpu|cpu>.compiled_attention``) with the naive attention under ``torch.compile``,
-  measured exactly like pytorch_attention (:func:`cs336report.experiments.attention.run`).
+  measured exactly like pytorch_attention (:func:`cs336report.experiments.pytorch_attention.timing.run`).
   Its eager baseline is pytorch_attention's naive cell of the same (d_head, seq).
 * ``compiled_model`` -- the Transformer of the benchmarking experiment compiled with
   ``torch.compile`` for the configured sizes x contexts x modes, and the same cells
@@ -17,22 +17,22 @@ Three experiments:
   ``native`` implementation (F.linear, F.scaled_dot_product_attention), bf16 autocast,
   ``torch.compile`` and AdamW in one fused pass per tensor; with ``master_weights`` (the default)
   the weights autocast would convert are bf16 working copies that the optimizer step writes from
-  fp32 master weights (:mod:`cs336report.master_weights`), so no step converts a weight, and the
+  fp32 master weights (:mod:`cs336report.lm.master_weights`), so no step converts a weight, and the
   update is compiled with the model. Its FLOP rate is compared in the report with the bf16
   matmul peak the roofline probe measured. ``whole_steps`` more steps are then timed with one
   synchronization each, at the step's end, for the step without its phase timing. On CUDA,
   ``kernel_steps`` more steps then run under torch.profiler, and the record keeps the GPU time
   of every kernel per step, which the report sums by kernel class to show where the step's
   time goes below the phases, and as many again, each profiled on its own, split the time no
-  kernel ran (:func:`cs336report.kernel_times.idle_time`).
+  kernel ran (:func:`cs336report.measure.kernel_times.idle_time`).
 
     python -m cs336report cells optimized_step
 """
 
 from __future__ import annotations
 
-from . import attention, benchmarking
-from .benchmarking import transformer_cell
+from . import pytorch_attention as attention, benchmarking_script as benchmarking
+from .benchmarking_script import transformer_cell
 
 
 def model_cell_name(cell: dict) -> str:
@@ -139,7 +139,7 @@ def optimized_cells(cfg) -> dict[str, dict]:
 JOBS = {"compiled_model": compiled_model_jobs}
 
 EXPERIMENTS = {
-    "compiled_attention": (compiled_attention_cells, attention.run),
-    "compiled_model": (compiled_model_cells, benchmarking.run),
-    "optimized_step": (optimized_cells, benchmarking.run),
+    "compiled_attention": (compiled_attention_cells, ".pytorch_attention.timing:run"),
+    "compiled_model": (compiled_model_cells, ".benchmarking_script.step:run"),
+    "optimized_step": (optimized_cells, ".benchmarking_script.step:run"),
 }

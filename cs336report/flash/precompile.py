@@ -25,7 +25,7 @@ from multiprocessing import get_context
 
 import torch
 
-from ..progress import progress
+from ..machine.progress import progress
 
 # The small input each compilation runs on: (batch, sequence); head size per item.
 WARM_SHAPE = (1, 128)

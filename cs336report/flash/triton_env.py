@@ -2,7 +2,7 @@
 
 ``HAS_TRITON`` (and ``triton``, ``tl``: None without it), ``INTERPRET`` (``TRITON_INTERPRET=1``, read
 at import as Triton does), and a fix for Triton's interpreter under newer NumPy (applied at import).
-The assembler a GPU process uses is fixed by :func:`cs336report.compiling.pin_ptxas`.
+The assembler a GPU process uses is fixed by :func:`cs336report.measure.compiling.pin_ptxas`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from ..compiling import pin_ptxas
+from ..measure.compiling import pin_ptxas
 from .triton_env import (  # noqa: F401  (re-exported: tests reach them here)
     _TRITON_IMPORT_ERROR,
     HAS_TRITON,

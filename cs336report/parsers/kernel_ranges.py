@@ -2,14 +2,14 @@
 
 Input: the frames of :func:`cs336report.parsers.nsys.parse_exports` (``cuda_gpu_kern_sum``,
 ``nvtx_sum``, ``nvtx_kern_sum``, optionally ``cuda_api_sum``) of one profiled cell, whose
-steps ran inside the NVTX ranges of :mod:`cs336report.annotate`: every measured step in a
+steps ran inside the NVTX ranges of :mod:`cs336report.measure.annotate`: every measured step in a
 ``step`` range, every warm-up step in a ``warmup`` range, and inside them ``forward``,
 ``backward``, ``optimizer_step`` and, inside attention, ``attention_scores``, ``softmax``
 and ``attention_value``. Output: :func:`summarise` returns a JSON-ready dict with, for each
 phase, one row per kernel name (total, instances, average, median, min, max, share of the
-phase) over the measured steps, the class of each kernel (:func:`cs336report.kernels.classify`),
-class totals, the phases' wall times, the kernel launch calls of the CUDA API summary
-(``launches``), and sanity checks.
+phase) over the measured steps, the class of each kernel (:func:`cs336report.parsers.kernels.classify`),
+as columns with each kernel's names once (``kernels``, :mod:`.kernel_records`), class totals, the
+phases' wall times, the kernel launch calls of the CUDA API summary (``launches``), and sanity checks.
 
 How kernels are attributed (nsys's rule, and torch.profiler's through
 :mod:`cs336report.parsers.torchprof`): a kernel belongs to every range that was open on
@@ -38,7 +38,7 @@ measured steps (with warm-up in the export: the median duration times the ranges
     data = summarise(frames, cell=record["config"])
 
 The phase analysis reads no file and writes none: the workflow's parse step, which reads the
-exports and writes the cell's record, is :func:`cs336report.nsys_step.parse_stats`.
+exports and writes the cell's record, is :func:`cs336report.steps.nsys_step.parse_stats`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ import re
 
 import pandas as pd
 
-from ..kernels import classify, summarise_by_class
+from .kernel_records import kernel_columns
+from .kernels import classify, summarise_by_class
 from .nsys_ranges import RANGE_ALIASES, canonical_range, canonical_ranges, per_step_check, range_rows, warmup_steps
 
 __all__ = ["PHASES", "RANGES", "RANGE_ALIASES", "canonical_range", "summarise", "short_name"]
@@ -65,18 +66,27 @@ _GENERIC = {"func_wrapper_t", "gpu_kernel_impl_nocast", "gpu_kernel_impl", "Redu
 LAUNCH_API = re.compile(r"^cu(da)?Launch(Cooperative)?Kernel")
 
 
+_VOID_RE = re.compile(r"^void\s+")
+_ANONYMOUS_RE = re.compile(r"(<unnamed>|\(anonymous namespace\))::")
+_HEAD_RE = re.compile(r"[<(]")
+# Whole words holding a functor's or op's name; (?<!\w) spares trying every letter inside a word, where
+# neither of those branches can match (only cutlass_ can, after a word's start).
+_HINT_RE = re.compile(r"((?<!\w)\w*(?:Functor|Op|Ops|_kernel_cuda|_kernel_impl|Epilogue)\w*|cutlass_\w+|"
+                      r"(?<!\w)\w+_functor)")
+
+
 def short_name(kernel: str, limit: int = 80) -> str:
     """A readable short form of a kernel name: templates' functor or kernel kept, arguments dropped.
 
     ``void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>, ...>(...)``
     becomes ``vectorized_elementwise_kernel<CUDAFunctor_add>``.
     """
-    name = re.sub(r"^void\s+", "", kernel.strip())
-    name = re.sub(r"(<unnamed>|\(anonymous namespace\))::", "", name)
-    head = re.split(r"[<(]", name, maxsplit=1)[0]
+    name = _VOID_RE.sub("", kernel.strip())
+    name = _ANONYMOUS_RE.sub("", name)
+    head = _HEAD_RE.split(name, maxsplit=1)[0]
     head = head.rsplit("::", 1)[-1] or head
     inner = name[len(name.split("<", 1)[0]):]
-    hints = re.findall(r"(\w*(?:Functor|Op|Ops|_kernel_cuda|_kernel_impl|Epilogue)\w*|cutlass_\w+|\w+_functor)", inner)
+    hints = _HINT_RE.findall(inner)
     hints = [h for h in dict.fromkeys(hints) if h not in _GENERIC]
     if "<" in name and hints:
         text = f"{head}<{', '.join(hints[-2:])}>"
@@ -119,7 +129,8 @@ def _by_kernel(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _table(values: pd.DataFrame, shapes: pd.DataFrame, steps: int) -> pd.DataFrame:
-    """Per-kernel rows of one phase: values (totals) with the shape columns of ``shapes``."""
+    """Per-kernel rows of one phase: values (totals) with the shape columns of ``shapes`` (the class is
+    added once every table is built, each kernel classified once: :func:`_classify`)."""
     table = values[list(_VALUE_COLUMNS)].copy()
     table = table[(table["instances"] >= 0.5) & (table["total_ns"] > 0)]
     for col in _SHAPE_COLUMNS:
@@ -129,24 +140,24 @@ def _table(values: pd.DataFrame, shapes: pd.DataFrame, steps: int) -> pd.DataFra
     table["share"] = table["total_ns"] / total if total > 0 else math.nan
     table["per_step_ns"] = table["total_ns"] / steps
     table["per_step_instances"] = table["instances"] / steps
-    table = table.sort_values("total_ns", ascending=False, kind="stable")
-    table.insert(0, "class", [classify(str(n)) for n in table.index])
-    return table
+    return table.sort_values("total_ns", ascending=False, kind="stable")
 
 
-
-def _records(table: pd.DataFrame, phase: str) -> list[dict]:
-    out = []
-    for name, row in table.iterrows():
-        out.append({"range": phase, "name": str(name), "short_name": short_name(str(name)), "class": row["class"],
-                    **{col: _num(row[col]) for col in ("total_ns", "instances", "avg_ns", "med_ns", "min_ns",
-                                                        "max_ns", "std_ns", "share", "per_step_ns",
-                                                        "per_step_instances")}})
+def _classify(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The tables with a ``class`` column first, each distinct kernel name classified once."""
+    names = pd.Index([]).append([t.index for t in tables.values()]).unique()
+    classes = pd.Series([classify(str(n)) for n in names.tolist()], index=names, dtype=object)
+    out = {}
+    for r, table in tables.items():
+        table = table.copy()
+        table.insert(0, "class", classes.reindex(table.index).to_numpy())
+        out[r] = table
     return out
 
 
 def _empty(reason: str, source: str, activity: str) -> dict:
-    return {"source": source, "activity": activity, "empty_reason": reason, "kernels": [], "classes": [],
+    return {"source": source, "activity": activity, "empty_reason": reason, "kernels": kernel_columns({}, short_name),
+            "classes": [],
             "phases": {}, "ranges": {}, "checks": {}, "warnings": [], "measured_steps": None,
             "warmup_in_export": 0, "exact": True, "api": [], "launches": None}
 
@@ -189,7 +200,7 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
     if kern.empty:
         return _empty(kern.attrs.get("reason") or "the export holds no kernels", source, activity)
     found = sorted({str(r) for f in (frames.get("nvtx_sum"), frames.get("nvtx_kern_sum"))
-                    if f is not None and "range" in f for r in f["range"] if str(r)})
+                    if f is not None and "range" in f for r in f["range"].unique().tolist() if str(r)})
     frames = canonical_ranges(frames)
     nvtx = frames.get("nvtx_sum")
     nk = frames.get("nvtx_kern_sum")
@@ -251,23 +262,25 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
                     rest = rest.sub(tables[r][list(_VALUE_COLUMNS)].reindex(rest.index).fillna(0.0))
             tables["backward"] = _table(rest.clip(lower=0.0), all_kernels, n)
 
-        measured_total = step_values["total_ns"].sum()
+        measured_total, export_total = step_values["total_ns"].sum(), all_kernels["total_ns"].sum()
         checks["kernels_outside_measured_steps"] = {
-            "ns": _num(all_kernels["total_ns"].sum() - measured_total),
-            "share": _num(1 - measured_total / all_kernels["total_ns"].sum()),
+            "ns": _num(export_total - measured_total),
+            "share": _num(1 - measured_total / export_total) if export_total > 0 else None,
         }
         fwd = phase_raw["forward"]
         if not fwd.empty:
             per = fwd["instances"] / (n + w)
             whole = (per - per.round()).abs() < 1e-6
             checks["forward_kernel_instances"] = {
-                "steps": n + w, "share_whole_per_step": _num(fwd.loc[whole, "total_ns"].sum() / fwd["total_ns"].sum()),
+                "steps": n + w, "share_whole_per_step": _num(fwd.loc[whole, "total_ns"].sum() / fwd["total_ns"].sum())
+                if fwd["total_ns"].sum() > 0 else None,
                 "not_whole": [short_name(str(k)) for k in fwd.index[~whole][:5]],
             }
         if mode == "forward" and "forward" in tables:
             f_total, s_total = tables["forward"]["total_ns"].sum(), tables["step"]["total_ns"].sum()
             checks["forward_vs_step_kernels"] = {"forward_ns": _num(f_total), "step_ns": _num(s_total),
-                                                 "relative_difference": _num((f_total - s_total) / s_total)}
+                                                 "relative_difference": _num((f_total - s_total) / s_total)
+                                                 if s_total > 0 else None}
 
     expected = {"step": n}
     for r in PHASES:
@@ -317,9 +330,10 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
     if step_wall and phases.get("step", {}).get("kernel_ns_per_step"):
         checks["kernel_time_over_step_wall"] = _num(phases["step"]["kernel_ns_per_step"] / step_wall)
 
+    tables = _classify(tables)
     classes = []
     for r, table in tables.items():
-        by_class = summarise_by_class(table.reset_index().rename(columns={"index": "name"}))
+        by_class = summarise_by_class(table.reset_index(names="name"))
         for _, row in by_class.iterrows():
             classes.append({"range": r, "class": row["class"], "total_ns": _num(row["total_ns"]),
                             "per_step_ns": _num(row["total_ns"] / n), "instances": _num(row["instances"]),
@@ -332,12 +346,13 @@ def summarise(frames: dict[str, pd.DataFrame], cell: dict | None = None, source:
             api.append({"name": str(row["name"]), "total_ns": _num(row["total_ns"]),
                         "instances": _num(row["instances"]), "avg_ns": _num(row["avg_ns"])})
     step_instances = tables["step"]["instances"].sum() if "step" in tables else 0.0
-    launches = _launches(api_frame, step_instances / all_kernels["instances"].sum(), n)
+    export_instances = all_kernels["instances"].sum()
+    launches = _launches(api_frame, step_instances / export_instances if export_instances > 0 else math.nan, n)
 
     return {
         "source": source, "activity": activity, "empty_reason": None,
         "measured_steps": int(n), "warmup_in_export": int(w), "exact": not w,
         "ranges": ranges, "range_names": found, "phases": phases,
-        "kernels": [rec for r in RANGES if r in tables for rec in _records(tables[r], r)],
+        "kernels": kernel_columns({r: tables[r] for r in RANGES if r in tables}, short_name),
         "classes": classes, "checks": checks, "warnings": warnings, "api": api, "launches": launches,
     }

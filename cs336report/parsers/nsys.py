@@ -69,6 +69,7 @@ import pandas as pd
 from .nsys_columns import STAT_COLUMNS, NsysParseError
 from .nsys_reports import CANONICAL_REPORTS, canonical_report, empty_frame, report_from_filename
 from .nsys_tables import Scanner
+from .nsys_text import read_text
 
 __all__ = [
     "CANONICAL_REPORTS",
@@ -100,10 +101,11 @@ def parse_file(path: str | Path, report: str | None = None) -> dict[str, pd.Data
     The report of an untitled table is taken from ``report`` or else from a
     ``_<report>`` suffix of the file name (``run_cuda_gpu_kern_sum.csv``,
     ``run_gpukernsum.csv``).  An empty file of a known report gives an empty
-    frame whose ``attrs["reason"]`` says the export was empty.
+    frame whose ``attrs["reason"]`` says the export was empty.  The file may be
+    UTF-8, UTF-16 or UTF-32 (:func:`~.nsys_text.decode`).
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text, _ = read_text(path)
     hint = report or report_from_filename(path)
     if not text.strip():
         if hint is None:

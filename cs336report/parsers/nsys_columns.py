@@ -13,7 +13,7 @@ import csv
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 __all__ = ["NsysParseError", "STAT_COLUMNS", "SIZE_COLUMNS", "Column", "Table", "column_spec", "split_unit"]
 
@@ -212,13 +212,17 @@ def uses_decimal_comma(cells: Iterable[str]) -> bool:
 
 @dataclass
 class Table:
+    """One table as read: its header's labels and one column of cells per label (a pandas Series:
+    float64 where the CSV reader found only numbers, else strings), with the line of every row."""
+
     report: str | None
     title: str | None
     fmt: str
     header_line: int
     labels: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    row_lines: list[int] = field(default_factory=list)
+    columns: list = field(default_factory=list)
+    row_lines: Sequence[int] = field(default_factory=list)
+    line_text: Callable[[int], str] | None = None  # the text of a 1-based line, for error messages
 
 
 

@@ -1,6 +1,6 @@
 """NVTX ranges of a profile: their names, their instances, and the warm-up steps they imply.
 
-Profiles name their ranges our way (:mod:`cs336report.annotate`) or the handout's way
+Profiles name their ranges our way (:mod:`cs336report.measure.annotate`) or the handout's way
 (``computing softmax``...): :func:`canonical_range` maps both to ours. The number of
 warm-up steps in an export is read from ranges that open once per step
 (:func:`warmup_steps`), and :func:`per_step_check` says whether every range opened as
@@ -51,7 +51,7 @@ def canonical_ranges(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         frame = frames.get(key)
         if frame is not None and "range" in frame:
             renamed = frame.copy()
-            renamed["range"] = [canonical_range(r) for r in frame["range"]]
+            renamed["range"] = frame["range"].map({r: canonical_range(r) for r in frame["range"].unique()})
             out[key] = renamed
     return out
 

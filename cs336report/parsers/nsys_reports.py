@@ -14,10 +14,12 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
+from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-from .nsys_columns import (SIZE_COLUMNS, STAT_COLUMNS, TIME_UNITS, NsysParseError, Table, column_spec, parse_number,
-                           snake, split_unit, unit_from_title, uses_decimal_comma, MISSING)
+from .nsys_columns import (MISSING, SIZE_COLUMNS, STAT_COLUMNS, TIME_UNITS, Column, NsysParseError, Table,
+                           column_spec, parse_number, snake, split_unit, unit_from_title, uses_decimal_comma)
 
 __all__ = ["CANONICAL_REPORTS", "KNOWN_REPORT_IDS", "REPORT_SIGNATURES", "canonical_report", "report_from_title",
            "report_from_filename", "report_from_columns", "infer_report", "build_frame", "empty_frame"]
@@ -170,7 +172,7 @@ def report_from_skip_message(message: str, taken: Iterable[str]) -> str:
 
 
 
-def infer_report(labels: list[str], rows: list[list[str]]) -> str:
+def infer_report(labels: list[str], columns: list) -> str:
     known = report_from_columns(labels)
     if known is not None:
         return known
@@ -187,8 +189,8 @@ def infer_report(labels: list[str], rows: list[list[str]]) -> str:
         return "cuda_gpu_mem_time_sum" if has_time else "cuda_gpu_mem_size_sum"
     if bases & {"num calls", "calls"}:
         name_at = next((n for n, label in enumerate(labels) if split_unit(label)[0].lower() == "name"), None)
-        if name_at is not None and rows:
-            names = [r[name_at] for r in rows if len(r) > name_at]
+        if name_at is not None and len(columns) > name_at and len(columns[name_at]):
+            names = [str(v) for v in columns[name_at]]
             if names and sum(nm.startswith("cu") for nm in names) * 2 >= len(names):
                 return "cuda_api_sum"
             return "osrt_sum"
@@ -211,11 +213,72 @@ def empty_frame(report: str) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
-def normalise_range(value: str) -> str:
-    value = value.strip()
-    if value.startswith(":"):
-        value = value[1:]
-    return value
+def normalise_range(values: pd.Series) -> pd.Series:
+    """Range names without the leading ``:`` of nsys's default domain."""
+    return values.astype(object).map(lambda v: str(v).strip().removeprefix(":"))
+
+
+# Columns an answer is read from: a table of these reports must have them, with a number in every row.
+REQUIRED = {report: ("total_ns", "instances") for report in
+            ("cuda_gpu_kern_sum", "nvtx_sum", "nvtx_kern_sum", "nvtx_gpu_proj_sum", "cuda_api_sum")}
+_REQUIRED_LABELS = {"total_ns": '"Total Time" (or "Total Proj Time")',
+                    "instances": '"Instances" (or "Num Calls", "Kern Inst", "Range Instances")'}
+
+
+def _numbers(values: pd.Series, col: Column, table: Table, decimal_comma: bool, source: str) -> np.ndarray:
+    """A column of numbers (float64, NaN where missing) scaled to ns or bytes; a cell that is no number is refused."""
+    if is_numeric_dtype(values) and not is_bool_dtype(values):
+        return values.to_numpy(dtype="float64") * col.scale
+    out = np.empty(len(values))
+    for i, cell in enumerate(values):  # strings: thousands separators, percent signs, decimal commas
+        if not isinstance(cell, str):
+            out[i] = math.nan
+            continue
+        try:
+            out[i] = parse_number(cell, decimal_comma) * col.scale
+        except ValueError:
+            raise NsysParseError(source, table.row_lines[i], f'a number in column "{col.label}"', cell) from None
+    return out
+
+
+def _check_required(report: str, columns: list[Column], data: dict, table: Table, source: str) -> None:
+    """Every row of a report an answer reads has a finite, non-negative total and a whole count."""
+    for name in REQUIRED.get(report, ()):
+        col = next((c for c in columns if c.name == name), None)
+        if col is None:
+            raise NsysParseError(source, table.header_line, f"a column {_REQUIRED_LABELS[name]} in the header of "
+                                 f"report {report}", ", ".join(table.labels))
+        values = data[name]
+        missing = np.isnan(values)
+        bad = missing | ~np.isfinite(values) | (values < 0)
+        if name == "instances":
+            bad |= ~missing & (values != np.round(values))
+        if bad.any():
+            i = int(np.argmax(bad))
+            line = int(table.row_lines[i])
+            if missing[i]:
+                need = f'{"a whole number" if name == "instances" else "a number"} in column "{col.label}", which ' \
+                       "every row needs: it is missing here"
+            elif not np.isfinite(values[i]) or values[i] < 0:
+                need = f'a finite number of at least 0 in column "{col.label}"'
+            else:
+                need = f'a whole number in column "{col.label}"'
+            raise NsysParseError(source, line, need, table.line_text(line) if table.line_text else None)
+
+
+def _values(values: pd.Series, col: Column, table: Table, decimal_comma: bool, source: str):
+    if col.kind == "num":
+        return _numbers(values, col, table, decimal_comma, source)
+    if is_numeric_dtype(values):  # a column read as numbers that this report holds as text
+        return values
+    if col.kind == "xyz":
+        return values.map(lambda v: " ".join(str(v).replace(",", " ").split()))
+    if col.kind == "auto" and any(str(v).strip().lower() not in MISSING for v in values):
+        try:
+            return np.array([parse_number(str(v), decimal_comma) for v in values], dtype="float64")
+        except ValueError:
+            return values
+    return values
 
 
 def build_frame(table: Table, report: str, source: str) -> pd.DataFrame:
@@ -226,54 +289,34 @@ def build_frame(table: Table, report: str, source: str) -> pd.DataFrame:
         if col.name in seen:
             col.name = snake(col.label) if snake(col.label) not in seen else f"{col.name}_{len(seen)}"
         seen.add(col.name)
+    cells = table.columns or [pd.Series([], dtype=object) for _ in columns]
+    n = len(cells[0]) if cells else 0
     decimal_comma = False
     if table.fmt == "text":
-        numeric_cells = [row[n] for row in table.rows for n, c in enumerate(columns) if c.kind == "num"]
-        decimal_comma = uses_decimal_comma(numeric_cells)
+        decimal_comma = uses_decimal_comma(v for c, col in zip(cells, columns) if col.kind == "num" for v in c)
 
-    data: dict[str, list] = {}
-    for n, col in enumerate(columns):
-        values: list = []
-        if col.kind == "num":
-            for row, lineno in zip(table.rows, table.row_lines):
-                try:
-                    values.append(parse_number(row[n], decimal_comma) * col.scale)
-                except ValueError:
-                    raise NsysParseError(source, lineno, f'a number in column "{col.label}"', row[n]) from None
-        elif col.kind == "xyz":
-            values = [" ".join(row[n].replace(",", " ").split()) for row in table.rows]
-        elif col.kind == "auto":
-            raw = [row[n] for row in table.rows]
-            values = raw
-            if any(v.strip().lower() not in MISSING for v in raw):
-                try:
-                    values = [parse_number(v, decimal_comma) for v in raw]
-                except ValueError:
-                    values = raw
-        else:
-            values = [row[n] for row in table.rows]
-        data[col.name] = values
-
+    data = {col.name: _values(values, col, table, decimal_comma, source) for col, values in zip(columns, cells)}
+    _check_required(report, columns, data, table, source)
+    blank = pd.Series([""] * n, dtype=object)
     out: dict[str, object] = {}
     if report == "nvtx_kern_sum":
-        out["name"] = data.get("name", [""] * len(table.rows))
-        out["range"] = [normalise_range(v) for v in data.get("range", [""] * len(table.rows))]
+        out["name"] = data.get("name", blank)
+        out["range"] = normalise_range(data.get("range", blank))
     elif report in ("nvtx_sum", "nvtx_gpu_proj_sum"):
-        names = [normalise_range(v) for v in data.get("name", data.get("range", [""] * len(table.rows)))]
-        out["name"] = names
-        out["range"] = list(names)
+        out["name"] = normalise_range(data.get("name", data.get("range", blank)))
+        out["range"] = out["name"]
     else:
-        out["name"] = data.get("name", [""] * len(table.rows))
+        out["name"] = data.get("name", blank)
     for col in STAT_COLUMNS:
-        out[col] = data.get(col, [math.nan] * len(table.rows))
+        out[col] = data.get(col, np.full(n, math.nan))
     if report == "cuda_gpu_mem_size_sum":
         for col in SIZE_COLUMNS:
-            out[col] = data.get(col, [math.nan] * len(table.rows))
+            out[col] = data.get(col, np.full(n, math.nan))
     for name, values in data.items():
         if name not in out:
             out[name] = values
 
-    frame = pd.DataFrame(out)
+    frame = pd.DataFrame({k: v.to_numpy() if isinstance(v, pd.Series) else v for k, v in out.items()})
     frame["name"] = frame["name"].astype(object)
     if "range" in frame:
         frame["range"] = frame["range"].astype(object)
@@ -293,8 +336,5 @@ def build_frame(table: Table, report: str, source: str) -> pd.DataFrame:
         }
     )
     if table.fmt == "text":
-        frame.attrs["names_truncated"] = bool(
-            any(str(v).endswith(("\u2026", "...")) for v in frame["name"])
-        )
+        frame.attrs["names_truncated"] = bool(frame["name"].astype(str).str.endswith(("\u2026", "...")).any())
     return frame
-

@@ -5,38 +5,52 @@ with [...]``, the titles of nsys 2020-2021) name the next table; a header row st
 table, a dashed separator a text table; ``SKIPPED:`` notices become empty reports; nsys's
 progress messages and anything the application printed before, between or after the
 tables are skipped. Each table read is handed to :func:`~.nsys_reports.build_frame`.
+
+The lines are cut from the text one at a time (:class:`~.nsys_text.Lines`); a CSV table's body is
+found by one regular-expression search for the lines that could end it and read as one slice
+(:func:`~.nsys_csv.read_body`), so a million-row export is never a million Python strings. A line
+that reads as a complete row of its table is a row, even where it starts like nsys's own messages
+(an NVTX range may be named ``Saving ...``).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from dataclasses import dataclass
 
 import pandas as pd
 
-from .nsys_columns import (Column, NsysParseError, Table, column_spec, csv_fields, fixed_width_cells, has_anchor,
-                           is_label, token_cells)
+from .nsys_columns import (MISSING, Column, NsysParseError, Table, column_spec, csv_fields, fixed_width_cells,
+                           has_anchor, is_label, token_cells)
+from .nsys_csv import field_count, read_body
 from .nsys_reports import (CANONICAL_REPORTS, KNOWN_REPORT_IDS, build_frame, canonical_report, empty_frame,
                            infer_report, report_from_columns, report_from_skip_message, report_from_title)
+from .nsys_text import Lines
 
 __all__ = ["Scanner"]
 
 _PROCESSING_RE = re.compile(r"^Processing\s+\[.*?\]\s+with\s+\[(?P<script>[^\]]+)\]")
 _RUNNING_RE = re.compile(r"^Running\s+\[(?P<script>[^\]\s]+)")
 _EXECUTING_RE = re.compile(r"^(?:\[\d+/\d+\]\s*)?Executing\s+'(?P<report>[^']+)'\s+stats\s+report")
-_STAR_TITLE_RE = re.compile(r"^\*\*\s*(?P<title>.*?)\s*(?:\((?P<report>[A-Za-z0-9_:.\-]+)\))?\s*:?\s*$")
-_PLAIN_TITLE_RE = re.compile(
-    r"^(?P<title>[A-Z][\w\-/ ]*?(?:Statistics|Summary)(?:\s*\([^()]*\))*)\s*:?\s*$"
-)
+_REPORT_SUFFIX_RE = re.compile(r"\((?P<report>[A-Za-z0-9_:.\-]+)\)$")
+_PLAIN_TITLE_RE = re.compile(r"[A-Z][\w\-/ ]*?(?:Statistics|Summary)(?:\s*\([^()]*\))*")
 _SKIPPED_RE = re.compile(r"^SKIPPED:\s*(?P<message>.*)$")
-_NOISE_RE = re.compile(
-    r"^(Generating\s|Exporting\s|NOTICE:|WARNING:|ERROR:|Warning:|Error:|Using\s.*for SQL queries|"
-    r"It is assumed|Consider using|Collecting data|Processing events|Saving|Report file|"
-    r"\[\d+/\d+\]\s)"
-)
+_NOISE = (r"Generating\s|Exporting\s|NOTICE:|WARNING:|ERROR:|Warning:|Error:|Using\s.*for SQL queries|"
+          r"It is assumed|Consider using|Collecting data|Processing events|Saving|Report file|\[\d+/\d+\]\s")
+_NOISE_RE = re.compile(rf"^({_NOISE})")
 _DASH_RE = re.compile(r"^\s*-{2,}(\s+-+)*\s*$")
+# The line ends before every line that could end a CSV table (a superset of _is_boundary's lines):
+# blank lines, nsys's messages and headings, and lines with neither a comma nor a quote.
+_MAY_END_CSV = re.compile(
+    r"\n(?=[^\S\n]*(?:\n|$)|[^\S\n]*(?:SKIPPED:|\*\*|Processing\s|Running\s|Executing\s|Using\s|"
+    + _NOISE + r"|[A-Z][\w\-/ ]*?(?:Statistics|Summary))|[^,\"\n]*(?:\n|$))"
+)
+
+
+def _title_line(text: str) -> str:
+    """``text`` without one trailing colon and the space around it (linear, where a regex could backtrack)."""
+    text = text.strip()
+    return text[:-1].rstrip() if text.endswith(":") else text
 
 
 def _looks_like_report_id(text: str | None) -> bool:
@@ -64,25 +78,23 @@ def _heading(stripped: str, lineno: int) -> _Heading | None:
     if m:
         return _Heading(canonical_report(m.group("report")), None, True, lineno)
     if stripped.startswith("**"):
-        m = _STAR_TITLE_RE.match(stripped)
+        title, rid = _title_line(stripped[2:]), None
+        m = _REPORT_SUFFIX_RE.search(title)
         if m:
-            title = m.group("title")
-            rid = m.group("report")
-            if rid and _looks_like_report_id(rid):
-                return _Heading(canonical_report(rid), title, True, lineno)
-            if rid:
-                title = f"{title} ({rid})"
-            # nsys's own titles name a summary or statistics; any other " ** " line is
-            # the application's output and must neither end a table nor title one
-            plain = _PLAIN_TITLE_RE.match(title)
-            if plain is None or report_from_title(title) not in KNOWN_REPORT_IDS:
-                return None
-            return _Heading(report_from_title(title), title, False, lineno)
+            title, rid = title[:m.start()].rstrip(), m.group("report")
+        if rid and _looks_like_report_id(rid):
+            return _Heading(canonical_report(rid), title, True, lineno)
+        if rid:
+            title = f"{title} ({rid})"
+        # nsys's own titles name a summary or statistics; any other " ** " line is
+        # the application's output and must neither end a table nor title one
+        if _PLAIN_TITLE_RE.fullmatch(title) is None or report_from_title(title) not in KNOWN_REPORT_IDS:
+            return None
+        return _Heading(report_from_title(title), title, False, lineno)
     if stripped.endswith("...") or stripped.startswith("Generating"):
         return None
-    m = _PLAIN_TITLE_RE.match(stripped)
-    if m:
-        title = m.group("title")
+    title = _title_line(stripped)
+    if _PLAIN_TITLE_RE.fullmatch(title):
         report = report_from_title(title)
         if report in KNOWN_REPORT_IDS:
             return _Heading(report, title, False, lineno)
@@ -104,25 +116,35 @@ def _is_rule(stripped: str) -> bool:
 
 
 
+def _strip_comment_prefix(text: str) -> str:
+    """``text`` without the ``# `` before every line, when every non-blank line has one."""
+    first = re.search(r"\S", text)
+    if first is None or text[text.rfind("\n", 0, first.start()) + 1] != "#":
+        return text
+    if re.search(r"\n(?!#)[^\S\n]*\S", text):  # a non-blank line that does not start with #
+        return text
+    return re.sub(r"(?m)^# ?", "", text)
+
+
 class Scanner:
     def __init__(self, text: str, source: str, report_hint: str | None):
         text = text.lstrip("\ufeff")
-        self.lines = [ln.expandtabs(8).rstrip() for ln in text.splitlines()]
-        self._strip_comment_prefix()
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        self.lines = Lines(_strip_comment_prefix(text))
         self.source = source
         self.report_hint = canonical_report(report_hint) if report_hint else None
         self.frames: dict[str, pd.DataFrame] = {}
         self.pending: _Heading | None = None
 
-    def _strip_comment_prefix(self) -> None:
-        body = [ln for ln in self.lines if ln.strip()]
-        if len(body) >= 2 and all(ln.startswith("#") for ln in body):
-            self.lines = [re.sub(r"^# ?", "", ln) for ln in self.lines]
-
     # -- helpers --------------------------------------------------------
 
     def _error(self, index: int, expected: str, found: str | None = None) -> NsysParseError:
         return NsysParseError(self.source, index + 1, expected, found)
+
+    def _line_text(self, lineno: int) -> str:
+        """The text of 1-based line ``lineno``, stripped."""
+        return self.lines[lineno - 1].strip()
 
     def _store(self, report: str, frame: pd.DataFrame) -> None:
         key = report
@@ -134,7 +156,7 @@ class Scanner:
         frame.attrs.setdefault("source", self.source)
         self.frames[key] = frame
 
-    def _take_report(self, labels: list[str] | None = None) -> tuple[str | None, str | None]:
+    def _take_report(self) -> tuple[str | None, str | None]:
         if self.pending is not None:
             report, title = self.pending.report, self.pending.title
         elif self.report_hint is not None:
@@ -198,16 +220,14 @@ class Scanner:
             raise self._error(
                 at,
                 'a header row with "Total Time" column (no nsys stats table or SKIPPED notice found)',
-                lines[at].strip() if lines else "",
+                lines[at].strip() if len(lines) else "",
             )
         return self.frames
 
     # -- SKIPPED --------------------------------------------------------
 
     def _skipped(self, message: str, index: int) -> None:
-        if self.pending is not None:
-            report, title = self._take_report()
-        elif self.report_hint is not None:
+        if self.pending is not None or self.report_hint is not None:
             report, title = self._take_report()
         else:
             report, title = report_from_skip_message(message, self.frames), None
@@ -220,41 +240,32 @@ class Scanner:
 
     # -- CSV --------------------------------------------------------------
 
+    def _csv_end(self, first: int, k: int) -> int:
+        """The first line from ``first`` on that ends the CSV table whose header has ``k`` fields."""
+        lines, text = self.lines, self.lines.text
+        if first >= len(lines):
+            return first
+        for m in _MAY_END_CSV.finditer(text, int(lines.starts[first]) - 1):
+            if m.end() >= len(text):
+                break
+            i = lines.index_at(m.end())
+            line = lines[i]
+            stripped = line.strip()
+            if not stripped or (_is_boundary(stripped) and field_count(line, k) != k):
+                return i
+        return len(lines)
+
     def _csv_table(self, index: int, labels: list[str]) -> int:
         report, title = self._take_report()
-        table = Table(report, title, "csv", index + 1, labels)
-        j = index + 1
-        block: list[str] = []
-        while j < len(self.lines):
-            stripped = self.lines[j].strip()
-            if not stripped or _is_boundary(stripped):
-                break
-            block.append(self.lines[j])
-            j += 1
-        reader = csv.reader(io.StringIO("\n".join(block)), skipinitialspace=False)
-        prev = 0
-        for record in reader:
-            lineno = index + 1 + prev + 1
-            prev = reader.line_num
-            while len(record) > len(labels) and record[-1].strip() == "":
-                record = record[:-1]
-            if len(record) < len(labels) and reader.line_num == len(block):
-                raise self._error(
-                    lineno - 1,
-                    f"{len(labels)} comma-separated fields like the header on line {index + 1}: the last row "
-                    f"has {len(record)}, it is cut short (an export interrupted or truncated)",
-                    self.lines[lineno - 1].strip(),
-                )
-            if len(record) != len(labels):
-                raise self._error(
-                    lineno - 1,
-                    f"{len(labels)} comma-separated fields like the header on line {index + 1}, got {len(record)}",
-                    self.lines[lineno - 1].strip(),
-                )
-            table.rows.append([c.strip() for c in record])
-            table.row_lines.append(lineno)
+        table = Table(report, title, "csv", index + 1, labels, line_text=self._line_text)
+        end = self._csv_end(index + 1, len(labels))
+        if end > index + 1:
+            kinds = [c.kind == "num" for c in self._provisional_columns(labels, report)]
+            table.columns, table.row_lines = read_body(
+                self.lines.text, int(self.lines.starts[index + 1]), self.lines.end(end - 1), labels, kinds, index + 2,
+                self.source, self._line_text)
         self._finish(table)
-        return j
+        return end
 
     # -- text tables ---------------------------------------------------------
 
@@ -271,15 +282,20 @@ class Scanner:
         if not has_anchor(labels) and not report_from_columns(labels) and self.pending is None:
             return dash_index + 1
         report, title = self._take_report()
-        table = Table(report, title, "text", header_index + 1, labels)
+        table = Table(report, title, "text", header_index + 1, labels, line_text=self._line_text)
         columns = self._provisional_columns(labels, report)
+        rows: list[list[str]] = []
         j = dash_index + 1
         while j < len(self.lines):
             raw = self.lines[j]
             stripped = raw.strip()
-            if not stripped or _is_boundary(stripped) or _is_rule(stripped):
+            if not stripped or _is_rule(stripped):
                 break
             cells = fixed_width_cells(raw, spans, columns) or token_cells(raw, columns)
+            complete = cells is not None and all(
+                c.kind != "num" or cells[n].strip().lower() not in MISSING for n, c in enumerate(columns))
+            if not complete and _is_boundary(stripped):
+                break
             if cells is None:
                 raise self._error(
                     j,
@@ -287,9 +303,11 @@ class Scanner:
                     f"(numbers under {', '.join(repr(c.label) for c in columns if c.kind == 'num')})",
                     stripped,
                 )
-            table.rows.append(cells)
+            rows.append(cells)
             table.row_lines.append(j + 1)
             j += 1
+        table.columns = [pd.Series(list(cells), dtype=object) for cells in zip(*rows)] if rows else \
+            [pd.Series([], dtype=object) for _ in labels]
         self._finish(table)
         return j
 
@@ -340,7 +358,7 @@ class Scanner:
     # -- building frames -----------------------------------------------------
 
     def _finish(self, table: Table) -> None:
-        report = table.report or infer_report(table.labels, table.rows)
+        report = table.report or infer_report(table.labels, table.columns)
         frame = build_frame(table, report, self.source)
         self._store(report, frame)
 

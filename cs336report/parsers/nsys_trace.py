@@ -7,16 +7,20 @@
 
 Columns are found by their label without its unit (``Start (ns)`` is ``start``), so the unit
 suffix nsys adds or changes does not matter; a time column in another unit is scaled to ns.
-A missing column raises :class:`NsysParseError` naming the file and the columns wanted.
+A missing column raises :class:`NsysParseError` naming the file and the columns wanted; the file may be
+gzip-compressed, and UTF-8, UTF-16 or UTF-32 (:func:`~.nsys_text.read_text`).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from .nsys_columns import TIME_UNITS, NsysParseError, split_unit
+from .nsys_csv import TextSlice
+from .nsys_text import read_text
 
 __all__ = ["read_gpu_trace", "read_nvtx_gpu_projection"]
 
@@ -34,10 +38,15 @@ def _label(text: str) -> tuple[str, float]:
 
 def _read(path: str | Path, wanted: dict[str, str], report: str) -> pd.DataFrame:
     path = Path(path)
+    text, _ = read_text(path)
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+        raw = pd.read_csv(TextSlice(text, 0, len(text)), dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
         raise NsysParseError(str(path), 1, f"the CSV header of nsys stats report {report}", "an empty file") from None
+    except pd.errors.ParserError as exc:
+        m = re.search(r"in line (\d+)", str(exc))
+        raise NsysParseError(str(path), int(m.group(1)) if m else 1, f"a row of the CSV of nsys stats report {report} "
+                             f"({str(exc).split('C error: ')[-1].strip()})") from None
     found = {}
     for column in raw.columns:
         name, factor = _label(column)

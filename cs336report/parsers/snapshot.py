@@ -76,6 +76,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
+from . import snapshot_check as check
 from .snapshot_categories import Categories, Largest
 from .snapshot_frames import (CATEGORIES, DEFAULT_RULES, PHASES, FrameResolver, FrameView, Rule, build_rules,
                               categorize, frame_phase)
@@ -136,6 +137,22 @@ class _Times:
         return self.trace[i].get("time_us", 0)
 
 
+def _check_trace(trace: Sequence, label: str, dev: int, resolver: FrameResolver) -> int:
+    """Check every entry and every distinct stack of a trace (:mod:`.snapshot_check`) and show each stack's
+    frames to ``resolver``, which distrusts a whole file once one frame of it is stale; the entries with a time."""
+    seen: set[int] = set()
+    timed = 0
+    for i, e in enumerate(trace):
+        timed += check.entry(e, i, label, dev)[3] is not None
+        stack = e.get("frames")
+        if stack and id(stack) not in seen:
+            seen.add(id(stack))
+            check.frames(stack, f"{label}: device {dev} trace entry {i}")
+            for frame in stack:
+                resolver.check(frame)
+    return timed
+
+
 def _pick_device(snapshot: dict, device: int | None) -> int:
     traces = snapshot["device_traces"]
     if device is not None:
@@ -187,33 +204,38 @@ def parse_snapshot(
     trace = snap["device_traces"][dev] if snap["device_traces"] else []
     n = len(trace)
     warnings: list[str] = []
-    completions = any(e.get("action") == "free_completed" for e in trace if isinstance(e, dict))
+    resolver = FrameResolver(source_map, source_roots, user_code)
+    timed = _check_trace(trace, label, dev, resolver)
+    has_time = n > 0 and timed == n
+    if 0 < timed < n:
+        warnings.append(f"{n - timed} of {n} trace entries carry no time_us: the trace's times are not used")
+    completions = any(e["action"] == "free_completed" for e in trace)
     free_action = "free_completed" if completions else "free_requested"
-    if not completions and any(isinstance(e, dict) and e.get("action") == "free_requested" for e in trace):
+    if not completions and any(e["action"] == "free_requested" for e in trace):
         warnings.append("trace has no free_completed events; free_requested events are used as frees")
-    has_time = n > 0 and all(isinstance(e, dict) and "time_us" in e for e in (trace[0], trace[-1]))
     marks = AnnotationSweep(snap.get("external_annotations") or [], dev, step_marker)
 
     rules = build_rules(categories, use_default_rules)
-    resolver = FrameResolver(source_map, source_roots, user_code)
     stacks = _Stacks(resolver)
     timeline, baseline = Timeline(n, free_action), Baseline(free_action, completions)
     phases, cats, largest = Phases(n, marks, has_time), Categories(rules, n, free_action), Largest(top_n)
     counts: dict[str, int] = {}
 
-    for i, e in enumerate(trace):  # the one replay of the trace
-        if not isinstance(e, dict) or "action" not in e:
-            raise SnapshotError(f"{label}: device {dev} trace entry {i} is not a trace entry (no 'action')")
+    for i, e in enumerate(trace):  # the one replay of the trace (its entries checked by _check_trace)
         action = e["action"]
         counts[action] = counts.get(action, 0) + 1
         views, stack_phase, key = stacks.of(e.get("frames"))
         phase = phases.phase(e, stack_phase)
-        size, addr, t = int(e.get("size", 0) or 0), e.get("addr"), e.get("time_us")
+        size, addr, t = e.get("size", 0), e.get("addr"), e.get("time_us")
         category = cats.category(key, views, phase) if action == "alloc" else None
-        cats.event(i, action, addr, size, category, phase)
-        timeline.event(i, action, size)
+        try:
+            cats.event(i, action, addr, size, category, phase)
+            timeline.event(i, action, size)
+        except OverflowError:
+            raise SnapshotError(f"{label}: device {dev} trace entry {i}: the bytes live after it pass 2**63 "
+                                "(the trace's sizes cannot be those of a device)") from None
         baseline.event(i, action, addr, size, bool(views))
-        step = phases.event(i, phase, action == "alloc", timeline.allocated[i], t)
+        step = phases.event(i, phase, action == "alloc", timeline.allocated[i], t if has_time else None)
         if action == "alloc":
             largest.event(i, size, views=views, category=category, phase=phase, step=step,
                           time_us=t if has_time else None, addr=addr)
@@ -221,16 +243,24 @@ def parse_snapshot(
     warnings += baseline.warnings
     for filename, count in sorted(resolver.stale.items()):
         warnings.append(
-            f"{filename}: {count} frame(s) name a line that lies outside every function of the frame's name (the "
-            "file is another revision than the one that ran?); those frames are categorized by name only")
+            f"{filename}: {count} of {resolver.checked[filename]} frame(s) name a line that lies outside every "
+            "function of the frame's name (the file is another revision than the one that ran?); no frame of "
+            "this file is read from its source, so its allocations are categorized by function names only")
     final = baseline.finish([s for s in snap["segments"] if s.get("device", dev) == dev])
     warnings += final["warnings"]
     base = final["bytes"]
     y, reserved = timeline.allocated, timeline.reserved
     peak_i = timeline.peak_index()
+    if peak_i is not None and y[peak_i] < 0:  # every event leaves less live than the window opened with
+        warnings.append(
+            "the trace opens by freeing memory allocated before it and never again holds as much: the peak, "
+            f"{base} bytes, is the memory live when the trace window opens, before its first event (the "
+            "trace's ring buffer overflowed, max_entries too small?)")
+        peak_i = None
     peak_bytes = base + (y[peak_i] if peak_i is not None else 0)
     keep = downsample(y, max_points) if n else []
     series, live_at_peak = cats.live_at(keep, peak_i, base, peak_bytes)
+    at = peak_i if peak_i is not None else (0 if n else None)  # the window's start: in the first event's run
     per_category, by_size = cats.finish(live_at_peak, max_sizes)
     phase_names = [PHASES[c] for c in phases.phase_of]
     return {
@@ -245,8 +275,8 @@ def parse_snapshot(
             "bytes": peak_bytes,
             "index": peak_i,
             "time_us": trace[peak_i].get("time_us") if (has_time and peak_i is not None) else None,
-            "phase": phase_names[peak_i] if peak_i is not None else None,
-            "step": phases.step_of[peak_i] if peak_i is not None else None,
+            "phase": phase_names[at] if at is not None else None,
+            "step": phases.step_of[at] if at is not None else None,
             "live_by_category": {k: v for k, v in live_at_peak.items() if v},
         },
         "final_bytes": base + (y[-1] if n else 0),

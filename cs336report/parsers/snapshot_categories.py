@@ -63,13 +63,14 @@ class Categories:
             self._codes[i], self._bytes[i] = (-1, -size) if got is None else (got[1], -got[0])
 
     def live_at(self, points: Sequence[int], peak: int | None, baseline: int, peak_bytes: int):
-        """Live bytes of every category at the events ``points`` (sorted) and at ``peak``.
+        """Live bytes of every category at the events ``points`` (sorted) and at ``peak`` (None: the peak is
+        the memory live before the first event, all of it ``Preexisting``).
 
         Returns (series: {category: [bytes at each point]} for the categories ever live, with
         ``Preexisting`` the baseline still live; {category: bytes live at the peak}).
         """
         series: dict[str, list[int]] = {c: [] for c in self.names + [PREEXISTING]}
-        at_peak = {c: 0 for c in self.names}
+        at_peak = {**{c: 0 for c in self.names}, PREEXISTING: peak_bytes}  # a peak before the first event
         running = [0] * len(self.names)
         pre = baseline
         wanted = set(points)

@@ -3,8 +3,9 @@
 Frames record only file, line and function name; :class:`FrameResolver` adds the line's
 source text and the enclosing class, read from the file when it can be found (directly,
 through ``source_map`` prefixes, or by matching the path's tail under ``source_roots``),
-and only when the line lies in a function of the frame's name (otherwise the local file is
-another revision than the one that ran, and the frame is judged by its name alone).
+and only when every frame of the file that ran lies in a function of the frame's name: one that
+does not shows the local file to be another revision than the one that ran, and then every frame
+of that file is judged by its name alone (:meth:`FrameResolver.check`, shown each frame first).
 :data:`DEFAULT_RULES` and :func:`categorize` turn a stack into a category,
 :func:`frame_phase` into a phase.
 """
@@ -89,8 +90,11 @@ class FrameResolver:
         self._paths: dict[str, str | None] = {}
         self._funcs: dict[str, list[tuple[int, int, str | None, str]]] = {}
         self._frames: dict[tuple[str, int, str], FrameView] = {}
-        # local files whose line, for a frame, lies outside every function of the frame's name
+        self._fits: dict[tuple[str, int, str], tuple | bool | None] = {}
+        # local files whose line, for a frame, lies outside every function of the frame's name: how many
+        # frames did so, and how many frames of each file were checked
         self.stale: dict[str, int] = {}
+        self.checked: dict[str, int] = {}
 
     def is_user(self, filename: str) -> bool:
         if not filename.endswith(".py"):
@@ -145,35 +149,55 @@ class FrameResolver:
         self._funcs[path] = out
         return out
 
+    def _fit(self, path: str, line: int, name: str) -> tuple | bool:
+        """(class, qualified name, source text) of a frame's line in the local file ``path``; False when the
+        line lies outside every function of the frame's name (the file is another revision)."""
+        best = None
+        for start, end, cls, qual in self._functions(path):
+            if start <= line <= end and (best is None or start >= best[0]):
+                best = (start, cls, qual)
+        if best is not None and best[2].rsplit(".", 1)[-1] == name:
+            return best[1], best[2], linecache.getline(path, line).strip()
+        if (name.startswith("<") and name != "<module>") or (name == "<module>" and best is None):
+            return None, name, linecache.getline(path, line).strip()  # a lambda or comprehension: no name to check
+        return False
+
+    def check(self, frame: Mapping[str, Any]) -> None:
+        """Compare a model-code frame with its local file, once: a frame whose line lies outside every
+        function of its name makes the whole file distrusted (:attr:`stale`), for every frame of it."""
+        key = _frame_key(frame)
+        if key in self._fits:
+            return
+        filename, line, name = key
+        path = self.local_path(filename) if _is_python_frame(filename) and self.is_user(filename) else None
+        self._fits[key] = fit = self._fit(path, line, name) if path is not None else None
+        if fit is not None:
+            self.checked[filename] = self.checked.get(filename, 0) + 1
+            if fit is False:
+                self.stale[filename] = self.stale.get(filename, 0) + 1
+
     def resolve(self, frame: Mapping[str, Any]) -> FrameView:
-        filename = str(frame.get("filename", ""))
-        line = int(frame.get("line", 0) or 0)
-        name = str(frame.get("name", ""))
-        key = (filename, line, name)
+        key = _frame_key(frame)
         view = self._frames.get(key)
         if view is not None:
             return view
+        filename, line, name = key
         python = _is_python_frame(filename)
         view = FrameView(filename, line, name, python=python, qualname=name)
         if python:
             view.user = self.is_user(filename)
         if view.user:
-            path = self.local_path(filename)
-            if path is not None:
-                best = None
-                for start, end, cls, qual in self._functions(path):
-                    if start <= line <= end and (best is None or start >= best[0]):
-                        best = (start, cls, qual)
-                if best is not None and best[2].rsplit(".", 1)[-1] == name:
-                    view.cls, view.qualname = best[1], best[2]
-                    view.text = linecache.getline(path, line).strip()
-                elif (name.startswith("<") and name != "<module>") or (name == "<module>" and best is None):
-                    view.text = linecache.getline(path, line).strip()  # a lambda or comprehension: no name to check
-                else:  # another revision of the file than the one that ran: its line says nothing
-                    self.stale[filename] = self.stale.get(filename, 0) + 1
+            self.check(frame)
+            fit = self._fits[key]
+            if fit and filename not in self.stale:
+                view.cls, view.qualname, view.text = fit
         view.hint = _frame_hint(view)
         self._frames[key] = view
         return view
+
+
+def _frame_key(frame: Mapping[str, Any]) -> tuple[str, int, str]:
+    return str(frame.get("filename") or ""), int(frame.get("line") or 0), str(frame.get("name") or "")
 
 
 # --------------------------------------------------------------------------- rules

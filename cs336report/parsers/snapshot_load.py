@@ -14,6 +14,8 @@ import pickle
 import zlib
 from typing import Any
 
+from .snapshot_check import SnapshotError, segments
+
 __all__ = ["SnapshotError", "load_snapshot", "validate_snapshot", "max_decompressed_bytes", "MAX_RATIO",
            "MIN_MAX_BYTES"]
 
@@ -22,14 +24,15 @@ __all__ = ["SnapshotError", "load_snapshot", "validate_snapshot", "max_decompres
 ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset()
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZIP_MAGIC = b"PK\x03\x04"
+# torch.save's legacy format (before its zip archives) pickles this number first
+_TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_PASS_INSTEAD = ("pass the file that torch.cuda.memory._dump_snapshot(path) wrote (a pickle of builtin "
+                 "containers, optionally gzip-compressed)")
 # Decompressed size allowed by default: this many times the compressed file, and never less
 # than MIN_MAX_BYTES. Real snapshots compress about 10 to 15 times; a gzip bomb, a thousand.
 MAX_RATIO = 100
 MIN_MAX_BYTES = 8 << 20
-
-
-class SnapshotError(ValueError):
-    """A file is not a loadable, well-formed memory snapshot."""
 
 
 # --------------------------------------------------------------------------- loading
@@ -129,19 +132,21 @@ def load_snapshot(path: str | os.PathLike, max_bytes: int | None = None) -> dict
     except OSError as exc:
         raise SnapshotError(f"{source}: cannot read file: {exc}") from exc
     with fh:
-        head = fh.read(2)
+        head = fh.read(4)
         if not head:
             raise SnapshotError(f"{source}: file is empty (expected a pickled memory snapshot)")
+        _refuse_archive(head, source)
         fh.seek(0)
-        compressed = head == _GZIP_MAGIC
+        compressed = head[:2] == _GZIP_MAGIC
         if compressed:
             with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
                 try:
-                    empty = not gz.peek(1)
+                    first = gz.peek(4)[:4]
                 except (EOFError, OSError, zlib.error) as exc:
                     raise SnapshotError(f"{source}: truncated or corrupt gzip stream: {exc}") from exc
-                if empty:
+                if not first:
                     raise SnapshotError(f"{source}: gzip stream is empty")
+                _refuse_archive(first, source)
                 limit = max_decompressed_bytes(os.fstat(fh.fileno()).st_size, max_bytes)
                 obj = _restricted_load(_Capped(gz, limit, source), source, compressed=True)
         else:
@@ -150,8 +155,18 @@ def load_snapshot(path: str | os.PathLike, max_bytes: int | None = None) -> dict
     return obj
 
 
+def _refuse_archive(head: bytes, source: str) -> None:
+    """A zip archive (what torch.save writes) is no snapshot: say so, and what to pass instead."""
+    if head.startswith(_ZIP_MAGIC):
+        raise SnapshotError(f"{source}: a zip archive, as torch.save writes (a model or tensors), not a memory "
+                            f"snapshot; {_PASS_INSTEAD}")
+
+
 def validate_snapshot(obj: Any, source: str = "<snapshot>") -> dict:
     """Check the top-level shape of a snapshot dict; raise :class:`SnapshotError`."""
+    if isinstance(obj, int) and obj == _TORCH_LEGACY_MAGIC:
+        raise SnapshotError(f"{source}: a torch.save file of the legacy format (it opens with torch's magic "
+                            f"number), not a memory snapshot; {_PASS_INSTEAD}")
     if not isinstance(obj, dict):
         raise SnapshotError(
             f"{source}: pickle holds a {type(obj).__name__}, not a memory snapshot dict "
@@ -169,7 +184,6 @@ def validate_snapshot(obj: Any, source: str = "<snapshot>") -> dict:
     traces = obj["device_traces"]
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
         raise SnapshotError(f"{source}: 'device_traces' must be a list of per-device lists")
-    for i, seg in enumerate(obj["segments"]):
-        if not isinstance(seg, dict) or "blocks" not in seg or "address" not in seg:
-            raise SnapshotError(f"{source}: segment {i} lacks 'address'/'blocks'")
+
+    segments(obj["segments"], source)
     return obj

@@ -175,10 +175,10 @@ class Baseline:
             final_reserved += int(seg.get("total_size", 0) or 0)
             addr = seg["address"]
             for b in seg["blocks"]:
-                baddr = b.get("address", addr)
+                baddr = addr if b.get("address") is None else b["address"]
                 if b.get("state") in LIVE_STATES:
                     rs = b.get("requested_size")
-                    final_live[baddr] = (int(rs if rs is not None else b.get("size", 0)), b)
+                    final_live[baddr] = (int(rs if rs is not None else b.get("size") or 0), b)
                 addr = baddr + int(b.get("size", 0) or 0)
         unexplained = [(sz, b) for a, (sz, b) in final_live.items() if a not in self.live]
         preexisting = sum(sz for sz, _ in unexplained)

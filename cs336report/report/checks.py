@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from ..results import host_bound_beside_jobs
+from ..records.store import host_bound_beside_jobs
 
 # A comparison drawn from a cell whose step times vary more than this is not drawn.
 NOISY_CV = 0.10

@@ -6,10 +6,10 @@ bandwidth is bytes / latency, bus bandwidth that times 2(n−1)/n, the share of 
 sends and receives in a ring all-reduce, which makes it comparable with the link's bandwidth
 whatever the number of ranks (NCCL's performance notes,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md). The link's bandwidth is read
-from the recorded ``nvidia-smi`` output (:mod:`cs336report.distributed.link`).
+from the recorded ``nvidia-smi`` output (:mod:`cs336report.accounting.interconnect`).
 
 DDP steps: per step the slowest rank's time of each phase, summarized when the cell ran
-(``stats_s``; :func:`cs336report.distributed.train.run_ddp`). Nothing here imports torch.
+(``stats_s``; :func:`cs336report.experiments.ddp_training.run_ddp`). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..distributed.link import link_between, nvlink_peak  # noqa: E402
-from ..distributed.overlap import hidden_fraction  # noqa: E402
-from ..results import host_bound_beside_jobs  # noqa: E402
+from ..accounting.interconnect import link_between, nvlink_peak  # noqa: E402
+from ..accounting.overlap import hidden_fraction  # noqa: E402
+from ..records.store import host_bound_beside_jobs  # noqa: E402
 from .tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
 
 DDP_EXPERIMENTS = ("naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..handout import rerun_command
+from ..names.handout import rerun_command
 from .tables import Num, sig, table_from_frame
 
 EXPERIMENT = "handout_tests"
@@ -105,13 +105,33 @@ def skip_reason(ctx) -> str:
     return "this run has no records of the handout's tests"
 
 
-def headline(part: dict) -> str:
-    a = part.get("all")
-    if not part.get("ran") or not a:
-        return f"not run ({rerun_command('handout_tests')})"
-    skipped = ""
-    if a["skipped"]:
-        skipped = f", {a['skipped']} skipped" + (f" ({a['skip_reason']})" if a["skip_reason"] else "")
-    tests = "tests of cs336report's suite" if part.get("own_suite") else "handout tests"
-    return (f"{a['passed']} of {a['n']} {tests} passed{skipped}"
-            + (f"; largest error {a['max_error']}" if a["max_error"] else ""))
+def outcome_clause(t: dict, what: str, noun: str = "handout test") -> str:
+    """The answer's sentence on the tests of ``what`` (one sub-question's counts, :func:`_summary`), up to
+    the tests' names: the words of the ``outcome`` macro of templates/answers/_tests.j2."""
+    some = f"the {noun}" if t["n"] == 1 else f"all {t['n']} {noun}s"
+    if t.get("all_skipped"):
+        return f"Skipped: {some} of {what}"
+    if t.get("all_passed"):
+        return f"Passed: {some} of {what}"
+    text = f"{t['passed']} of {t['n']} {noun}s of {what} passed"
+    if t.get("failed") or t.get("error"):
+        text += f", {t['failed'] + t['error']} failed"
+    if t.get("not_implemented"):
+        text += f", {t['not_implemented']} not implemented"
+    return text + (f", {t['skipped']} skipped" if t.get("skipped") else "")
+
+
+def headline_of(what: dict[str, str], noun: str = "handout test"):
+    """The summary's clauses of a problem answered by the handout's tests: the outcome of each
+    sub-question (``what``: its words by sub-question, "all" for a problem of one deliverable), and for
+    one deliverable the largest error, as its answer words them."""
+
+    def headline(part: dict) -> list[str]:
+        subs = part.get("subs") or {}
+        out = [outcome_clause(subs[key], words, noun) for key, words in what.items() if subs.get(key)]
+        one = subs.get("all") if list(what) == ["all"] else None
+        if one and one.get("max_error") and not one.get("all_skipped"):
+            out.append(f"largest absolute error against the reference {one['max_error']}")
+        return out
+
+    return headline

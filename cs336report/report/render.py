@@ -15,7 +15,6 @@ import io
 import os
 import re
 import shutil
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,13 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
-from ..coverage import coverage as cell_coverage, expected_cells, not_run_reason
-from ..handout import BENCHMARKING_SETTINGS, RERUN_OPTIONS, grid_option, rerun_command, snakemake_command
-from ..results import load, record_status
-from .appendix import experiments_table, provenance_summary
+from ..names.handout import (BENCHMARKING_SETTINGS, RERUN_HOST, RERUN_OPTIONS, RerunHost, grid_option,
+                             rerun_command, snakemake_command)
+from ..records.coverage import coverage as cell_coverage, gpus_short, not_run_reason
+from ..records.store import load, record_status, write_atomic
+from .appendix.cost import cost_of
+from .appendix.provenance import experiments_table, provenance_summary
 from .checks import cut_down_grid
-from .cost import cost_of
 from .sections import SECTIONS
 from .tables import MD_SOURCES_INLINE, source_of
 from .targets import COST_TARGET_GPUS, targets_table
@@ -176,14 +176,14 @@ class RenderContext:
             buf = io.BytesIO()
             fig.savefig(buf, format="png", dpi=110)
             png = buf.getvalue()
-            (self.figures_dir / f"{name}.png").write_bytes(png)
+            write_atomic(self.figures_dir / f"{name}.png", png)
         plt.close(fig)
         return Figure(name=name, path=f"figures/{name}.png", caption=caption, alt=alt or caption,
                       data_uri="data:image/png;base64," + base64.b64encode(png).decode())
 
     def settings(self, experiment: str, handout: dict | None = None) -> list[dict]:
         """The run settings of ``experiment``'s cells, flagged where they differ from ``handout``
-        (default: the handout's benchmarking settings, :data:`cs336report.handout.BENCHMARKING_SETTINGS`)."""
+        (default: the handout's benchmarking settings, :data:`cs336report.names.handout.BENCHMARKING_SETTINGS`)."""
         cells = [r["config"] for r in self.records(experiment)]
         if not cells:
             return []
@@ -232,6 +232,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
     if module is None:
         return {**base, "ran": False, "has_module": False, "rules": [], "not_run": [], "records": [],
                 "skip_reason": "this version of the report has no section for it", "data": None, "headline": None,
+                "headline_clauses": [],
                 "template": None, "answer_template": None}
     # a section whose every record says "not run" (a distributed cell on a host of too few GPUs) is not answered
     records = [r for e in module.EXPERIMENTS for r in ctx.records(e)]
@@ -241,12 +242,14 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
     from . import headlines
 
     headline = getattr(module, "headline", None) or getattr(headlines, module.ID, None)
+    # the summary's line: its answer's claims, quoted (cs336report.report.headlines)
+    clauses = list(headline(data)) if present and headline else []
     section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
             "command": rerun_command(*module.EXPERIMENTS) if problem.rule == problem.id else problem.command,
             "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
             "skip_reason": None if present else (not_run_reason(records) or _skip_reason(module, ctx)), "data": data,
-            "headline": headline(data) if present and headline else None,
+            "headline": "; ".join(clauses) or None, "headline_clauses": clauses,
             # answered, but a configured cell of it is missing or its record failed
             "gaps": {"missing": sum(len(n["missing"]) for n in not_run),
                      "failed": sum(r["status"] == "error" for r in records),
@@ -269,17 +272,36 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
             "n_commits": len(commits), "n_records": len(records)}
 
 
+def configured_cells(config: dict, expected: dict[str, dict] | None = None) -> dict[str, dict] | None:
+    """The configured cells: ``expected`` where the caller resolved them with their settings
+    (:func:`cs336report.experiments.expected_cells`), else by name where the report rule passed them
+    (``_expected``; rendering imports no experiment module, nor torch); else None: only what ran is known."""
+    if expected is not None:
+        return expected
+    if "_expected" in config:
+        return {name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
+    return None
+
+
+def rerun_host(records: list[dict], config: dict, expected: dict[str, dict] | None) -> RerunHost | None:
+    """What the report's grid and machine can run, for its "not run" commands (None where the
+    configured cells are not known)."""
+    if expected is None:
+        return None
+    return RerunHost(grid=config.get("_grid", "cpu"), device=config.get("_device", "cpu"),
+                     cells={name: len(cells) for name, cells in expected.items()},
+                     gpu_grid=dict(config.get("_gpu_grid") or {}), short_of=gpus_short(records))
+
+
 def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None,
-                  draw: bool = True) -> dict:
+                  draw: bool = True, expected: dict[str, dict] | None = None) -> dict:
     """The templates' context; record links are relative to ``links_from`` (default: the report folder);
-    ``draw``: False leaves the figures undrawn (their captions and the text are the same)."""
+    ``draw``: False leaves the figures undrawn (their captions and the text are the same).
+    ``expected``: the configured cells (:func:`configured_cells`)."""
     from .sections import HANDOUT
 
     ctx = RenderContext(records, config, figures_dir, draw)
-    # the configured cells: by name where the report rule passed them (rendering then imports no
-    # experiment module, nor torch), else resolved from the config here
-    expected = ({name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
-                if "_expected" in config else expected_cells(config))
+    expected = configured_cells(config, expected)
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     modules = {m.ID: m for m in SECTIONS}
     sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
@@ -311,35 +333,33 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
-                  links_from: str | Path | None = None, draw: bool = True) -> dict:
+                  links_from: str | Path | None = None, draw: bool = True,
+                  expected: dict[str, dict] | None = None) -> dict:
     """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
     folders start from, where the pages will be read (default: ``out_dir``); ``draw``: False skips
-    drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone."""
+    drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone.
+    ``expected``: the configured cells (see :func:`build_context`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    # the report's commands rerun its own grid
+    expected = configured_cells(config, expected)
+    # the report's commands rerun its own grid, and name the machine a result needs where this one cannot run it
     token = RERUN_OPTIONS.set(grid_option(config.get("_grid"), config.get("_device")))
+    host = RERUN_HOST.set(rerun_host(records, config, expected))
     try:
-        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw)
+        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw,
+                                expected)
         envs = environments(Path(links_from) if links_from else out_dir)
         pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
                  "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}
         for name, (kind, template) in pages.items():
             text = envs[kind].get_template(template).render(fmt_lib=f"_{kind}.j2", page=name, **context)
-            _write_atomic(out_dir / name, text)
+            write_atomic(out_dir / name, text.encode())
     finally:
+        RERUN_HOST.reset(host)
         RERUN_OPTIONS.reset(token)
     return context

@@ -1,5 +1,5 @@
 """The student's rows of the timed DDP sections: per cell of a student variant (``student_individual``,
-``student_bucketed``; see :mod:`cs336report.distributed.train`), its step beside ours at the same
+``student_bucketed``; see :mod:`cs336report.experiments.ddp_training`), its step beside ours at the same
 bucket size, whose wrapper ran and whether the ranks ended with the same weights; or, for a cell
 with no step, its status (``not_implemented``: the adapter is not there yet) and why."""
 

@@ -1,21 +1,19 @@
 # Shared by every rules file: the resolved config, the cells of each experiment, and the
 # command that runs one cell. Nothing here measures anything.
+# The package is installed (README: pip install -e .), or PYTHONPATH names the checkout: building
+# the DAG imports no torch and runs no student or user code.
 import hashlib
 import json
 import os
 import sys
+from importlib import metadata
 
-sys.path.insert(0, workflow.basedir)
-os.environ.update(
-    PYTHONPATH=os.pathsep.join(
-        filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")])
-    )
-)
-
-from cs336report import bytecode, experiments, gpu_slots
-from cs336report.codeinputs import closure
+from cs336report import experiments
+from cs336report.machine import bytecode, gpu_slots
+from cs336report.machine.cuda import gpus_present
+from cs336report.run.codeinputs import closure
 from cs336report.config import Config
-from cs336report.handout import BY_ID, HANDOUT
+from cs336report.names.handout import BY_ID, HANDOUT
 from snakemake.exceptions import WorkflowError
 
 # Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error
@@ -36,7 +34,7 @@ GPU = 1 if CFG.device == "cuda" else 0
 # cluster each job has its own GPU: no limit here.
 if "gpu" not in workflow.global_resources and not config.get("jobs_elsewhere", False):
     workflow.register_resource("gpu", 1)
-# GPU slots (cs336report/gpu_slots.py): with --resources gpu=K (K > 1, at most the GPUs present)
+# GPU slots (cs336report/machine/gpu_slots.py): with --resources gpu=K (K > 1, at most the GPUs present)
 # each GPU job runs on GPUs and cores of its own; with one slot nothing is bound, and a job that
 # measures takes every core Snakemake is given (threads: TIMED), so no parse or render job runs
 # beside a timed cell: Snakemake schedules by cores. With K slots a timed job takes its slots'
@@ -48,8 +46,6 @@ except WorkflowError:
     CORES = 1
 GPU_SLOTS = 1
 if CFG.device == "cuda" and not config.get("jobs_elsewhere", False):
-    from cs336report.distributed.launch import gpus_present
-
     GPU_SLOTS = max(1, min(workflow.global_resources["gpu"].value, gpus_present()))
 TIMED = gpu_slots.timed_threads(CORES, GPU_SLOTS)
 os.environ.update(
@@ -83,14 +79,33 @@ _CONDA = "conda" in {
 os.environ.update(CS336REPORT_PYTHON="python" if _CONDA else PY)
 CONDA_ENV = "../envs/cs336report.yaml"
 
-# A warm worker process runs the cell (cs336report/worker.py); `worker: false` runs each cell in
+# A warm worker process runs the cell (cs336report/run/worker.py); `worker: false` runs each cell in
 # its own process. The choice reaches the jobs through the environment, so switching it reruns
 # nothing.
 os.environ.update(CS336REPORT_WORKER="1" if CFG.data["worker"] else "0")
 
 # Where torch's installation has no bytecode and may not be given it, every job's Python reads the
-# bytecode the first one compiled (cs336report/bytecode.py) instead of compiling torch's again.
+# bytecode the first one compiled (cs336report/machine/bytecode.py) instead of compiling torch's again.
 bytecode.apply(os.environ, os.getcwd())
+
+
+# What changes a job's result beyond its cell and its code is an input or a param of its rule: the
+# student's code travels in the cells (student.checkout's source hash), and the Triton that the
+# jobs' Python imports is a param of the rules that run Triton (the handout's tests skip the
+# Triton cases without it; the flash rules time its kernels), so installing, upgrading or removing
+# Triton reruns them. Under --sdm conda the environment file pins it (Snakemake's software-env
+# trigger). Not every installed package: torch and the rest are in each record's provenance.
+def package_version(*names):
+    """``name version`` of the first of ``names`` installed, or "not installed"."""
+    for name in names:
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+TRITON = package_version("triton", "pytorch-triton")
 
 # Each cell's resolved settings are a file named by their hash (written when a job needs it), so
 # the command line stays short and a changed cell, which gets a new file, reruns that cell only.
@@ -202,17 +217,31 @@ def result_files(experiment):
 
 def code(*modules):
     """Source files of the modules named (cs336report.<module>) and of every package module they
-    import: editing any of them reruns the rule (cs336report/codeinputs.py)."""
+    import: editing any of them reruns the rule (cs336report/run/codeinputs.py)."""
     return closure([f"cs336report.{m}" for m in modules])
 
 
-def cell_code(experiment, entry="runner"):
+# The probes of a student's checkout and a user's model (rule check_student,
+# workflow/rules/check_student.smk) write this file; the cells wait for it.
+STUDENT_CHECK = "results/check_student/checkout.json"
+
+
+def student_check():
+    """The check_student rule's output where the config names a student's checkout or a user's
+    model: the cells start once the probes passed. Their code and hash are in the cells, so a file
+    that exists does not rerun them (ancient)."""
+    return [ancient(STUDENT_CHECK)] if CFG.student or CFG.model_source else []
+
+
+def cell_code(experiment, entry="run.runner"):
     """Source files a cell of ``experiment`` runs: ``entry`` (the runner), the modules of the
-    experiment's cells and run functions, and their imports."""
-    functions = experiments.registry()[experiment]
-    return code(
-        entry, *sorted({f.__module__.removeprefix("cs336report.") for f in functions})
-    )
+    experiment's cells and run function (named, not imported: cs336report.experiments.code_modules),
+    and their imports; and the check of the student's checkout and model (:func:`student_check`).
+    """
+    modules = [
+        m.removeprefix("cs336report.") for m in experiments.code_modules(experiment)
+    ]
+    return code(entry, *modules) + student_check()
 
 
 def resolved_config():
@@ -228,8 +257,7 @@ def resolved_config():
 
 def distributed_gpus(experiment):
     """resources function: the GPUs a distributed cell's processes hold
-    (cs336report.gpu_slots.distributed_gpus)."""
-    from cs336report.distributed.launch import gpus_present
+    (cs336report.machine.gpu_slots.distributed_gpus)."""
 
     def gpus(wildcards):
         cell = CELLS[experiment][wildcards.cell]

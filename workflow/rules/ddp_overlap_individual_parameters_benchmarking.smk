@@ -29,7 +29,7 @@ rule ddp_overlap_individual_parameters_benchmarking:
 
 rule ddp_overlap_profile:
     input:
-        cell_code("ddp_overlap_profile", entry="profiling"),
+        cell_code("ddp_overlap_profile", entry="run.profiling"),
     output:
         directory("results/ddp_overlap_profile/{cell}"),
     log:
@@ -51,7 +51,7 @@ rule ddp_overlap_profile:
 rule ddp_overlap_stats:
     input:
         profile=rules.ddp_overlap_profile.output,
-        code=code("profiling"),
+        code=code("run.profiling"),
     output:
         directory("results/ddp_overlap_stats/{cell}"),
     log:
@@ -69,7 +69,7 @@ rule ddp_overlap_parse:
     input:
         stats=rules.ddp_overlap_stats.output,
         profile=rules.ddp_overlap_profile.output,
-        code=code("ddp_timeline"),
+        code=code("steps.ddp_timeline"),
     output:
         record(
             "results/ddp_overlap_parse/{cell}.json",

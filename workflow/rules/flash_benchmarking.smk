@@ -19,6 +19,7 @@ rule flash_benchmarking:
         gpu=GPU,
     params:
         cell=cell_file("flash_benchmarking"),
+        triton=TRITON,
     shell:
         run_cell("flash_benchmarking")
 
@@ -40,6 +41,7 @@ rule flash_leaderboard:
         gpu=GPU,
     params:
         cell=cell_file("flash_leaderboard"),
+        triton=TRITON,
     shell:
         run_cell("flash_leaderboard")
 

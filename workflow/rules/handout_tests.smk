@@ -33,6 +33,7 @@ rule handout_tests:
         gpu=cell_gpu("handout_tests"),
     params:
         cell=cell_file("handout_tests"),
+        triton=TRITON,
     shell:
         run_cell("handout_tests", out="{output.json}", worker=False)
 

@@ -27,7 +27,7 @@ rule memory_profiling_parse:
     input:
         result=rules.memory_profiling.output.result,
         snapshot=rules.memory_profiling.output.snapshot,
-        code=code("snapshot_step"),
+        code=code("steps.snapshot_step"),
     output:
         record("results/memory_profiling_parse/{cell}.json", "memory_profiling"),
     log:

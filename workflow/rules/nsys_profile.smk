@@ -2,7 +2,7 @@
 # found), its stats exported to CSV, and the CSV parsed into the per-phase kernel tables the
 # report reads. Three rules, each cached on its own: re-parsing never re-profiles. The contexts of
 # one size run as one job, in one process, a capture range and a report each
-# (cs336report.profiling.profile_job): results/nsys_profile/{job}/{cell}/.
+# (cs336report.run.profiling.profile_job): results/nsys_profile/{job}/{cell}/.
 import re
 
 from cs336report.experiments import nsys_profile as nsys_profile_experiment
@@ -13,7 +13,7 @@ NSYS_JOB_OF = {cell: job for job, cells in NSYS_JOBS.items() for cell in cells}
 
 rule nsys_profile:
     input:
-        cell_code("nsys_profile", entry="profiling"),
+        cell_code("nsys_profile", entry="run.profiling"),
     output:
         directory("results/nsys_profile/{job}"),
     log:
@@ -37,7 +37,7 @@ rule nsys_profile:
 rule nsys_stats:
     input:
         profile=nsys_job_dir,
-        code=code("profiling"),
+        code=code("run.profiling"),
     output:
         directory("results/nsys_stats/{cell}"),
     log:
@@ -56,7 +56,7 @@ rule nsys_parse:
     input:
         stats=rules.nsys_stats.output,
         profile=nsys_job_dir,
-        code=code("nsys_step"),
+        code=code("steps.nsys_step"),
     output:
         record("results/nsys_parse/{cell}.json", "nsys_profile"),
     log:

@@ -1,9 +1,15 @@
 # The writeup: every result file in, report.md and a self-contained index.html out.
 # With published.render the results are the published ones and no experiment runs.
-from cs336report.coverage import with_expected_cells
-from cs336report.publish import published_files
+from cs336report.experiments import with_expected_cells
+from cs336report.steps.publish import published_files
 
 REPORT_DIR = CFG.report_dir
+# The console of a run: a line a job and its phases, and a last line naming the report
+# (cs336report/machine/console.py); a dry run (a plan of jobs) and --verbose keep Snakemake's own.
+if not workflow.output_settings.dryrun and not workflow.output_settings.verbose:
+    from cs336report.machine import console
+
+    console.install(REPORT_DIR)
 PUBLISHED_DIR = CFG.data["published"]["dir"]
 RUN_RESULTS = list(dict.fromkeys(f for files in REPORT_INPUTS.values() for f in files))
 if CFG.render_published:

@@ -97,7 +97,7 @@ rule compiled_model_eager:
         run_cell("compiled_model")
 
 
-# Its CUDA cells also time each kernel (kernel_steps), through cs336report.kernel_times.
+# Its CUDA cells also time each kernel (kernel_steps), through cs336report.measure.kernel_times.
 rule optimized_step:
     input:
         cell_code("optimized_step"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-from ...handout import BY_ID, HANDOUT, ORDER, Problem
+from ...names.handout import BY_ID, HANDOUT, ORDER, Problem
 
 __all__ = ["BY_ID", "HANDOUT", "ORDER", "Problem", "SECTIONS"]
 

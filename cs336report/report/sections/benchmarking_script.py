@@ -6,10 +6,11 @@ import math
 
 import pandas as pd
 
-from ... import accounting
-from .. import answer_parts, checks, plots
-from ..parts.bench_frame import MODE_COLUMNS, frame, phase_timing
-from ..tables import Cell, Num, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell
+from .. import checks, plots
+from ...accounting import transformer as accounting
+from ..bench_frame import MODE_COLUMNS, frame, phase_timing
+from ..tables import (Cell, Num, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell,
+                      time_unit)
 
 ID = "benchmarking_script"
 TITLE = "benchmarking_script"
@@ -250,6 +251,41 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
     return out
 
 
+def _pick(values, preferred):
+    """``preferred`` where present, else the largest value."""
+    values = sorted(set(values))
+    return preferred if preferred in values else values[-1]
+
+
+def answer_part(df: pd.DataFrame) -> dict:
+    """(b): forward and backward time per size at one context, mean ± std over the measured steps.
+    The backward time is the backward phase of the forward + backward cells."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return {}
+    context = _pick(ok["context"], 512)
+    sub = df[df["context"] == context]
+    fwd = sub[sub["mode"] == "forward"].set_index("size", drop=False)
+    fb = sub[sub["mode"] == "forward_backward"].set_index("size", drop=False)
+    scale_name, scale = time_unit(float(ok["mean_s"].median()))
+    rows = []
+    present = set(sub["size"])
+    sizes = ([s for s in df["size"].cat.categories if s in present] if isinstance(df["size"].dtype, pd.CategoricalDtype)
+             else sorted(present))
+    for size in sizes:
+        f, b = fwd.loc[size] if size in fwd.index else None, fb.loc[size] if size in fb.index else None
+        rows.append([Cell(str(size)),
+                     Cell(fmt_mean_std(f["mean_s"], f["std_s"], scale), source=f["source"])
+                     if f is not None and f["status"] == "ok"
+                     else status_cell(f["status"] if f is not None else "missing"),
+                     Cell(fmt_mean_std(b["backward_mean_s"], b["backward_std_s"], scale), source=b["source"])
+                     if b is not None and b["status"] == "ok" else status_cell(b["status"] if b is not None else "missing")])
+    table = Table(title=f"Forward and backward pass per step, context {context} (mean ± std of the measured steps)",
+                  columns=["size", "forward", "backward"], units=["", scale_name, scale_name], rows=rows,
+                  sources=sorted(sub["source"]))
+    return {"table": table, "context": int(context)}
+
+
 def build(ctx) -> dict:
     df = frame(ctx.records("benchmarking"))
     wf = frame(ctx.records("benchmarking_warmup"))
@@ -276,5 +312,5 @@ def build(ctx) -> dict:
                                             "Every step's time for each number of warm-up steps; dashed: end of warm-up.")]
         out["warmup_cell"] = f"{wf['size'].iloc[0]}, context {wf['context'].iloc[0]}, {MODE_COLUMNS[wf['mode'].iloc[0]]}"
     out["analysis"] = analysis(df, wf, flags)
-    out["answer"] = answer_parts.benchmarking_script(df)
+    out["answer"] = answer_part(df)
     return out

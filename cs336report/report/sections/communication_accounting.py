@@ -1,5 +1,5 @@
 """communication_accounting: the XXL memory and communication arithmetic, read from its record
-(results/communication_accounting/xxl.json, computed by cs336report.accounting_distributed).
+(results/communication_accounting/xxl.json, computed by cs336report.accounting.distributed).
 The answer prints each derivation line with its numbers; the evidence lists every line and the
 setting."""
 
@@ -69,10 +69,15 @@ def build(ctx) -> dict:
             "fits": b.get("smallest N_FSDP", {}).get("value") is not None}
 
 
-def headline(data: dict) -> str:
+def headline(data: dict) -> list[str]:
+    """The summary's clauses, in its answer's words: (a) the devices, (b) N_FSDP, (c) the batch."""
     if not data.get("ok"):
-        return "not run"
+        return []
     a, b, c = data["a"], data["b"], data["c"]
-    n = b.get("smallest N_FSDP", {}).get("value_text", "none")
-    return (f"{a['H100s for these (80 GB each)']['value_text']} H100s for fp32 state; N_FSDP ≥ {n}; "
-            f"compute bound from {c['per-device batch, whole tokens']['value_text']} a device")
+    return [f"The fp32 master weights, accumulated gradients and AdamW state take "
+            f"{a['weights + gradients + optimizer state']['short']}, as much as "
+            f"{a['H100s for these (80 GB each)']['short']} H100s of 80 GB hold",
+            f"it falls below one TPU v5p's 95 GB from N_FSDP = {b['smallest N_FSDP']['short']}" if data["fits"]
+            else "no N_FSDP fits",
+            f"the forward pass is compute bound from {c['per-device batch B*/N']['value_text']} a device, so "
+            f"{c['per-device batch, whole tokens']['value_text']} a device"]

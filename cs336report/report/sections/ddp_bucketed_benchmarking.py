@@ -1,5 +1,5 @@
 """ddp_bucketed_benchmarking: (a) time per step of bucketed DDP at each bucket size, beside
-PyTorch's DistributedDataParallel; (b) the overhead model (cs336report.distributed.bucket_model)
+PyTorch's DistributedDataParallel; (b) the overhead model (cs336report.accounting.bucket_model)
 fitted to the sweep, its best bucket size beside the measured best. With a student checkout, the
 student's bucketed wrapper at each bucket size is a row of its own (cs336report.report.student_rows);
 the fit and the best bucket size are ours."""
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 
-from ...distributed import bucket_model
+from ...accounting import bucket_model
+from ...names.handout import Hint, rerun_command
 from ..ddp import (allreduce_frame, by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame,
                    steps_table)
+from ..headlines import GAP
 from ..student_rows import student_rows
 from ..tables import Num, fmt_seconds, sig
 
@@ -87,10 +89,23 @@ def build(ctx) -> dict:
         if individual:
             out["individual"] = individual
     out["fit"] = model_fit(df)
+    if not out["fit"]:
+        out["fit_hint"] = fit_hint(ctx)
     if out["fit"]:
         out["fit"]["o_check"] = o_check(ctx.records("distributed_communication_single_node"), out["fit"]["o_s"],
                                         int(sweep["world_size"].iloc[0]))
     return out
+
+
+def fit_hint(ctx) -> Hint:
+    """What fits the overhead model where it was not fitted: a second bucket size in the grid, or, where
+    the grid lists two or more, the sweep run again (a cell failed)."""
+    grid = ctx.config.get("_grid", "cpu")
+    sizes = (((ctx.config.get("grids") or {}).get(grid) or {}).get(ID) or {}).get("bucket_sizes_mb") or []
+    if len(sizes) < 2:
+        return Hint("", needs=f"two bucket sizes or more, of different bucket counts, in the config's "
+                              f"grids.{grid}.{ID}.bucket_sizes_mb")
+    return rerun_command(ID)
 
 
 # The fitted o is set against a measured call where it is at least this many times that call's latency.
@@ -115,8 +130,16 @@ def o_check(records: list[dict], o_s: float, world: int) -> dict | None:
             "size": f"{sig(small['size_mb'])} MB", "world": world}
 
 
-def headline(d: dict) -> str:
+def headline(d: dict) -> list[str]:
+    """The summary's clauses, in its answer's words: the best bucket size of (a), the fitted model of (b)."""
     b = d.get("best")
-    if b and b["within_spread"]:
-        return f"bucket sizes within their spread: {b['step']} to {b['worst_step']} a step"
-    return f"best bucket {b['size']}: {b['step']} a step" if b else "no bucketed step ran"
+    if not b:
+        return []
+    if b["within_spread"]:
+        out = [f"the bucket sizes cannot be told apart: their steps run from {b['step']}{GAP}to {b['worst_step']}"]
+    else:
+        only = "" if b["several"] else " (the only one that ran)"
+        out = [f"the fastest bucket size{only} is {b['size']}: {b['step']} a step with {b['sync']} left after backward"]
+    if d.get("fit"):
+        out.append(f"o = {d['fit']['o']}, w = {d['fit']['w']}")
+    return out

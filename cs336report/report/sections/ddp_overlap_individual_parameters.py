@@ -11,7 +11,8 @@ EXPERIMENTS = (handout_tests.EXPERIMENT,)
 POINTS = 5
 SUBQUESTIONS = ()
 skip_reason = handout_tests.skip_reason
-headline = handout_tests.headline
+# the words its answer gives each sub-question's tests (templates/answers/ddp_overlap_individual_parameters.j2)
+headline = handout_tests.headline_of({"all": "the per-parameter overlapped DDP wrapper"})
 
 
 def build(ctx) -> dict:

@@ -11,6 +11,7 @@ import math
 
 from ..ddp import (by_step, ddp_records, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame,
                    steps_table, timeline_plot, variant_label)
+from ..headlines import GAP
 from ..student_rows import student_rows
 from ..tables import Num
 
@@ -129,6 +130,13 @@ def build(ctx) -> dict:
     return out
 
 
-def headline(d: dict) -> str:
+def headline(d: dict) -> list[str]:
+    """The summary's clauses, in its answer's words: the overlapped step, and whether it beat naive DDP's."""
     i = d.get("individual")
-    return f"{i['step']} a step overlapped" if i else "no overlapped step ran"
+    if not i:
+        return []
+    naive = d.get("naive")
+    return [f"Starting each gradient's all-reduce from its post-accumulate-grad hook gives {i['step']} a step{GAP}with "
+            f"{i['sync']} left to wait for after backward",
+            "The communication now runs while backward computes the remaining gradients"
+            if naive and i["step_s"] < naive["step_s"] else "Overlap did not pay off here"]

@@ -4,6 +4,7 @@ on GPUs, by tensor size and number of processes (records: the experiment of the 
 from __future__ import annotations
 
 from ..ddp import allreduce_frame, allreduce_plot, allreduce_table
+from ..headlines import GAP
 from ..tables import Num, sig
 
 ID = "distributed_communication_single_node"
@@ -71,14 +72,14 @@ def build(ctx) -> dict:
     return out
 
 
-def headline(d: dict) -> str:
-    a = d.get("analysis") or {}
-    nccl = (a.get("backends") or {}).get("nccl")
-    if nccl:
-        r = nccl["largest"][0]
-        return f"NCCL, {r['n']} GPUs, {r['size']} MB: {r['latency']}, bus bandwidth {r['busbw']}"
-    gloo = (a.get("backends") or {}).get("gloo")
-    if gloo:
-        r = gloo["largest"][0]
-        return f"Gloo, {r['n']} processes, {r['size']} MB: {r['latency']}"
-    return "no all-reduce ran"
+def headline(d: dict) -> list[str]:
+    """The summary's clauses, in its answer's words: NCCL's largest all-reduce where it ran, else Gloo's."""
+    backends = (d.get("analysis") or {}).get("backends") or {}
+    if backends.get("nccl"):
+        r = backends["nccl"]["largest"][0]
+        return [f"With NCCL on {r['n']} GPUs{GAP}a {r['size']} MB all-reduce takes {r['latency']}: a bus bandwidth of "
+                f"{r['busbw']}"]
+    if backends.get("gloo"):
+        g = backends["gloo"]["largest"][0]
+        return [f"Gloo on the CPU takes {g['latency']} for {g['size']} MB with {g['n']} processes"]
+    return []

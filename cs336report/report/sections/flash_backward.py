@@ -11,7 +11,8 @@ EXPERIMENTS = (handout_tests.EXPERIMENT,)
 POINTS = 5
 SUBQUESTIONS = ()
 skip_reason = handout_tests.skip_reason
-headline = handout_tests.headline
+# the words its answer gives each sub-question's tests (templates/answers/flash_backward.j2)
+headline = handout_tests.headline_of({"all": "the backward pass"})
 
 
 def build(ctx) -> dict:

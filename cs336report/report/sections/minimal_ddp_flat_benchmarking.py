@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ..ddp import ddp_records, setting, step_numbers, steps_frame, steps_table
+from ..headlines import GAP
 from ..tables import sig
 
 ID = "minimal_ddp_flat_benchmarking"
@@ -32,6 +33,15 @@ def build(ctx) -> dict:
     return out
 
 
-def headline(d: dict) -> str:
+def headline(d: dict) -> list[str]:
+    """The summary's clauses, in its answer's words: the flat step, and whether it beats naive DDP's sync."""
     f = d.get("flat")
-    return f"{f['step']} a step, {f['sync']} ({f['share']}) in its one all-reduce" if f else "no step ran"
+    if not f:
+        return []
+    out = [f"one all-reduce of all gradients flattened into one tensor gives {f['step']} a step{GAP}of which "
+           f"{f['sync']} ({f['share']}) is the gradient sync"]
+    diff = d.get("diff")
+    if diff:
+        out.append("The gradient syncs of the two cannot be told apart here" if not diff["sync_apart"] else
+                   f"Batching saves {diff['sync']} of gradient sync" if diff["sync_faster"] else "Batching saves nothing here")
+    return out

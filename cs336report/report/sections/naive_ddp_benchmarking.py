@@ -4,6 +4,7 @@ backward) and the share of it spent communicating gradients."""
 from __future__ import annotations
 
 from ..ddp import ddp_records, setting, step_numbers, steps_frame, steps_table
+from ..headlines import GAP
 
 ID = "naive_ddp_benchmarking"
 TITLE = "naive_ddp_benchmarking"
@@ -20,6 +21,8 @@ def build(ctx) -> dict:
             "naive": step_numbers(df, "naive"), "failed": df[df["status"] != "ok"][["variant", "error"]].to_dict("records")}
 
 
-def headline(d: dict) -> str:
+def headline(d: dict) -> list[str]:
+    """The summary's clause, in its answer's words."""
     n = d.get("naive")
-    return f"{n['step']} a step, {n['sync']} ({n['share']}) communicating gradients" if n else "no step ran"
+    return [f"A naive DDP training step takes {n['step']}{GAP}of which {n['sync']}, {n['share']}, is spent "
+            f"communicating gradients"] if n else []

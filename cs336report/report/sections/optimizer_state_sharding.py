@@ -13,7 +13,8 @@ POINTS = 15
 SUBQUESTIONS = ()
 IMPLEMENTATION = "cs336report.distributed.sharded_optimizer.ShardedOptimizer"
 skip_reason = handout_tests.skip_reason
-headline = handout_tests.headline
+# the words its answer gives each sub-question's tests (templates/answers/optimizer_state_sharding.j2)
+headline = handout_tests.headline_of({"all": "the sharded optimizer"})
 
 
 def build(ctx) -> dict:

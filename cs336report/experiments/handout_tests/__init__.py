@@ -1,0 +1,45 @@
+"""handout_tests: the handout's test cases, run with pytest, each test's outcome recorded.
+
+One cell per suite (attention, ddp, sharded_optimizer). With ``student.checkout`` the student's
+own copy of the handout's tests runs (``<checkout>/tests/test_<...>.py``, from the checkout, with
+its folders on PYTHONPATH); without one, cs336report's suite of the same cases
+(:mod:`cs336report.handout_suite`) runs through the built-in adapters. On a CPU, Triton runs
+under ``TRITON_INTERPRET=1``. Our PyTorch FlashAttention backward runs eagerly in these tests on
+every machine (``CS336_FLASH_BACKWARD=eager``): the handout's tests of it use CPU tensors, for
+which compiling it is an Inductor C++ build (34-55 s on H200 hosts) that nothing times; the
+benchmarks compile it. A student's code ignores the variable.
+
+pytest writes the JUnit XML beside the record (``results/handout_tests/<suite>.xml``); the record
+lists each test (:func:`.suite.parse_junit`) with the handout problem and sub-question it grades. A test
+that fails because its adapter raises ``NotImplementedError``, or whose piece the config check found
+not implemented (an adapter returning the wrong kind), is ``not_implemented`` with the adapter's
+name. A suite whose every test is not implemented is a cell with status ``not_implemented``.
+
+    python -m cs336report run handout_tests --name attention --cell '{...}' --out results/handout_tests/attention.json
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUITES = ("attention", "ddp", "sharded_optimizer")
+# The handout's test files of each suite (the course's names), and ours.
+STUDENT_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp_individual_parameters.py", "test_ddp.py"],
+                 "sharded_optimizer": ["test_sharded_optimizer.py"]}
+SUITE_PACKAGE = Path(__file__).resolve().parent.parent.parent / "handout_suite"
+OUR_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp.py", "test_naive_ddp.py"],
+             "sharded_optimizer": ["test_sharded_optimizer.py"]}
+PROBLEMS = ("flash_forward", "flash_backward", "naive_ddp", "ddp_overlap_individual_parameters",
+            "ddp_overlap_bucketed", "optimizer_state_sharding")
+
+
+def cells(cfg) -> dict[str, dict]:
+    """One cell per suite of the grid's handout_tests."""
+    grid = cfg.grid("handout_tests")
+    if not grid:
+        return {}
+    return {suite: {"suite": suite, "device": cfg.device, "student": cfg.student, "timeout_s": grid["timeout_s"],
+                    "junitxml": f"results/handout_tests/{suite}.xml"} for suite in grid["suites"]}
+
+
+EXPERIMENTS = {"handout_tests": (cells, ".suite:run")}

@@ -1,0 +1,176 @@
+"""handout_tests' run of one suite: pytest on the suite's test files, each test's outcome read from
+the JUnit XML it writes (the package's docstring: :mod:`cs336report.experiments.handout_tests`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ...student.resolve import BUILTIN, PIECES, AdapterNotImplemented, checkout_paths
+from . import OUR_FILES, STUDENT_FILES, SUITE_PACKAGE
+
+MESSAGE_CHARS = 300
+
+
+def classify(test_name: str, suite: str) -> tuple[str, str, str | None]:
+    """(problem, sub-question, piece) a test grades, from its name (the handout's and ours read alike)."""
+    name = test_name.lower()
+    if "flash" in name or "attention" in name:
+        triton = "triton" in name
+        piece = "flash_triton" if triton else "flash_pytorch"
+        if "backward" in name:
+            return "flash_backward", "", piece
+        if triton:
+            return "flash_forward", "c" if "[true]" in name else "b", piece
+        return "flash_forward", "a", piece
+    if "individual" in name:
+        return "ddp_overlap_individual_parameters", "", "ddp_individual_parameters"
+    if "naive" in name:
+        return "naive_ddp", "", None
+    if "shard" in name:
+        return "optimizer_state_sharding", "", "sharded_optimizer"
+    if "ddp" in name or "dataparallel" in name or "bucket" in name:
+        return "ddp_overlap_bucketed", "", "ddp_bucketed"
+    return {"attention": ("flash_forward", "", None), "ddp": ("ddp_overlap_bucketed", "", "ddp_bucketed"),
+            "sharded_optimizer": ("optimizer_state_sharding", "", "sharded_optimizer")}[suite]
+
+
+def _short(text: str | None) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 1] + "…"
+
+
+def _node_id(case: ET.Element) -> str:
+    name = case.get("name", "")
+    file = case.get("file")
+    if not file:
+        parts = case.get("classname", "").split(".")
+        cls = [p for p in parts if p[:1].isupper()]
+        file = "/".join(p for p in parts if p not in cls) + ".py"
+        return "::".join([file, *cls, name])
+    cls = case.get("classname", "").split(".")[-1]
+    return "::".join([file, *([cls] if cls[:1].isupper() else []), name])
+
+
+def _not_implemented_reason(text: str) -> bool:
+    return "NotImplementedError" in text or "AdapterNotImplemented" in text
+
+
+def parse_junit(path: str | Path, suite: str, adapters: dict | None = None) -> list[dict]:
+    """Each <testcase> of a JUnit XML file as a test entry of the record.
+
+    ``adapters``: the check's verdicts by piece (:func:`_verdicts`); a test of a piece found not
+    implemented there is ``not_implemented`` unless it passed.
+    """
+    tests = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        problem, subquestion, piece = classify(name, suite)
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            found = case.find(tag)
+            if found is not None:
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                message = found.get("message") or (found.text or "")
+                full = f"{message}\n{found.text or ''}"
+                verdict = (adapters or {}).get(piece) or {}
+                adapter = PIECES[piece].adapter if piece else "its adapter"
+                if tag != "skipped" and _not_implemented_reason(full):
+                    outcome, message = "not_implemented", f"{adapter} raises NotImplementedError"
+                elif tag != "skipped" and verdict.get("status") == "not_implemented":
+                    outcome, message = "not_implemented", f"{adapter}: {verdict.get('reason', '')}"
+                break
+        error = next((p.get("value") for p in case.iter("property") if p.get("name") == "max_abs_error"), None)
+        tests.append({"id": _node_id(case), "name": name, "problem": problem, "subquestion": subquestion,
+                      "outcome": outcome, "seconds": float(case.get("time") or 0.0), "message": _short(message),
+                      "max_abs_error": float(error) if error is not None else None})
+    return tests
+
+
+# ----------------------------------------------------------------------------- the cells
+
+
+def command(cell: dict, junitxml: Path) -> tuple[list[str], Path, dict]:
+    """The pytest command line of a suite, its working directory and environment."""
+    env = dict(os.environ)
+    student = cell.get("student")
+    ours = str(SUITE_PACKAGE.parent.parent)
+    if student:
+        root = Path(student["checkout"])
+        files = [str(root / "tests" / f) for f in STUDENT_FILES[cell["suite"]] if (root / "tests" / f).is_file()]
+        paths = checkout_paths(root)
+    else:
+        root = SUITE_PACKAGE.parent.parent
+        files = [str(SUITE_PACKAGE / f) for f in OUR_FILES[cell["suite"]]]
+        paths = []
+    if not files:
+        names = ", ".join(f"tests/{f}" for f in STUDENT_FILES[cell["suite"]])
+        raise FileNotFoundError(f"{root} has none of {names}, the handout's tests of suite {cell['suite']}")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, ours, env.get("PYTHONPATH")]))
+    if not cell["device"].startswith("cuda"):
+        env["TRITON_INTERPRET"] = "1"
+    # The handout's PyTorch FlashAttention tests run on CPU tensors, also beside a GPU: compiling our
+    # backward for them is an Inductor C++ build (34-55 s on H200 hosts) that nothing measures.
+    env["CS336_FLASH_BACKWARD"] = "eager"
+    argv = [sys.executable, "-m", "pytest", *files, f"--junitxml={junitxml}", "-o", "junit_family=xunit1",
+            "-p", "no:cacheprovider", "--rootdir", str(root), "--confcutdir", str(root), "-q", "-rN"]
+    return argv, root, env
+
+
+def run(cell: dict) -> dict:
+    """Run one suite with pytest; the record's data: each test's outcome and the run's settings."""
+    junitxml = Path(cell["junitxml"]).resolve()
+    junitxml.parent.mkdir(parents=True, exist_ok=True)
+    junitxml.unlink(missing_ok=True)
+    try:
+        return _run(cell, junitxml)
+    finally:
+        if not junitxml.is_file():  # the rule's second output, also when pytest never ran
+            junitxml.write_text('<?xml version="1.0" encoding="utf-8"?><testsuites name="not run" tests="0"/>\n')
+
+
+def _verdicts(student: dict | None, device: str) -> dict | None:
+    """Each piece's verdict of the student's checkout (implemented or not, and why), from the probes
+    the check_student rule ran first (:func:`cs336report.student.check.check_pieces`)."""
+    if not student:
+        return None
+    if "adapters" in student:
+        return student["adapters"]
+    from ...student.check import check_pieces
+
+    return check_pieces(student, device)
+
+
+def _run(cell: dict, junitxml: Path) -> dict:
+    argv, root, env = command(cell, junitxml)
+    student = cell.get("student")
+    data = {"suite": cell["suite"], "implementation": student["name"] if student else BUILTIN,
+            "checkout": student["checkout"] if student else None, "command": argv[1:],
+            "environment": {k: env[k] for k in ("TRITON_INTERPRET", "CS336_FLASH_BACKWARD") if k in env}}
+    try:
+        done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=cell["timeout_s"])
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"pytest ran past timeout_s = {cell['timeout_s']} s") from None
+    sys.stderr.write(done.stdout[-20000:] + done.stderr[-5000:])
+    data["pytest_exit_code"] = done.returncode
+    if not junitxml.is_file() or junitxml.stat().st_size == 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        raise RuntimeError(f"pytest exited {done.returncode} without a JUnit XML: {' | '.join(tail)}")
+    data["tests"] = parse_junit(junitxml, cell["suite"], _verdicts(student, cell["device"]))
+    data["outcomes"] = {o: sum(t["outcome"] == o for t in data["tests"]) for o in
+                        ("passed", "failed", "skipped", "error", "not_implemented")}
+    if done.returncode > 1 and not data["tests"]:  # usage or collection error: nothing ran
+        tail = (done.stdout or done.stderr).splitlines()[-3:]
+        raise RuntimeError(f"pytest exited {done.returncode}: {' | '.join(tail)}")
+    if data["tests"] and all(t["outcome"] == "not_implemented" for t in data["tests"]):
+        exc = AdapterNotImplemented(", ".join(sorted({t["message"] for t in data["tests"]})))
+        exc.partial_data = data
+        raise exc
+    return data
+
+

@@ -1,0 +1,137 @@
+"""The handout's 21 problems, in its order, with their points and sub-questions.
+
+Imported by the workflow (Snakemake's report groups each record under the problem it answers) and
+by the report's sections; it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+# What every rerun command of the report being rendered adds: its grid, where that is not the one the
+# device picks by itself (set by the renderer for the time of one render).
+RERUN_OPTIONS: ContextVar[str] = ContextVar("rerun_options", default="")
+
+
+class Hint(str):
+    """The command a "not run" line gives (the string itself), with what the machine must have where
+    the one the report ran on cannot produce the result (``needs``, e.g. "a CUDA GPU"; empty where it
+    can). An empty command with ``needs``: no command does it as configured, and ``needs`` says what to
+    change."""
+
+    needs: str
+
+    def __new__(cls, command: str, needs: str = ""):
+        hint = super().__new__(cls, command)
+        hint.needs = needs
+        return hint
+
+
+@dataclass(frozen=True)
+class RerunHost:
+    """What the grid and the machine of the report being rendered can run (set by the renderer for the
+    time of one render): the cells each experiment has on the report's grid; for an experiment with none
+    there, the GPUs its cells of the gpu grid need; for one whose records say "not run" for want of
+    GPUs, how many its cells needed."""
+
+    grid: str
+    device: str
+    cells: dict[str, int]
+    gpu_grid: dict[str, int]
+    short_of: dict[str, int]
+
+
+RERUN_HOST: ContextVar[RerunHost | None] = ContextVar("rerun_host", default=None)
+
+
+@dataclass(frozen=True)
+class Problem:
+    number: int
+    id: str
+    points: int
+    subquestions: tuple[str, ...]
+    rule: str  # the rule whose records answer it: its own name, or handout_tests
+
+    @property
+    def command(self) -> str:
+        """What runs it, for the "not run" line."""
+        return rerun_command(self.rule)
+
+
+def _gpus(n: int) -> str:
+    return "a CUDA GPU" if n <= 1 else f"{n} CUDA GPUs"
+
+
+def rerun_command(*rules: str) -> Hint:
+    """The command that runs the cells of ``rules`` again and renders the report. A rule of one job
+    per cell has a wildcard and cannot be a target itself, so the rules are forced and the report
+    is the target (which also reruns a cell whose record is an error). Within a render it carries
+    the report's grid where needed (:data:`RERUN_OPTIONS`, :func:`grid_option`) and leaves out the
+    rules its grid has no cells of (:data:`RERUN_HOST`); where none of ``rules`` has cells there, the
+    gpu grid's command and the GPUs it needs, and where their cells were not run for want of GPUs,
+    how many."""
+    host = RERUN_HOST.get()
+    if host is None:
+        return Hint(snakemake_command(f"--forcerun {' '.join(rules)} -- report", cores=True))
+    known = [r for r in rules if r in host.cells]  # a rule it does not know (a parse step) follows the others
+    absent = [r for r in known if not host.cells[r]]
+    if known and absent == known:
+        elsewhere = [host.gpu_grid[r] for r in absent if r in host.gpu_grid]
+        if not elsewhere:
+            return Hint("", needs=f"cells of {', '.join(absent)} in the config's grids.{host.grid}")
+        command = f"snakemake --cores 1 --forcerun {' '.join(rules)} -- report"  # the gpu grid, a CUDA device's own
+        gpus = max(elsewhere)
+        return Hint(command, needs="" if host.device == "cuda" and gpus <= 1 else _gpus(gpus))
+    forced = [r for r in rules if r not in absent]
+    short = max((host.short_of.get(r, 0) for r in forced), default=0)
+    return Hint(snakemake_command(f"--forcerun {' '.join(forced)} -- report", cores=True),
+                needs=f"a host of {short} GPUs or more" if short else "")
+
+
+def snakemake_command(arguments: str, cores: bool = False) -> str:
+    """``snakemake`` with ``arguments`` and, within a render, the report's grid option."""
+    options = RERUN_OPTIONS.get()
+    return " ".join(filter(None, ["snakemake", "--cores 1" if cores else "", options, arguments]))
+
+
+def grid_option(grid: str | None, device: str | None) -> str:
+    """``--config grid=...`` for a report of ``grid`` on ``device``, or nothing where ``grid: auto`` (the
+    default) picks that grid there: the gpu grid on a CUDA device, the cpu grid elsewhere."""
+    default = "gpu" if device == "cuda" else "cpu"
+    return f"--config grid={grid}" if grid and grid != default else ""
+
+
+def _problem(number: int, problem_id: str, points: int, subquestions: str = "", rule: str | None = None) -> Problem:
+    return Problem(number, problem_id, points, tuple(subquestions), rule or problem_id)
+
+
+# The benchmarking script's settings the handout fixes (its §1.1.3): a report flags a run that differs.
+BENCHMARKING_SETTINGS = {"warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "tf32": False}
+
+# The handout's problems (its §1.2) with their points and sub-questions (its §1.3).
+HANDOUT = (
+    _problem(1, "benchmarking_script", 4, "abc"),
+    _problem(2, "nsys_profile", 5, "abcde"),
+    _problem(3, "mixed_precision_accumulation", 1),
+    _problem(4, "benchmarking_mixed_precision", 2, "abc"),
+    _problem(5, "memory_profiling", 4, "abcde"),
+    _problem(6, "pytorch_attention", 2),
+    _problem(7, "torch_compile", 2, "ab"),
+    _problem(8, "flash_forward", 15, "abc", rule="handout_tests"),
+    _problem(9, "flash_backward", 5, rule="handout_tests"),
+    _problem(10, "flash_benchmarking", 5),
+    _problem(11, "distributed_communication_single_node", 5),
+    _problem(12, "naive_ddp", 5, rule="handout_tests"),
+    _problem(13, "naive_ddp_benchmarking", 3),
+    _problem(14, "minimal_ddp_flat_benchmarking", 2),
+    _problem(15, "ddp_overlap_individual_parameters", 5, rule="handout_tests"),
+    _problem(16, "ddp_overlap_individual_parameters_benchmarking", 1, "ab"),
+    _problem(17, "ddp_overlap_bucketed", 8, rule="handout_tests"),
+    _problem(18, "ddp_bucketed_benchmarking", 3, "ab"),
+    _problem(19, "communication_accounting", 10, "abcd"),
+    _problem(20, "optimizer_state_sharding", 15, rule="handout_tests"),
+    _problem(21, "optimizer_state_sharding_accounting", 5, "abc"),
+)
+ORDER = tuple(p.id for p in HANDOUT)
+BY_ID = {p.id: p for p in HANDOUT}

@@ -1,0 +1,149 @@
+"""flash_benchmarking: FlashAttention-2 latency and memory against PyTorch attention, and the leaderboard row.
+
+build() puts together the frames, tables, figures, analysis and leaderboard of this package's
+modules.
+"""
+
+from __future__ import annotations
+
+from . import kernel_overhead
+from ....names.flash import IMPLEMENTATIONS, PASSES
+from ...tables import fmt_bytes
+from .analysis import FIT_POINTS, analysis, first_oom, memory_exponents, speedups
+from .figures import latency_figure, memory_figure
+from .frames import frame, memory_frame, present_implementations, tiles_frame
+from .leaderboard import leaderboard
+from .tables import answer_tables, latency_table, memory_table, speedup_table, tiles_table
+
+__all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "skip_reason", "analysis", "first_oom",
+           "FIT_POINTS", "frame", "latency_table", "leaderboard", "memory_exponents", "memory_frame", "speedups"]
+
+ID = "flash_benchmarking"
+TITLE = "flash_benchmarking"
+EXPERIMENTS = ("flash_benchmarking", "flash_leaderboard")
+POINTS = 5
+SUBQUESTIONS = ()
+
+DESCRIPTIONS = {
+    "student_triton": "your Triton FlashAttention-2, from get_flashattention_autograd_function_triton "
+                      "in tests/adapters.py",
+    "student_pytorch": "your PyTorch FlashAttention-2, from get_flashattention_autograd_function_pytorch "
+                       "in tests/adapters.py",
+    "triton": "FlashAttention-2 forward kernel and {backward} in Triton, tile sizes, warps and stages chosen "
+              "per shape by triton.autotune",
+    "triton_fixed": "the same Triton kernels with their default tile sizes, warps and stages for the head size "
+                    "and dtype, not autotuned",
+    "flash_pytorch": "the tiled FlashAttention-2 forward in PyTorch, with the recomputing backward through torch.compile",
+    "flash_pytorch_eager": "the tiled FlashAttention-2 forward in PyTorch, with the recomputing backward run eagerly",
+    "naive": "the hand-written attention of the built-in model (einsum scores, causal mask built in the call, "
+             "hand-written softmax), which materialises the seq × seq scores and probabilities",
+    "naive_compiled": "the same function through torch.compile (dynamic shapes, one compilation for the grid)",
+    "sdpa_flash": "torch.nn.functional.scaled_dot_product_attention restricted to its FlashAttention backend",
+    "sdpa_cudnn": "scaled_dot_product_attention restricted to its cuDNN backend",
+    "sdpa_efficient": "scaled_dot_product_attention restricted to its memory-efficient backend",
+    "sdpa_math": "scaled_dot_product_attention restricted to its math (unfused) backend",
+}
+
+
+def _settings(records: list[dict]) -> list[dict]:
+    cells = [r["config"] for r in records]
+    if not cells:
+        return []
+    items = []
+    for key, label in (("batch", "batch"), ("causal", "causal"), ("warmup_ms", "warm-up per timing (ms)"),
+                       ("rep_ms", "repetition per timing (ms)"), ("tf32", "TF32 matmuls")):
+        values = sorted({str(c[key]) for c in cells if key in c})
+        handout = {"batch": "1", "causal": "True"}.get(key, "")
+        items.append({"label": label, "value": ", ".join(values), "handout": handout,
+                      "differs": bool(handout) and values != [handout]})
+    tuned = [(r["data"] or {}).get("notes", {}) for r in records if r["config"].get("implementation") == "triton"]
+    for key, label in (("warmup", "autotuner warm-up per candidate config (ms)"),
+                       ("rep", "autotuner repetition per candidate config (ms)")):
+        if tuned:  # a record from before the setting existed was tuned with Triton's default
+            values = sorted({f"{n['tune_ms'][key]:g}" if "tune_ms" in n else "Triton's default" for n in tuned})
+            items.append({"label": label, "value": ", ".join(values), "handout": "", "differs": False})
+    return items
+
+
+def skip_reason(ctx) -> str:
+    return "the active grid configures no flash_benchmarking cells"
+
+
+# The Triton backward a record ran, by the kernels its tiles name (older records: two-pass).
+BACKWARDS = {
+    "fused": "fused backward kernel (one sweep per key tile, dQ by float32 atomic adds; tiles moved by TMA on "
+             "Hopper)",
+    "two_pass": "two-pass backward kernels (dK/dV, then dQ)",
+}
+
+
+def triton_backward(records: list[dict]) -> str:
+    """The description of the backward the Triton records ran: fused where their tiles name the
+    fused kernel (``bwd``), two-pass where they name its two kernels, both where they differ."""
+    kinds = set()
+    for r in records:
+        if (r.get("config") or {}).get("implementation") not in ("triton", "triton_fixed"):
+            continue
+        for shape in (r.get("data") or {}).get("shapes") or []:
+            tiles = shape.get("tiles") or {}
+            kinds |= {"fused"} if "bwd" in tiles else {"two_pass"} if "bwd_dkdv" in tiles else set()
+    return " or ".join(BACKWARDS[k] for k in sorted(kinds)) or BACKWARDS["fused"]
+
+
+def _description(key: str, records: list[dict]) -> str:
+    return DESCRIPTIONS[key].format(backward=triton_backward(records)) if key == "triton" else DESCRIPTIONS[key]
+
+
+def build(ctx) -> dict:
+    records = ctx.records("flash_benchmarking")
+    df = frame(records)
+    mem = memory_frame(records)
+    out: dict = {"settings": _settings(records), "tables": [], "figures": [], "leaderboard": None,
+                 "labels": [{"key": i, "label": IMPLEMENTATIONS[i], "description": _description(i, records)}
+                            for i in present_implementations(df)] if not df.empty else []}
+    out["leaderboard"] = leaderboard(ctx.records("flash_leaderboard"))
+    if df.empty:  # e.g. only the leaderboard ran
+        out.update(analysis={"n_timings": 0}, has_triton=False, tf32_caveat=False, cpu_timer=False)
+        return out
+    out["has_triton"] = "triton" in set(df["implementation"].astype(str))
+    triton_fp32 = df[df["implementation"].astype(str).isin(["triton", "triton_fixed"]) & (df["dtype"] == "fp32")]
+    out["tf32_caveat"] = bool((triton_fp32["status"] == "ok").any())
+    # the TF32 setting the PyTorch rows ran with (Triton's fp32 dots use TF32 whatever it is)
+    out["pytorch_tf32"] = sorted({bool(r["config"].get("tf32")) for r in records
+                                  if r["config"].get("implementation") not in ("triton", "triton_fixed")
+                                  and r["config"].get("dtype") == "fp32" and "tf32" in r["config"]})
+    timers = sorted(set(df["timer"].dropna()))
+    out["timer"] = ", ".join(timers)
+    out["cpu_timer"] = any("CPU" in t for t in timers)
+    for dtype in sorted(set(df["dtype"])):
+        for p in PASSES:
+            out["tables"].append(latency_table(df, dtype, p))
+        out["figures"].append(ctx.figure(
+            f"flash_latency_{dtype}", latency_figure(df, dtype),
+            f"Latency against sequence length ({dtype}, batch 1, causal), log-log: rows are the passes, columns "
+            "the head dimensions; a line stops where the implementation ran out of memory or could not run.",
+        ))
+    a = analysis(df, mem)
+    out["analysis"] = a
+    if (kernels := kernel_overhead.table(records, a["focus_d"])) is not None:
+        out["tables"].append(kernels)
+    if a["speedup_rows"]:
+        out["speedup_table"] = speedup_table(a["speedup_rows"], a["ref"]["label"], a["focus_d"],
+                                             sorted(set(df["source"])))
+    if not mem.empty:
+        d = a["focus_d"]
+        device_bytes = next((r["data"].get("device_memory_bytes") for r in records
+                             if r["status"] == "ok" and r["data"].get("device_memory_bytes")), None)
+        out["memory_tables"] = [memory_table(mem, dtype, d) for dtype in sorted(set(mem["dtype"]))]
+        out["memory_figure"] = ctx.figure(
+            "flash_memory", memory_figure(mem, d, device_bytes),
+            f"Peak allocated memory of one forward + backward against sequence length at d_head {d}, log-log; "
+            "dashed and dotted guides grow as seq and seq², the red line is the device's memory.",
+        )
+        out["device_memory"] = fmt_bytes(device_bytes) if device_bytes else None
+    tiles = tiles_frame(records)
+    if not tiles.empty:
+        out["tiles_table"] = tiles_table(tiles)
+    out["answer_tables"] = answer_tables(
+        out["tables"], (out["analysis"].get("ref") or {}).get("label", IMPLEMENTATIONS["triton"]))
+    return out

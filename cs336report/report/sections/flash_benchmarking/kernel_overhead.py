@@ -1,0 +1,81 @@
+"""Kernel-only time beside do_bench's time of the flash_benchmarking passes: the per-call overhead.
+
+do_bench times a call between CUDA events recorded by the host, so its time includes whatever the
+host does between the two (Python, autograd bookkeeping, the autotuner's cache lookup, kernel
+launches) whenever the kernels finish sooner than the host launches them. The records keep the
+kernels' own GPU time per call (torch.profiler, ``kernel_s``); this table sets one beside the other
+for the Triton implementation at one head dimension, with the FLOP rate of the kernels alone.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...tables import Cell, Table, sig, status_cell
+
+PASS_COLUMNS = (("forward", "forward"), ("forward_backward", "forward + backward"))
+
+
+def frame(records: list[dict], implementation: str = "triton") -> pd.DataFrame:
+    rows = []
+    for r in records:
+        if r.get("status") != "ok" or r["config"].get("implementation") != implementation:
+            continue
+        for shape in r["data"].get("shapes", []):
+            for p, v in shape.get("passes", {}).items():
+                if v.get("status") != "ok" or v.get("kernel_s") is None:
+                    continue
+                rows.append({"dtype": r["config"]["dtype"], "d": shape["d"], "seq": shape["seq"], "pass": p,
+                             "bench_s": (v.get("stats_s") or {}).get("median"), "kernel_s": v["kernel_s"],
+                             "overhead_s": v.get("overhead_s"), "tflops": (v.get("tflops") or {}).get("kernels"),
+                             "source": r["_path"]})
+    return pd.DataFrame(rows)
+
+
+def table(records: list[dict], d: int, implementation: str = "triton", label: str = "Triton FA2") -> Table | None:
+    """Rows (dtype, seq) at head dimension ``d``: do_bench's median and the kernels' time of each pass,
+    the overhead per call of forward + backward and the kernels' FLOP rate; None without kernel times."""
+    df = frame(records, implementation)
+    if df.empty or d not in set(df["d"]):
+        return None
+    df = df[df["d"] == d]
+    rows = []
+    for (dtype, seq), g in df.groupby(["dtype", "seq"], sort=True):
+        by = g.set_index("pass")
+        row = [Cell(dtype), Cell(str(seq))]
+        for p, _ in PASS_COLUMNS:
+            if p in by.index:
+                row += [Cell(sig(by.loc[p, "bench_s"] * 1e3)), Cell(sig(by.loc[p, "kernel_s"] * 1e3))]
+            else:
+                row += [status_cell("missing")] * 2
+        if "forward_backward" in by.index:
+            fb = by.loc["forward_backward"]
+            row += [Cell(sig(fb["overhead_s"] * 1e3)), Cell(f"{100 * fb['overhead_s'] / fb['bench_s']:.0f}"),
+                    Cell(sig(fb["tflops"]) if fb["tflops"] else "–")]
+        else:
+            row += [status_cell("missing")] * 3
+        rows.append(row)
+    # profiler and CUDA events are two measurements: where the kernels alone took longer than do_bench's
+    # median, the records' overhead is 0 (never negative), and the table says how often and by how much
+    shown = df[df["pass"].isin([p for p, _ in PASS_COLUMNS])]
+    over = shown[shown["kernel_s"] > shown["bench_s"]]
+    longer = ""
+    if len(over):
+        worst = 100 * float((over["kernel_s"] / over["bench_s"]).max() - 1)
+        longer = (f"; in {len(over)} of {len(shown)} timings here the kernels alone took longer than do_bench's median "
+                  f"(by up to {worst:.0f} %; profiler and events are two measurements), and the overhead is then 0")
+    columns = ["dtype", "seq"]
+    units = ["", "tokens"]
+    for _, name in PASS_COLUMNS:
+        columns += [f"{name}, do_bench", f"{name}, kernels only"]
+        units += ["ms", "ms"]
+    columns += ["overhead per call (forward + backward)", "overhead share", "kernels' rate (forward + backward)"]
+    units += ["ms", "%", "TFLOP/s"]
+    return Table(
+        title=f"Kernel time against do_bench time, {label}, d_head {d}", columns=columns, units=units, rows=rows,
+        sources=sorted(set(df["source"])),
+        note="do_bench: median per call between CUDA events the host records, so it includes the host's work per "
+             "call (Python, autograd, the autotuner's lookup, kernel launches) wherever the kernels finish first; "
+             "kernels only: the GPU time of the call's kernels (torch.profiler); overhead = do_bench − kernels; "
+             "rate: matmul FLOPs of the causal pass (forward 2·B·T²·d, backward 2.5× that) over the kernels' time"
+             + longer)

@@ -1,0 +1,240 @@
+"""Whose implementation an experiment runs: ours (built-in) or a student's, through the handout's adapters.
+
+The handout's ``tests/adapters.py`` is the one interface to a student's FlashAttention-2,
+DDP wrappers and sharded optimizer. One config key names the student's assignment checkout::
+
+    student:
+      checkout: path/to/assignment2-systems     # its tests/adapters.py and cs336-basics/
+
+Experiments ask :func:`implementation` for a piece (a name of :data:`PIECES`) and never import
+ours directly::
+
+    impl = student.implementation("flash_triton", cell.get("student"))
+    if not impl:                     # a NotImplementedAdapter: the adapter's name and why
+        ...                          # the cell is "not implemented" (raise impl.error())
+    Flash, provenance = impl         # the autograd.Function class; "built-in" or "<checkout>:<adapter>"
+
+With no checkout, the built-in pieces come through our own adapters (:mod:`cs336report.student.adapters`).
+An adapter that raises ``NotImplementedError`` or returns the wrong kind of object resolves to a
+:class:`NotImplementedAdapter`: our implementation never stands in for the student's.
+
+The config names the checkout without importing it (:mod:`cs336report.config.checkout`);
+:func:`cs336report.student.check.check_checkout` runs before any cell, in the workflow's first
+rule (check_student) and in ``python -m cs336report check-config``: it imports the adapters,
+checks each adapter's signature, and runs every implemented piece once on the CPU (a tiny forward
+and backward; the distributed pieces in a one-process gloo group), raising :class:`StudentError`
+whose message names the key, the adapter and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from ..config.checkout import (  # noqa: F401  (the checkout's names: callers reach them here)
+    ADAPTERS_FILE,
+    BASICS_DIR,
+    DEFAULT_FACTORY,
+    KEY,
+    StudentError,
+    checkout_paths,
+    source_hash,
+)
+from ..lm.model_paths import add_paths
+
+BUILTIN = "built-in"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One implementation the handout asks for: its adapter, the hooks beside it, the kind it returns."""
+
+    adapter: str
+    problem: str
+    kind: str  # "autograd_function" | "module" | "optimizer"
+    args: tuple = ()  # positional parameters the handout's tests pass
+    hooks: tuple = ()
+
+
+PIECES = {
+    "flash_pytorch": Piece("get_flashattention_autograd_function_pytorch", "flash_forward", "autograd_function"),
+    "flash_triton": Piece("get_flashattention_autograd_function_triton", "flash_forward", "autograd_function"),
+    "ddp_individual_parameters": Piece("get_ddp_individual_parameters", "ddp_overlap_individual_parameters", "module",
+                                       ("module",), ("ddp_individual_parameters_on_after_backward",)),
+    "ddp_bucketed": Piece("get_ddp_bucketed", "ddp_overlap_bucketed", "module", ("module", "bucket_size_mb"),
+                          ("ddp_bucketed_on_after_backward", "ddp_bucketed_on_train_batch_start")),
+    "sharded_optimizer": Piece("get_sharded_optimizer", "optimizer_state_sharding", "optimizer",
+                               ("params", "optimizer_cls")),
+}
+HOOK_ARGS = ("ddp_model", "optimizer")
+KINDS = {"autograd_function": "a torch.autograd.Function subclass (the class, not an instance)",
+         "module": "a torch.nn.Module wrapping the given module", "optimizer": "a torch.optim.Optimizer"}
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """A resolved piece: ``obj`` (the autograd.Function class, or the adapter that wraps a module or
+    builds an optimizer), its ``provenance`` ("built-in" or "<checkout>:<adapter>") and ``hooks``
+    (the handout's on_after_backward / on_train_batch_start adapters, by name)."""
+
+    piece: str
+    obj: object
+    provenance: str
+    hooks: dict = field(default_factory=dict)
+
+    def __iter__(self):
+        return iter((self.obj, self.provenance))
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class AdapterNotImplemented(RuntimeError):
+    """Raised by an experiment for a piece that is not implemented; the runner records the cell so."""
+
+    result_status = "not_implemented"  # the status of the cell that raised it (see runner.run_cell)
+
+
+@dataclass(frozen=True)
+class NotImplementedAdapter:
+    """A piece the student has not implemented: the adapter's name, why, and whose adapters."""
+
+    piece: str
+    adapter: str
+    reason: str
+    provenance: str
+
+    def __bool__(self) -> bool:
+        return False
+
+    def error(self) -> AdapterNotImplemented:
+        return AdapterNotImplemented(f"{self.adapter} is not implemented ({self.provenance}): {self.reason}")
+
+    def as_dict(self) -> dict:
+        return {"piece": self.piece, "adapter": self.adapter, "reason": self.reason, "provenance": self.provenance}
+
+
+# --------------------------------------------------------------------------- loading a checkout
+
+
+@cache
+def load_adapters(checkout: str):
+    """The checkout's ``tests/adapters.py`` as a module of its own name (not ``tests.adapters``)."""
+    path = Path(checkout).resolve() / ADAPTERS_FILE
+    add_paths(checkout_paths(checkout))
+    name = f"cs336report_student_adapters_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _adapters_module(student: dict | None):
+    if not student:
+        from . import adapters
+
+        return adapters, BUILTIN
+    return load_adapters(student["checkout"]), student["name"]
+
+
+# --------------------------------------------------------------------------- resolving
+
+
+def _wrong_kind(piece: Piece, obj) -> str | None:
+    if piece.kind == "autograd_function":
+        if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
+            return None
+        return f"returned {obj!r}, not {KINDS[piece.kind]}"
+    if not callable(obj):
+        return f"is a {type(obj).__name__}, not a function"
+    return None
+
+
+def implementation(name: str, student: dict | None = None) -> Implementation | NotImplementedAdapter:
+    """The implementation of piece ``name``: the student's through their adapters if ``student``
+    (a cell's ``student`` entry, from :func:`check_checkout`), else ours."""
+    piece = PIECES[name]
+    module, who = _adapters_module(student)
+    provenance = BUILTIN if who == BUILTIN else f"{who}:{piece.adapter}"
+
+    def missing(reason: str) -> NotImplementedAdapter:
+        return NotImplementedAdapter(name, piece.adapter, reason, provenance)
+
+    adapter = getattr(module, piece.adapter, None)
+    if adapter is None:
+        return missing(f"{ADAPTERS_FILE} defines no {piece.adapter}")
+    hooks = {}
+    for hook in piece.hooks:
+        if getattr(module, hook, None) is None:
+            return missing(f"{ADAPTERS_FILE} defines no {hook}")
+        hooks[hook] = getattr(module, hook)
+    if piece.kind != "autograd_function":
+        return Implementation(name, adapter, provenance, hooks)  # called with the module/params by the experiment
+    try:
+        obj = adapter()
+    except NotImplementedError as exc:
+        return missing(f"raises NotImplementedError{f' ({exc})' if str(exc) else ''}")
+    wrong = _wrong_kind(piece, obj)
+    return missing(wrong) if wrong else Implementation(name, obj, provenance, hooks)
+
+
+def call(impl: Implementation, *args, **kwargs):
+    """Call a wrapping adapter (DDP, sharded optimizer); NotImplementedError or a wrong kind of result
+    becomes :class:`AdapterNotImplemented` naming the adapter."""
+    piece = PIECES[impl.piece]
+    try:
+        out = impl.obj(*args, **kwargs)
+    except NotImplementedError as exc:
+        detail = f": {exc}" if str(exc) else ""
+        raise AdapterNotImplemented(f"{piece.adapter} raises NotImplementedError{detail} ({impl.provenance})") from None
+    want = torch.nn.Module if piece.kind == "module" else torch.optim.Optimizer
+    if not isinstance(out, want):
+        raise AdapterNotImplemented(f"{piece.adapter} returned {type(out).__name__}, not {KINDS[piece.kind]} "
+                                    f"({impl.provenance})")
+    return out
+
+
+def hook(impl: Implementation, name: str):
+    """The handout's hook adapter ``name`` of ``impl`` (``ddp_bucketed_on_after_backward``, ...), to be
+    called as ``hook(ddp_model, optimizer)``; NotImplementedError becomes :class:`AdapterNotImplemented`
+    naming the hook."""
+    function = impl.hooks[name]
+    who = impl.provenance if impl.provenance == BUILTIN else impl.provenance.rsplit(":", 1)[0]
+    provenance = who if who == BUILTIN else f"{who}:{name}"
+
+    def run(ddp_model, optimizer):
+        try:
+            return function(ddp_model, optimizer)
+        except NotImplementedError as exc:
+            detail = f": {exc}" if str(exc) else ""
+            raise AdapterNotImplemented(f"{name} raises NotImplementedError{detail} ({provenance})") from None
+
+    return run
+
+
+@contextmanager
+def adapter_errors():
+    """Around code that runs the student's pieces in other processes (the launched ranks of a
+    distributed cell): a failure that names the status ``not_implemented`` (a rank's
+    AdapterNotImplemented, passed on by :func:`cs336report.distributed.launch.launch`) is raised
+    here as :class:`AdapterNotImplemented` with the rank's own message, naming the adapter."""
+    try:
+        yield
+    except AdapterNotImplemented:
+        raise
+    except Exception as exc:
+        if getattr(exc, "result_status", None) != "not_implemented":
+            raise
+        raise AdapterNotImplemented(getattr(exc, "message", None) or str(exc)) from None
