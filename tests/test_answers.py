@@ -11,8 +11,12 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
+from cs336report import editions
+from cs336report.names.handout import rerun_command
 from cs336report.report.render import render_report
-from cs336report.report.sections import HANDOUT, SECTIONS
+from cs336report.report.sections import section
+
+HANDOUT = editions.get(2025).problems
 
 FIXTURES = REPO / "tests" / "fixtures" / "handout_tests"
 # The handout's problems (its §1.2 table: number, name, points, section) and the sub-question letters
@@ -29,13 +33,16 @@ def test_handout_list_matches_the_assignment():
     assert sum(p.points for p in HANDOUT) == 107
 
 
-def test_section_modules_agree_with_the_handout():
-    by_id = {p.id: p for p in HANDOUT}
-    assert [m.ID for m in SECTIONS] == [p.id for p in HANDOUT if p.id in {m.ID for m in SECTIONS}]
-    for m in SECTIONS:
-        assert (m.POINTS, tuple(m.SUBQUESTIONS)) == (by_id[m.ID].points, by_id[m.ID].subquestions), m.ID
-        assert (REPO / "templates" / "answers" / f"{m.ID}.j2").exists(), m.ID
-        assert (REPO / "templates" / "sections" / f"{m.ID}.j2").exists(), m.ID
+def test_every_problem_has_a_builder_and_its_templates():
+    """Each 2025 problem is built: by its own module with its own template pair, or, answered by the
+    handout's tests alone, by the shared builder and the one shared pair."""
+    for p in HANDOUT:
+        module = section(p)
+        assert module is not None, p.id
+        template = getattr(module, "TEMPLATE", p.id)
+        assert template == ("handout_tests" if p.answered_by_tests else p.id), p.id
+        assert (REPO / "templates" / "answers" / f"{template}.j2").exists(), p.id
+        assert (REPO / "templates" / "sections" / f"{template}.j2").exists(), p.id
 
 
 def answer_blocks(md: str) -> dict[str, str]:
@@ -75,7 +82,7 @@ def test_without_records_the_answer_names_the_command(tmp_path):
     blocks = answer_blocks((tmp_path / "out" / "answers.md").read_text())
     assert list(blocks) == [p.id for p in HANDOUT]
     for p in HANDOUT:
-        assert "Not run" in blocks[p.id] and p.command.split()[-1] in blocks[p.id], p.id
+        assert "Not run" in blocks[p.id] and rerun_command(p.rule).split()[-1] in blocks[p.id], p.id
     assert "snakemake --cores 1 --forcerun handout_tests -- report" in blocks["flash_backward"]
 
 
@@ -117,7 +124,8 @@ def test_rendering_imports_no_torch(tmp_path):
               f"render_report({records!r}, {{'_device': 'cpu', '_expected': {{'handout_tests': ['attention']}}}}, "
               f"{str(tmp_path / 'out')!r})\n"
               "import cs336report.report.sections as s\n"
-              "print(len(s.SECTIONS), 'torch' in sys.modules)\n")
+              "from cs336report import editions\n"
+              "print(sum(s.section(p) is not None for p in editions.get(2025).problems), 'torch' in sys.modules)\n")
     run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     n_sections, torch_loaded = run.stdout.split()

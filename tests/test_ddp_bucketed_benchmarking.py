@@ -65,7 +65,7 @@ def test_section_fits_the_sweep(tmp_path):
     from cs336report.report.render import RenderContext
     from cs336report.report.sections import ddp_bucketed_benchmarking as section
 
-    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.ID
+    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / "ddp_bucketed_benchmarking"
     records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
     ctx = RenderContext(records, {"_device": "cuda"}, tmp_path)
     out = section.build(ctx)
@@ -127,13 +127,13 @@ def test_one_gpu_host_renders_its_two_gpu_cells_as_not_run(tmp_path):
     from cs336report.report.sections import optimizer_state_sharding_accounting as sharding
 
     here = Path(__file__).parent / "fixtures" / "one_gpu_h100"
-    for section in (bucketed, sharding):
-        records = [load(p) for p in sorted((here / section.ID).glob("*.json.gz"))]
+    for section, name in ((bucketed, "ddp_bucketed_benchmarking"), (sharding, "optimizer_state_sharding_accounting")):
+        records = [load(p) for p in sorted((here / name).glob("*.json.gz"))]
         assert records and all(r["status"] == "not_run" for r in records)
         out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
         assert section.headline(out) == []  # nothing to quote: the summary says it was not run
     df = ddp.steps_frame([{**r, "_path": "x"} for r in
-                          (load(p) for p in sorted((here / bucketed.ID).glob("*.json.gz")))])
+                          (load(p) for p in sorted((here / "ddp_bucketed_benchmarking").glob("*.json.gz")))])
     assert df["step_median"].isna().all() and "sync_share" in df
 
 
@@ -151,8 +151,8 @@ def test_sizes_inside_their_spread_quote_what_each_leaves_after_backward(tmp_pat
     syncs = {r["config"]["bucket_size_mb"]: r["data"]["stats_s"]["sync"]["median"] for r in records
              if r["config"]["variant"] == "bucketed"}
     lo, hi = min(syncs, key=syncs.get), max(syncs, key=syncs.get)
-    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
-    text = environments()["md"].get_template(f"answers/{section.ID}.j2").render(fmt_lib="_md.j2", d=out, section=info)
+    info = {"id": "ddp_bucketed_benchmarking", "title": "ddp_bucketed_benchmarking", "rules": list(section.EXPERIMENTS)}
+    text = environments()["md"].get_template("answers/ddp_bucketed_benchmarking.j2").render(fmt_lib="_md.j2", d=out, section=info)
     text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)  # numbers without their record links
     assert f"What is left after backward runs from {sig(syncs[lo] * 1e3)} ms ({sig(lo)} MiB)" in text
     assert f"to {sig(syncs[hi] * 1e3)} ms ({sig(hi)} MiB)" in text and "only a few milliseconds" not in text
@@ -198,7 +198,7 @@ def test_the_sync_range_is_set_against_the_syncs_own_spread(tmp_path):
     from cs336report.report.render import RenderContext
     from cs336report.report.sections import ddp_bucketed_benchmarking as section
 
-    folder = Path(__file__).resolve().parent.parent / "report" / "data" / section.ID
+    folder = Path(__file__).resolve().parent.parent / "report" / "data" / "ddp_bucketed_benchmarking"
     paths = sorted(folder.glob("bucketed-*.json.gz"))
     if len(paths) < 2:
         pytest.skip("no published records")

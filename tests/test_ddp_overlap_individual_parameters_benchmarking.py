@@ -48,7 +48,7 @@ def test_section_on_h200_records(tmp_path):
     from cs336report.report.render import RenderContext
     from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as section
 
-    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.ID
+    folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.EXPERIMENT
     records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
     out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
     by_label = {o["label"]: o for o in out["overlap"]}
@@ -57,7 +57,7 @@ def test_section_on_h200_records(tmp_path):
     kernels = [r for r in records if r["config"]["variant"] == "individual"][0]["data"]["profile"]["kernels"]
     assert overlapped["fraction"] == f"{100 * hidden_fraction(kernels)['hidden_fraction']:.1f} %"
     assert out["individual"]["calls"] == out["naive"]["calls"] == 435  # XL's parameter tensors
-    assert (tmp_path / f"{section.ID}.png").exists()
+    assert (tmp_path / f"{section.EXPERIMENT}.png").exists()
 
 
 def test_published_answer_says_naive_was_timed_again_and_infers_no_profile(tmp_path):

@@ -222,8 +222,8 @@ def test_a_failed_profile_beside_a_drawn_one_is_named_in_the_answer(tmp_path, mo
     assert [o["label"] for o in data["overlap"]] == ["naive (all-reduce per gradient after backward)"]
     (failed,) = data["profile_failed"]
     assert failed["label"] == "overlapped, per parameter" and failed["why"].startswith("error, no nsys report")
-    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
-    text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(
+    info = {"id": "ddp_overlap_individual_parameters_benchmarking", "title": "ddp_overlap_individual_parameters_benchmarking", "rules": list(section.EXPERIMENTS)}
+    text = environments()[mode].get_template("answers/ddp_overlap_individual_parameters_benchmarking.j2").render(
         fmt_lib=f"_{mode}.j2", d=data, section=info)
     assert "Not drawn, for want of a profile: overlapped, per parameter (error, no nsys report" in text
     assert "--forcerun ddp_overlap_profile -- report" in text

@@ -1,7 +1,8 @@
-"""The edition registry (cs336report/editions): the 2025 entry states what today's code states
-(names/handout.py, the section modules, the config's handout grid and sizes, the adapters, the handout
-test suites, the published report's headings), the 2026 entry what the 2026 handout states, and a
-broken edition file is an error naming the file and the field."""
+"""The edition registry (cs336report/editions): the 2025 entry states what the rest of the project
+states beside it (the published report's problems and headings, the section modules' experiments,
+the config's handout grid, sizes and run settings, the adapters, the handout test suites), the 2026
+entry what the 2026 handout states, and a broken edition file is an error naming the file and the
+field."""
 
 import re
 import subprocess
@@ -16,9 +17,9 @@ from cs336report import editions
 from cs336report.config import handout_grid
 from cs336report.experiments import handout_tests
 from cs336report.experiments.handout_tests.suite import classify
-from cs336report.names import handout
-from cs336report.student import adapters, resolve as student
-from cs336report.report.sections import SECTIONS
+from cs336report.report.sections import section
+from cs336report.student import adapters
+from cs336report.student import resolve as student
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = yaml.safe_load((REPO / "workflow/config/default.yaml").read_text())
@@ -52,24 +53,23 @@ def test_totals_are_the_handouts():
 # --------------------------------------------------------------------------- 2025 against today's code
 
 
-def test_2025_problems_are_handout_py_in_order():
-    assert E2025.order == handout.ORDER
-    for p, q in zip(E2025.problems, handout.HANDOUT):
-        assert (p.number, p.id, p.points, p.subquestions, p.rule) == (q.number, q.id, q.points, q.subquestions, q.rule)
+def test_2025_problems_are_the_published_reports_in_order():
+    answers = (REPO / "report/answers.md").read_text()
+    headings = re.findall(r"^## (\d+)\. (\S+) \((\d+) pts?\)$", answers, re.MULTILINE)
+    assert [(int(n), name.replace("\\_", "_"), int(points)) for n, name, points in headings] == [
+        (p.number, p.id, p.points) for p in E2025.problems]
 
 
-def test_2025_problems_are_the_section_modules_constants():
-    assert [m.ID for m in SECTIONS] == list(E2025.order)
-    for module in SECTIONS:
-        p = E2025.problem(module.ID)
-        assert (p.title, p.points, p.subquestions, p.experiments) == (
-            module.TITLE, module.POINTS, tuple(module.SUBQUESTIONS), tuple(module.EXPERIMENTS)), module.ID
+def test_2025_problems_read_the_section_modules_experiments():
+    for p in E2025.problems:
+        module = section(p)
+        assert tuple(module.EXPERIMENTS) == p.experiments, p.id
 
 
-def test_2025_fixed_settings_are_those_the_code_checks_runs_against():
-    assert E2025.benchmarking == handout.BENCHMARKING_SETTINGS
-    attention = next(m for m in SECTIONS if m.ID == "pytorch_attention")
-    assert E2025.problem("pytorch_attention").fixed == attention.HANDOUT
+def test_2025_benchmarking_settings_are_the_configs_run_settings():
+    run = DEFAULT["run"]
+    assert E2025.benchmarking == {"warmup_steps": run["warmup_steps"], "measured_steps": run["measured_steps"],
+                                  "batch_size": run["batch_size"], "tf32": run["tf32"]}
 
 
 def test_2025_headings_are_the_published_reports():

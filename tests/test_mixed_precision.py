@@ -467,8 +467,8 @@ def _bf16_answer(fixture: Path, tmp_path, mode: str) -> tuple[dict, dict, str]:
     cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
     data = bmp.build(_context(cfg, [], tmp_path, [load(p) for p in sorted(fixture.glob("*/*.json.gz"))]))
     (forward,) = [m for m in data["speed"]["analysis"]["modes"] if m["mode"] == "forward"]
-    info = {"id": bmp.ID, "title": bmp.TITLE, "rules": list(bmp.EXPERIMENTS)}
-    text = environments()[mode].get_template(f"answers/{bmp.ID}.j2").render(fmt_lib=f"_{mode}.j2", d=data,
+    info = {"id": "benchmarking_mixed_precision", "title": "benchmarking_mixed_precision", "rules": list(bmp.EXPERIMENTS)}
+    text = environments()[mode].get_template("answers/benchmarking_mixed_precision.j2").render(fmt_lib=f"_{mode}.j2", d=data,
                                                                              section=info)
     return data, forward, text
 

@@ -59,8 +59,8 @@ def test_a_training_step_gives_no_launch_count_per_forward(both):
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_the_answer_says_where_the_forward_pass_came_from(both, mode):
     full, step = both
-    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS), "command": "x"}
-    render = lambda d: environments()[mode].get_template(f"answers/{section.ID}.j2").render(  # noqa: E731
+    info = {"id": "nsys_profile", "title": "nsys_profile", "rules": list(section.EXPERIMENTS), "command": "x"}
+    render = lambda d: environments()[mode].get_template("answers/nsys_profile.j2").render(  # noqa: E731
         fmt_lib=f"_{mode}.j2", d=d, section=info)
     text, plain = render(step), render(full)
     assert "NVTX range of each profiled training step" in text and "Not run" not in text

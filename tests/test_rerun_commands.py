@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cs336report.names.handout import HANDOUT, rerun_command
+from cs336report import editions
+from cs336report.names.handout import rerun_command
+
+HANDOUT = editions.get(2025).problems
 from cs336report.report.render import render_report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,7 +41,6 @@ def test_a_run_with_no_records_names_only_commands_that_snakemake_accepts(tmp_pa
             assert command.split()[3:4] in (["report"], ["publish"]) or "--configfile" in command, command
     assert named and named <= rules, sorted(named - rules)
     assert {p.id for p in HANDOUT if p.rule == p.id} & named  # the problems' own rules
-    assert all(p.command == rerun_command(p.rule) for p in HANDOUT)
 
 
 @pytest.mark.slow

@@ -79,9 +79,10 @@ def run(experiment: str, name: str, cell: dict, folder: Path) -> dict:
 
 def render(section, data: dict, mode: str = "md") -> str:
     env = environments()[mode]
-    info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
+    problem = section.__name__.rsplit(".", 1)[1]  # a section module is named for its problem
+    info = {"id": problem, "title": problem, "rules": list(section.EXPERIMENTS)}
     fmt_lib = "_md.j2" if mode == "md" else "_html.j2"
-    return env.get_template(f"answers/{section.ID}.j2").render(fmt_lib=fmt_lib, d=data, section=info)
+    return env.get_template(f"answers/{problem}.j2").render(fmt_lib=fmt_lib, d=data, section=info)
 
 
 def text_of(table) -> str:

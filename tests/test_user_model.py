@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from cs336report import experiments
+from cs336report import editions, experiments
 from cs336report.accounting import transformer as accounting
 from cs336report.config import DEFAULT_CONFIG, Config, ConfigError
 from cs336report.lm import build as models
@@ -27,7 +27,7 @@ from cs336report.lm.model import ModelSpec, TransformerLM
 from cs336report.measure import annotate
 from cs336report.parsers.snapshot import parse_snapshot
 from cs336report.report.render import render_report
-from cs336report.report.sections import SECTIONS
+from cs336report.report.sections import section
 from cs336report.run.runner import run_cell
 
 REPO = Path(__file__).resolve().parent.parent
@@ -452,10 +452,10 @@ def test_cpu_workflow_runs_every_section_on_the_user_model(workdir, tmp_path):
     tiny = ModelSpec(**cfg.size("tiny"))
     assert f"tiny {accounting.param_count(tiny):,} / {accounting.param_count(tiny):,}" in md
     assert "MISMATCH" not in md
-    for module in SECTIONS:  # every section with cells in the grid ran, on the user model
-        assert f'<h2 id="{module.ID}">' in html, module.ID
-        if any(experiments.cells(e, cfg) for e in module.EXPERIMENTS if e in experiments.names()):
-            assert f"{module.TITLE}: ran" in md, module.ID
+    for problem in editions.get(2025).problems:  # every section with cells in the grid ran, on the user model
+        assert f'<h2 id="{problem.id}">' in html, problem.id
+        if any(experiments.cells(e, cfg) for e in section(problem).EXPERIMENTS if e in experiments.names()):
+            assert f"{problem.title}: ran" in md, problem.id
 
 
 def _merge(base: dict, override: dict) -> None:

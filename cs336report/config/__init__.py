@@ -3,7 +3,9 @@
 The YAML config (workflow/config/default.yaml) is checked against the JSON schema in
 workflow/schemas/config.schema.yaml, defaults are filled in, and then the checks a schema
 cannot express run: every size a grid names must exist, a student's checkout named by
-``student.checkout`` must hold the handout's tests/adapters.py, and ``device: auto`` becomes
+``student.checkout`` must hold the handout's tests/adapters.py, ``handout: auto`` becomes the
+edition of the handout that checkout's adapters tell (else :data:`cs336report.editions.DEFAULT`;
+an explicit edition the checkout contradicts is an error), and ``device: auto`` becomes
 ``cuda`` or ``cpu`` (asked without importing torch, :mod:`cs336report.machine.cuda`). Every
 error names the config key it is about. Loading a config imports and runs no student or user
 code: the checkout and the model are resolved as files (:mod:`.checkout`), and their probes run
@@ -12,6 +14,7 @@ in the workflow's first rule, check_student, and in ``python -m cs336report chec
 
     cfg = Config.from_dict(yaml.safe_load(open("workflow/config/default.yaml")))
     cfg.device          # "cuda" or "cpu"
+    cfg.edition         # 2025 or 2026: the handout the report answers
     cfg.grid("benchmarking")
 """
 
@@ -28,6 +31,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .. import editions
 from ..machine.cuda import cuda_available as machine_cuda_available, devices
 from .checkout import ModelError, StudentError, checkout_entry, model_entry
 
@@ -215,6 +219,7 @@ class Config:
     model_source: dict | None = None  # the ``model`` key as cells carry it; None = built-in model
     student: dict | None = None  # the ``student`` key as cells carry it; None = built-in implementations
     files: tuple[str, ...] = ()  # the config files merged, in order (an error names the one that set a key)
+    edition: int = editions.DEFAULT  # the handout the report answers (``handout``, resolved)
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None,
@@ -236,7 +241,7 @@ class Config:
             raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': no grid {data['grid']!r} "
                               f"under 'grids' (there are {', '.join(data['grids'])})")
         cfg._check_sizes(source, files)
-        return cfg._with_student(source, files)
+        return cfg._with_student(source, files)._with_edition(source, files)
 
     @classmethod
     def from_resolved(cls, data: dict, device: str) -> "Config":
@@ -244,7 +249,7 @@ class Config:
         published folder's config), taken as it is. Validating it again would merge ``grids.handout``
         over ``grids.gpu`` a second time and bring back the experiments the handout grid sets to null."""
         data = validate(data, source="resolved config", merge_handout=False)
-        return cls(data=data, device=device)._with_student("resolved config")
+        return cls(data=data, device=device)._with_student("resolved config")._with_edition("resolved config")
 
     def _with_student(self, source: str, files=None) -> "Config":
         """This config with its ``student`` and ``model`` keys resolved as the cells carry them, without
@@ -253,6 +258,29 @@ class Config:
         student = _resolved(checkout_entry, (self.data.get("student"),), source, files)
         model = _resolved(model_entry, (self.data.get("model"), student), source, files)
         return dataclasses.replace(self, model_source=model, student=student)
+
+    def _with_edition(self, source: str, files=None) -> "Config":
+        """This config with ``handout`` resolved to an edition of the registry: the year it names, or
+        with ``auto`` the edition that the named checkout's tests/adapters.py tells (parsed, not
+        imported: :func:`cs336report.editions.detect`), else :data:`cs336report.editions.DEFAULT`. A
+        year that the checkout contradicts, or a checkout of no known edition, is a ConfigError naming
+        the config file and the key."""
+        asked = self.data.get("handout", "auto")
+        year = None if asked == "auto" else int(asked)
+        if not self.student:
+            return dataclasses.replace(self, edition=year or editions.DEFAULT)
+        checkout = _file_of(["student", "checkout"], files, source)
+        try:
+            found, _ = editions.detect(self.student["checkout"])
+        except editions.DetectionError as exc:
+            raise ConfigError(f"{checkout}: key 'student.checkout': {exc}") from None
+        if year is not None and found.id != year:
+            where = _file_of(["handout"], files, source)
+            also = "" if where == checkout else f" (set in {checkout})"
+            raise ConfigError(f"{where}: key 'handout': {year}, but the checkout of 'student.checkout'{also}, "
+                              f"{self.student['checkout']}, is of the {found.id} edition (its tests/adapters.py); "
+                              f"set 'handout: {found.id}' or 'handout: auto'")
+        return dataclasses.replace(self, edition=found.id)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Config":

@@ -27,10 +27,13 @@ from .entries import (Adapter, Edition, Form, Model, Part, Piece, Problem, TestC
                       release_key)
 from .load import EditionError, load
 
-__all__ = ["Adapter", "DetectionError", "Edition", "EditionError", "Form", "Model", "Part", "Piece", "Problem",
+__all__ = ["DEFAULT", "Adapter", "DetectionError", "Edition", "EditionError", "Form", "Model", "Part", "Piece", "Problem",
            "TestCase", "TestFile", "TestSuite", "detect", "get", "known", "load", "read_release", "release_key"]
 
 FOLDER = Path(__file__).resolve().parent
+# The edition of a run that names no student's checkout to tell it (config ``handout: auto``), and of
+# a report's config from before the edition was a config key.
+DEFAULT = 2025
 
 
 def known() -> tuple[int, ...]:

@@ -1,7 +1,8 @@
-"""The handout's 21 problems, in its order, with their points and sub-questions.
+"""The commands a report gives for a result it lacks: the rules to run again, with the report's grid.
 
-Imported by the workflow (Snakemake's report groups each record under the problem it answers) and
-by the report's sections; it imports nothing heavy.
+The handout's problems themselves (order, titles, points, sub-questions, the rule whose records
+answer each) are edition data: :mod:`cs336report.editions`. Imported by the report's renderer and
+sections; it imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -45,20 +46,6 @@ class RerunHost:
 RERUN_HOST: ContextVar[RerunHost | None] = ContextVar("rerun_host", default=None)
 
 
-@dataclass(frozen=True)
-class Problem:
-    number: int
-    id: str
-    points: int
-    subquestions: tuple[str, ...]
-    rule: str  # the rule whose records answer it: its own name, or handout_tests
-
-    @property
-    def command(self) -> str:
-        """What runs it, for the "not run" line."""
-        return rerun_command(self.rule)
-
-
 def _gpus(n: int) -> str:
     return "a CUDA GPU" if n <= 1 else f"{n} CUDA GPUs"
 
@@ -100,38 +87,3 @@ def grid_option(grid: str | None, device: str | None) -> str:
     default) picks that grid there: the gpu grid on a CUDA device, the cpu grid elsewhere."""
     default = "gpu" if device == "cuda" else "cpu"
     return f"--config grid={grid}" if grid and grid != default else ""
-
-
-def _problem(number: int, problem_id: str, points: int, subquestions: str = "", rule: str | None = None) -> Problem:
-    return Problem(number, problem_id, points, tuple(subquestions), rule or problem_id)
-
-
-# The benchmarking script's settings the handout fixes (its §1.1.3): a report flags a run that differs.
-BENCHMARKING_SETTINGS = {"warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "tf32": False}
-
-# The handout's problems (its §1.2) with their points and sub-questions (its §1.3).
-HANDOUT = (
-    _problem(1, "benchmarking_script", 4, "abc"),
-    _problem(2, "nsys_profile", 5, "abcde"),
-    _problem(3, "mixed_precision_accumulation", 1),
-    _problem(4, "benchmarking_mixed_precision", 2, "abc"),
-    _problem(5, "memory_profiling", 4, "abcde"),
-    _problem(6, "pytorch_attention", 2),
-    _problem(7, "torch_compile", 2, "ab"),
-    _problem(8, "flash_forward", 15, "abc", rule="handout_tests"),
-    _problem(9, "flash_backward", 5, rule="handout_tests"),
-    _problem(10, "flash_benchmarking", 5),
-    _problem(11, "distributed_communication_single_node", 5),
-    _problem(12, "naive_ddp", 5, rule="handout_tests"),
-    _problem(13, "naive_ddp_benchmarking", 3),
-    _problem(14, "minimal_ddp_flat_benchmarking", 2),
-    _problem(15, "ddp_overlap_individual_parameters", 5, rule="handout_tests"),
-    _problem(16, "ddp_overlap_individual_parameters_benchmarking", 1, "ab"),
-    _problem(17, "ddp_overlap_bucketed", 8, rule="handout_tests"),
-    _problem(18, "ddp_bucketed_benchmarking", 3, "ab"),
-    _problem(19, "communication_accounting", 10, "abcd"),
-    _problem(20, "optimizer_state_sharding", 15, rule="handout_tests"),
-    _problem(21, "optimizer_state_sharding_accounting", 5, "abc"),
-)
-ORDER = tuple(p.id for p in HANDOUT)
-BY_ID = {p.id: p for p in HANDOUT}

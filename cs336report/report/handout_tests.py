@@ -4,8 +4,8 @@ One record per test suite (``results/handout_tests/<suite>.json``), each listing
 the handout problem and sub-question they check, their outcome, time and the largest absolute
 error against the reference where the test measured one. A problem's answer says, per
 sub-question, how many of its tests passed and the largest error; its evidence lists every test.
-The section of such a problem is its constants, this module's ``skip_reason`` and ``headline``,
-and a ``build`` that returns ``build_problem(ctx, ID, SUBQUESTIONS)``.
+Every such problem is built by one shared builder, :mod:`cs336report.report.sections.handout_tests`,
+from :func:`problem_part`, this module's ``skip_reason`` and ``headline_of``.
 """
 
 from __future__ import annotations
@@ -94,12 +94,6 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
     return out
 
 
-def build_problem(ctx, problem: str, subquestions: tuple[str, ...]) -> dict:
-    """``build(ctx)`` of a problem answered by the handout's tests alone: its part of this run's
-    handout_tests records (:func:`problem_part`)."""
-    return problem_part(ctx.records(EXPERIMENT), problem, subquestions)
-
-
 def skip_reason(ctx) -> str:
     """The "not run" reason of a problem answered by the handout's tests."""
     return "this run has no records of the handout's tests"
@@ -107,7 +101,7 @@ def skip_reason(ctx) -> str:
 
 def outcome_clause(t: dict, what: str, noun: str = "handout test") -> str:
     """The answer's sentence on the tests of ``what`` (one sub-question's counts, :func:`_summary`), up to
-    the tests' names: the words of the ``outcome`` macro of templates/answers/_tests.j2."""
+    the tests' names: the words of the ``outcome`` macro of templates/answers/handout_tests.j2."""
     some = f"the {noun}" if t["n"] == 1 else f"all {t['n']} {noun}s"
     if t.get("all_skipped"):
         return f"Skipped: {some} of {what}"

@@ -24,14 +24,14 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
-from ..names.handout import (BENCHMARKING_SETTINGS, RERUN_HOST, RERUN_OPTIONS, RerunHost, grid_option,
-                             rerun_command, snakemake_command)
+from .. import editions
+from ..names.handout import RERUN_HOST, RERUN_OPTIONS, RerunHost, grid_option, rerun_command, snakemake_command
 from ..records.coverage import coverage as cell_coverage, gpus_short, not_run_reason
 from ..records.store import load, record_status, write_atomic
 from .appendix.cost import cost_of
 from .appendix.provenance import experiments_table, provenance_summary
 from .checks import cut_down_grid
-from .sections import SECTIONS
+from .sections import section as section_of
 from .tables import MD_SOURCES_INLINE, source_of
 from .targets import COST_TARGET_GPUS, targets_table
 
@@ -148,11 +148,13 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
 
 
 class RenderContext:
-    """What a section builder sees: the loaded results, the config, a figure saver."""
+    """What a section builder sees: the loaded results, the config, the edition of the handout it
+    answers, a figure saver."""
 
     def __init__(self, records: list[dict], config: dict, figures_dir: Path, draw: bool = True):
         self.config = config
         self.device = config.get("_device", "cpu")
+        self.edition = edition_of(config)
         self.figures_dir = figures_dir
         self.draw = draw  # False: figures are built but not drawn or saved (the text alone is wanted)
         self._by_experiment: dict[str, list[dict]] = defaultdict(list)
@@ -183,7 +185,7 @@ class RenderContext:
 
     def settings(self, experiment: str, handout: dict | None = None) -> list[dict]:
         """The run settings of ``experiment``'s cells, flagged where they differ from ``handout``
-        (default: the handout's benchmarking settings, :data:`cs336report.names.handout.BENCHMARKING_SETTINGS`)."""
+        (default: the benchmarking settings the edition's handout fixes, ``Edition.benchmarking``)."""
         cells = [r["config"] for r in self.records(experiment)]
         if not cells:
             return []
@@ -194,7 +196,7 @@ class RenderContext:
             values = sorted({str(c[key]) for c in cells if key in c})
             if not values:
                 continue
-            expected = (BENCHMARKING_SETTINGS if handout is None else handout).get(key)
+            expected = (self.edition.benchmarking if handout is None else handout).get(key)
             differs = expected is not None and values != [str(expected)]
             out.append({"label": label, "value": ", ".join(values),
                         "handout": str(expected) if expected is not None else "", "differs": differs})
@@ -222,16 +224,24 @@ def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> li
     return list(folders.values())
 
 
-def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path | None) -> dict:
+def edition_of(config: dict) -> editions.Edition:
+    """The edition of the handout a report answers: the config's resolved ``handout`` (``_handout``,
+    which the report rule passes), else :data:`cs336report.editions.DEFAULT` (a report's config from
+    before the edition was a config key)."""
+    return editions.get(config.get("_handout", editions.DEFAULT))
+
+
+def _section(problem: editions.Problem, module, ctx: RenderContext, coverage: dict, out_dir: Path | None) -> dict:
     """One handout problem: its answer and evidence partials with their data, or why it did not run."""
     base = {"id": problem.id, "number": problem.number, "points": problem.points,
-            "subquestions": list(problem.subquestions), "command": problem.command,
+            "subquestions": list(problem.subquestions), "command": rerun_command(problem.rule),
             "title": f"{problem.number}. {problem.id}", "evidence_id": f"evidence-{problem.id}",
             # sub-questions a section answers without records, shown where its cells did not run
             "analytic": getattr(module, "ANALYTIC", {})}
     if module is None:
         return {**base, "ran": False, "has_module": False, "rules": [], "not_run": [], "records": [],
-                "skip_reason": "this version of the report has no section for it", "data": None, "headline": None,
+                "skip_reason": "this version of the report does not answer it yet (no section is built for it)",
+                "data": None, "headline": None,
                 "headline_clauses": [],
                 "template": None, "answer_template": None}
     # a section whose every record says "not run" (a distributed cell on a host of too few GPUs) is not answered
@@ -239,14 +249,15 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
     present = any(r["status"] != "not_run" for r in records)
     not_run = [{"rule": e, **coverage[e]} for e in module.EXPERIMENTS if coverage.get(e, {}).get("missing")]
     data = module.build(ctx) if present else None
+    template = getattr(module, "TEMPLATE", problem.id)  # the partials: the problem's own, or a shared pair
     from . import headlines
 
-    headline = getattr(module, "headline", None) or getattr(headlines, module.ID, None)
+    headline = getattr(module, "headline", None) or getattr(headlines, problem.id, None)
     # the summary's line: its answer's claims, quoted (cs336report.report.headlines)
     clauses = list(headline(data)) if present and headline else []
     section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
-            "command": rerun_command(*module.EXPERIMENTS) if problem.rule == problem.id else problem.command,
-            "template": f"sections/{module.ID}.j2", "answer_template": f"answers/{module.ID}.j2",
+            "command": rerun_command(*module.EXPERIMENTS) if problem.rule == problem.id else base["command"],
+            "template": f"sections/{template}.j2", "answer_template": f"answers/{template}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
             "skip_reason": None if present else (not_run_reason(records) or _skip_reason(module, ctx)), "data": data,
             "headline": "; ".join(clauses) or None, "headline_clauses": clauses,
@@ -255,7 +266,7 @@ def _section(problem, module, ctx: RenderContext, coverage: dict, out_dir: Path 
                      "failed": sum(r["status"] == "error" for r in records),
                      "not_run": sum(r["status"] == "not_run" for r in records)} if present else None}
     # the evidence partial's own view of the section: its heading is the evidence block's anchor
-    section["ev"] = {**section, "id": base["evidence_id"], "title": module.TITLE}
+    section["ev"] = {**section, "id": base["evidence_id"], "title": problem.title}
     return section
 
 
@@ -298,16 +309,15 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
     """The templates' context; record links are relative to ``links_from`` (default: the report folder);
     ``draw``: False leaves the figures undrawn (their captions and the text are the same).
     ``expected``: the configured cells (:func:`configured_cells`)."""
-    from .sections import HANDOUT
-
     ctx = RenderContext(records, config, figures_dir, draw)
     expected = configured_cells(config, expected)
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
-    modules = {m.ID: m for m in SECTIONS}
-    sections = [_section(p, modules.get(p.id), ctx, coverage, links_from or figures_dir.parent) for p in HANDOUT]
+    sections = [_section(p, section_of(p), ctx, coverage, links_from or figures_dir.parent)
+                for p in ctx.edition.problems]
     device = config.get("_device", "cpu")
     provenance, cost = provenance_summary(records), cost_of(records, gpu_run=device == "cuda",
-                                                   host_gpus=COST_TARGET_GPUS.get(config.get("_grid"), 1))
+                                                   host_gpus=COST_TARGET_GPUS.get(config.get("_grid"), 1),
+                                                   edition=ctx.edition)
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
     targets = (targets_table({s["id"]: s["data"] for s in sections}, cost, provenance["gpu"],
                              n_not_run if expected else None, cut_down_grid(config), config.get("_grid", "gpu"))

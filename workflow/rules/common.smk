@@ -8,12 +8,11 @@ import os
 import sys
 from importlib import metadata
 
-from cs336report import experiments
+from cs336report import editions, experiments
 from cs336report.machine import bytecode, gpu_slots
 from cs336report.machine.cuda import gpus_present
 from cs336report.run.codeinputs import closure
 from cs336report.config import Config
-from cs336report.names.handout import BY_ID, HANDOUT
 from snakemake.exceptions import WorkflowError
 
 # Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error
@@ -27,6 +26,9 @@ CFG = Config.from_dict(
     + _CLI_CONFIGFILES,
     require_cuda=not config.get("jobs_elsewhere", False),
 )
+# The handout the report answers (config `handout`, resolved): its problems name the records'
+# categories in Snakemake's report.
+EDITION = editions.get(CFG.edition)
 PY = sys.executable
 GPU = 1 if CFG.device == "cuda" else 0
 # One GPU job at a time unless --resources gpu=K says otherwise, so a run with more cores needs
@@ -188,20 +190,22 @@ def nsys_profile_dir(wildcards):
 
 
 # The problems graded by the handout's tests (rule handout_tests) rather than by a measurement.
-HANDOUT_TESTED = [str(p.number) for p in HANDOUT if p.rule == "handout_tests"]
+HANDOUT_TESTED = [str(p.number) for p in EDITION.problems if p.rule == "handout_tests"]
 
 
 def record(path, problem, **labels):
     """A result file registered in Snakemake's report (snakemake --report report/workflow.html):
     grouped under the handout problem it answers, with that problem's caption
     (workflow/report/<problem>.rst), one row per cell. The handout's tests grade several problems
-    and have a category of their own."""
+    and have a category of their own; a problem the edition lacks (2026 has no ddp_bucketed_benchmarking)
+    is named as such."""
     experiment = path.split("/")[1]
-    category = (
-        f"{BY_ID[problem].number:02d} {problem}"
-        if problem in BY_ID
-        else f"{problem} (problems {', '.join(HANDOUT_TESTED)})"
-    )
+    if problem in EDITION.order:
+        category = f"{EDITION.problem(problem).number:02d} {problem}"
+    elif problem == "handout_tests":
+        category = f"{problem} (problems {', '.join(HANDOUT_TESTED)})"
+    else:
+        category = f"{problem} (not a problem of the {EDITION.id} handout)"
     return report(
         path,
         caption=f"../report/{problem}.rst",
@@ -252,7 +256,12 @@ def resolved_config():
         for key, value in CFG.data.items()
         if key not in ("worker", "jobs_elsewhere")
     }
-    return {**data, "_device": CFG.device, "_grid": CFG.grid_name}
+    return {
+        **data,
+        "_device": CFG.device,
+        "_grid": CFG.grid_name,
+        "_handout": CFG.edition,
+    }
 
 
 def distributed_gpus(experiment):

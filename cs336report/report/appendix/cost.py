@@ -7,8 +7,8 @@ import functools
 
 import pandas as pd
 
+from ... import editions
 from ...records.job_timing import benchmark_of, job_of
-from ..sections import SECTIONS
 from ..tables import Cell, Table, fmt_bytes, fmt_seconds
 from ..targets import COST_TARGET_S
 from .cost_parts import parts_table
@@ -47,40 +47,44 @@ def section_cost_table(per_rule: pd.DataFrame, total: float, sources: list[str])
 
 
 @functools.lru_cache(maxsize=None)
-def _section_titles() -> dict[str, str]:
-    """Experiment -> the report section it is costed under: the section of its own name, else the
-    first section that lists it."""
-    section_of: dict[str, str] = {m.ID: m.TITLE for m in SECTIONS}
-    for m in SECTIONS:
-        for e in m.EXPERIMENTS:
-            section_of.setdefault(e, m.TITLE)
+def _section_titles(edition: int) -> dict[str, str]:
+    """Experiment -> the report section it is costed under, in ``edition``: the problem of its own
+    name, else the first problem whose answer reads it (the registry's ``experiments``)."""
+    problems = editions.get(edition).problems
+    section_of: dict[str, str] = {p.id: p.title for p in problems}
+    for p in problems:
+        for e in p.experiments:
+            section_of.setdefault(e, p.title)
     return section_of
 
 
-def _section_of(record: dict) -> str:
+def _section_of(record: dict, edition: editions.Edition) -> str:
     """The section a record's job is costed under. A handout-tests suite serves the problems its
     tests grade: it goes to the first of them in the report's order (the ddp suite to naive_ddp)."""
-    titles = _section_titles()
+    titles = _section_titles(edition.id)
     if record.get("experiment") == "handout_tests":
         graded = {t.get("problem") for t in (record.get("data") or {}).get("tests") or []}
-        first = next((m.TITLE for m in SECTIONS if m.ID in graded), None)
+        first = next((p.title for p in edition.problems if p.id in graded), None)
         if first:
             return first
     return titles.get(record.get("experiment"), "–")
 
 
-def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> dict:
+def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1,
+            edition: editions.Edition | None = None) -> dict:
     """Wall time per rule and per section (Snakemake's benchmark of each job where present,
     else the cell's own wall time) and the largest GPU peak of each rule. On a ``gpu_run`` the
     floor (timed steps and first compiled calls), spread over the run's GPUs (else over
-    ``host_gpus``, those of the grid's goal), is checked against the report's time goal."""
+    ``host_gpus``, those of the grid's goal), is checked against the report's time goal. Sections are
+    the problems of ``edition`` (default: :data:`cs336report.editions.DEFAULT`'s)."""
+    edition = edition or editions.get(editions.DEFAULT)
 
     rows = []
     for i, r in enumerate(records):
         job = job_of(r)
         bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
         steps, compiled = timed_seconds(r.get("data"))
-        rows.append({"rule": r["experiment"], "section": _section_of(r), "not_run": r.get("status") == "not_run",
+        rows.append({"rule": r["experiment"], "section": _section_of(r, edition), "not_run": r.get("status") == "not_run",
                      "job": f"{r['experiment']}/{job}" if job else f"record {i}",
                      "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
                      "shared_s": (bench or {}).get("job_wall_s"),
@@ -99,7 +103,7 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1) -> d
     per_rule = df.groupby(["section", "rule"], sort=True).agg(
         jobs=("job", "nunique"), job_s=("job_s", "sum"), peak=("peak", "max"), measured=("from_benchmark", "all"),
         warm=("warm", "sum"), steps_s=("steps_s", "sum"), compile_s=("compile_s", "sum")).reset_index()
-    order = {m.TITLE: i for i, m in enumerate(SECTIONS)}
+    order = {p.title: i for i, p in enumerate(edition.problems)}
     # the report's section order; a stable sort keeps the rules by name within a section
     per_rule = per_rule.sort_values("section", key=lambda s: s.map(order).fillna(len(order)), kind="stable")
     table_rows = []

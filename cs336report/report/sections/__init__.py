@@ -1,34 +1,42 @@
-"""Report sections, one per handout problem, in the handout's order.
+"""Report sections: the builder of each handout problem, found by the problem's id.
 
-A section module has ``ID`` (the handout's problem name), ``TITLE``, ``EXPERIMENTS`` (the
-experiments, i.e. rules, whose results it reads), ``POINTS`` (the handout's points),
-``SUBQUESTIONS`` (the handout's sub-question letters, ``()`` for one deliverable) and
-``build(ctx) -> dict``. The dict feeds two partials: ``templates/answers/<ID>.j2`` (the answer
-the handout asks for) and ``templates/sections/<ID>.j2`` (the evidence behind it). Optional:
-``headline(data) -> str`` (the summary's line) and ``skip_reason(ctx) -> str``.
+The problems, their order, titles, points and sub-questions are the edition's
+(:mod:`cs336report.editions`); the renderer iterates ``edition.order`` and asks :func:`section`
+for each problem's builder. A section module, ``sections/<problem>.py`` or a package of that
+name, has ``EXPERIMENTS`` (the experiments, i.e. rules, whose results it reads) and
+``build(ctx) -> dict``. The dict feeds two partials: ``templates/answers/<problem>.j2`` (the
+answer the handout asks for) and ``templates/sections/<problem>.j2`` (the evidence behind it).
+Optional: ``headline(data) -> list[str]`` (the summary's clauses), ``skip_reason(ctx) -> str``
+and ``ANALYTIC`` (sub-questions answered without records).
 
-``HANDOUT`` lists all 21 problems; one without a module yet is reported as not run, with the
-command that runs it (docs/report-sections.md).
+A problem answered by the handout's tests alone (every part's form ``tests``) has no module of
+its own: :mod:`.handout_tests` builds each of them, into one template pair. A problem with
+neither is reported as not built yet, with the command that runs it (docs/report-sections.md).
 """
 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
-from ...names.handout import BY_ID, HANDOUT, ORDER, Problem
+from ...editions import Problem
+from . import handout_tests
 
-__all__ = ["BY_ID", "HANDOUT", "ORDER", "Problem", "SECTIONS"]
-
-
-def _load():
-    modules = []
-    for section_id in ORDER:
-        try:
-            modules.append(importlib.import_module(f"{__name__}.{section_id}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{section_id}":
-                raise
-    return modules
+__all__ = ["section"]
 
 
-SECTIONS = _load()
+def _module(problem_id: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"{__name__}.{problem_id}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{problem_id}":
+            raise
+        return None
+
+
+def section(problem: Problem):
+    """The builder of ``problem``: the shared one of the problems answered by the handout's tests,
+    else the module named for the problem; None where this version of the report has neither."""
+    if problem.answered_by_tests:
+        return handout_tests.section(problem)
+    return _module(problem.id)

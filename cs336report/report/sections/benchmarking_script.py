@@ -12,11 +12,7 @@ from ..bench_frame import MODE_COLUMNS, frame, phase_timing
 from ..tables import (Cell, Num, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell,
                       time_unit)
 
-ID = "benchmarking_script"
-TITLE = "benchmarking_script"
 EXPERIMENTS = ("benchmarking", "benchmarking_warmup", "roofline")
-POINTS = 4
-SUBQUESTIONS = ("a", "b", "c")
 
 PEAK_KIND = {"bf16": "bf16", "fp16": "bf16"}
 

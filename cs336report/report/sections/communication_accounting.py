@@ -9,13 +9,7 @@ import math
 
 from ..tables import Cell, Num, Table, sig
 
-ID = "communication_accounting"
-TITLE = "communication_accounting"
 EXPERIMENTS = ("communication_accounting",)
-POINTS = 10
-SUBQUESTIONS = ("a", "b", "c", "d")
-PART_TITLES = {"a": "memory on one device", "b": "sharded over N_FSDP devices",
-               "c": "compute-bound batch with FSDP and tensor parallelism", "d": "a smaller batch at full throughput"}
 
 
 def fmt_value(value, unit: str) -> str:
@@ -53,9 +47,10 @@ def build(ctx) -> dict:
         return {"ok": False}
     r = records[0]
     d = r["data"]
-    parts = {k: _steps(d[k], r["_path"]) for k in SUBQUESTIONS}
+    letters = ctx.edition.problem("communication_accounting").subquestions  # the parts of the record
+    parts = {k: _steps(d[k], r["_path"]) for k in letters}
     rows = [[Cell(f"({k})"), Cell(s["name"]), Cell(s["formula"]), Cell(s["substituted"]), Cell(s["value_text"])]
-            for k in SUBQUESTIONS for s in parts[k]]
+            for k in letters for s in parts[k]]
     table = Table(title="Every line of the derivation", columns=["part", "quantity", "formula", "with numbers", "value"],
                   rows=rows, sources=[r["_path"]],
                   note="GB = 10⁹ bytes, the unit of the handout's 80 GB and 95 GB; tokens count the batch "
@@ -63,8 +58,8 @@ def build(ctx) -> dict:
     setting = Table(title="Setting", columns=["key", "value"], sources=[r["_path"]],
                     rows=[[Cell(k), Cell(f"{v:,}" if isinstance(v, int) else f"{v:.4g}")] for k, v in d["setting"].items()],
                     note="the handout's XXL model and hardware; tokens is ours (the handout leaves the batch open)")
-    a, b, c, dd = (_by_name(parts[k]) for k in SUBQUESTIONS)
-    return {"ok": True, "parts": parts, "titles": PART_TITLES, "setting": d["setting"], "table": table,
+    a, b, c, dd = (_by_name(parts[k]) for k in letters)
+    return {"ok": True, "parts": parts, "setting": d["setting"], "table": table,
             "setting_table": setting, "a": a, "b": b, "c": c, "d": dd,
             "fits": b.get("smallest N_FSDP", {}).get("value") is not None}
 

@@ -16,13 +16,10 @@ from ..headlines import GAP
 from ..student_rows import student_rows
 from ..tables import Num, fmt_seconds, sig
 
-ID = "ddp_bucketed_benchmarking"
-TITLE = "ddp_bucketed_benchmarking"
-EXPERIMENTS = (ID, "ddp_overlap_individual_parameters_benchmarking")
+EXPERIMENT = "ddp_bucketed_benchmarking"  # the rule of the problem's own name
+EXPERIMENTS = (EXPERIMENT, "ddp_overlap_individual_parameters_benchmarking")
 # Sub-questions answered without a record (the report shows them where the cells did not run): the model
 ANALYTIC = {"b": {"title": "The overhead model", "template": "answers/_bucket_model.j2"}}
-POINTS = 3
-SUBQUESTIONS = ("a", "b")
 MIB = 2**20
 
 
@@ -54,8 +51,8 @@ def build(ctx) -> dict:
     out: dict = {"table": None, "setting": None, "rows": [], "fit": None, "student": []}
     if df.empty:
         return out
-    sweep = df[df["experiment"] == ID].sort_values(["variant", "bucket_mb"])
-    out["student"] = student_rows(sweep, ctx.records(ID), "student_bucketed", "bucketed")
+    sweep = df[df["experiment"] == EXPERIMENT].sort_values(["variant", "bucket_mb"])
+    out["student"] = student_rows(sweep, ctx.records(EXPERIMENT), "student_bucketed", "bucketed")
     out.update(table=steps_table(sweep, "Bucketed DDP by bucket size, and PyTorch's DDP"), setting=setting(sweep))
     out["rows"] = [n for _, r in sweep.iterrows() if (n := step_numbers(sweep, r["variant"], r["bucket_mb"]))]
     ok = by_step(sweep, "bucketed")
@@ -101,11 +98,11 @@ def fit_hint(ctx) -> Hint:
     """What fits the overhead model where it was not fitted: a second bucket size in the grid, or, where
     the grid lists two or more, the sweep run again (a cell failed)."""
     grid = ctx.config.get("_grid", "cpu")
-    sizes = (((ctx.config.get("grids") or {}).get(grid) or {}).get(ID) or {}).get("bucket_sizes_mb") or []
+    sizes = (((ctx.config.get("grids") or {}).get(grid) or {}).get(EXPERIMENT) or {}).get("bucket_sizes_mb") or []
     if len(sizes) < 2:
         return Hint("", needs=f"two bucket sizes or more, of different bucket counts, in the config's "
-                              f"grids.{grid}.{ID}.bucket_sizes_mb")
-    return rerun_command(ID)
+                              f"grids.{grid}.{EXPERIMENT}.bucket_sizes_mb")
+    return rerun_command(EXPERIMENT)
 
 
 # The fitted o is set against a measured call where it is at least this many times that call's latency.

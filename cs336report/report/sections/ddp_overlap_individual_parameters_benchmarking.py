@@ -15,15 +15,12 @@ from ..headlines import GAP
 from ..student_rows import student_rows
 from ..tables import Num
 
-ID = "ddp_overlap_individual_parameters_benchmarking"
-TITLE = "ddp_overlap_individual_parameters_benchmarking"
 PROFILE = "ddp_overlap_profile"  # the profiled steps (problem 16 (b)); the others are timed
-TIMED = (ID, "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking", "ddp_bucketed_benchmarking")
+EXPERIMENT = "ddp_overlap_individual_parameters_benchmarking"  # the rule of the problem's own name
+TIMED = (EXPERIMENT, "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking", "ddp_bucketed_benchmarking")
 EXPERIMENTS = (*TIMED, PROFILE)
 # The goal for the overlapped variants: hide at least this share of naive's all-reduce time.
 HIDE_GOAL = 0.9
-POINTS = 1
-SUBQUESTIONS = ("a", "b")
 
 
 def _hidden_shares(df, naive: dict | None) -> list[dict]:
@@ -65,7 +62,7 @@ def _profiles(ctx, df) -> tuple[str | None, list]:
     if found:
         return found[0][0], found
     older = [("torch.profiler", variant_label(r), r["profile"], [overlap_of(r["profile"])], r["source"])
-             for _, r in df[df["experiment"] == ID].iterrows() if r["profile"] and r["profile"].get("kernels")]
+             for _, r in df[df["experiment"] == EXPERIMENT].iterrows() if r["profile"] and r["profile"].get("kernels")]
     return ("torch.profiler" if older else None), older
 
 
@@ -78,7 +75,7 @@ def build(ctx) -> dict:
         return out
     # naive may have run twice (its own problem, and profiled here): the table keeps this problem's row
     shown = df[df["variant"].isin(["naive", "flat", "individual", "student_individual"])]
-    shown = shown.sort_values("experiment", key=lambda s: s != ID).drop_duplicates(["variant", "bucket_mb"])
+    shown = shown.sort_values("experiment", key=lambda s: s != EXPERIMENT).drop_duplicates(["variant", "bucket_mb"])
     shown = shown.sort_values("variant", key=lambda s: s.map({"naive": 0, "flat": 1, "individual": 2,
                                                               "student_individual": 3}))
     out.update(table=steps_table(shown, "Overlapped per-parameter DDP against naive and flat: time per step"),
@@ -87,7 +84,7 @@ def build(ctx) -> dict:
     out["hides"] = _hidden_shares(df, out.get("naive"))
     # naive's row here is this problem's own run of it, where naive_ddp_benchmarking timed it too
     naive_runs = df[(df["variant"] == "naive") & (df["status"] == "ok")]["experiment"]
-    out["naive_again"] = bool((naive_runs == ID).any() and (naive_runs != ID).any())
+    out["naive_again"] = bool((naive_runs == EXPERIMENT).any() and (naive_runs != EXPERIMENT).any())
     tool, profiled = _profiles(ctx, df)
     out["tool"] = tool
     for _, label, _, overlaps, source in profiled:
@@ -115,7 +112,7 @@ def build(ctx) -> dict:
         for r in ctx.records(PROFILE) if r["_path"] not in drawn] if profiled else []
     if profiled:
         out["figures"].append(ctx.figure(
-            ID, timeline_plot([(label, profile) for _, label, profile, _, _ in profiled]),
+            EXPERIMENT, timeline_plot([(label, profile) for _, label, profile, _, _ in profiled]),
             f"One profiled training step per variant, rank 0 ({tool}): every kernel on its CUDA stream (blue: "
             "compute, red: NCCL, green: a side stream, where the bucketed variant copies reduced buckets back); "
             "where red runs beside blue, communication is hidden behind compute.",

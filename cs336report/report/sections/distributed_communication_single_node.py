@@ -7,11 +7,8 @@ from ..ddp import allreduce_frame, allreduce_plot, allreduce_table
 from ..headlines import GAP
 from ..tables import Num, sig
 
-ID = "distributed_communication_single_node"
-TITLE = "distributed_communication_single_node"
-EXPERIMENTS = (ID,)
-POINTS = 5
-SUBQUESTIONS = ()
+EXPERIMENT = "distributed_communication_single_node"  # the rule of the problem's own name
+EXPERIMENTS = (EXPERIMENT,)
 
 
 def _row(r) -> dict:
@@ -52,7 +49,7 @@ def analysis(df) -> dict:
 
 
 def build(ctx) -> dict:
-    df = allreduce_frame(ctx.records(ID))
+    df = allreduce_frame(ctx.records(EXPERIMENT))
     out: dict = {"table": None, "figures": [], "analysis": None}
     if df.empty:
         return out
@@ -65,7 +62,7 @@ def build(ctx) -> dict:
                                           (ok["peak_gb_s"].notna().any(), "dotted: the NVLink bandwidth per direction"))
                  if shown]
         out["figures"].append(ctx.figure(
-            ID, allreduce_plot(df),
+            EXPERIMENT, allreduce_plot(df),
             "All-reduce latency (left) and bus bandwidth (right) against tensor size; " + "; ".join(lines) + ".",
             alt="Two log-log plots of all-reduce latency and bus bandwidth against tensor size."))
     out["analysis"] = analysis(df)

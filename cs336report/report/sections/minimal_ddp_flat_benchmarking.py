@@ -9,11 +9,7 @@ from ..ddp import ddp_records, setting, step_numbers, steps_frame, steps_table
 from ..headlines import GAP
 from ..tables import sig
 
-ID = "minimal_ddp_flat_benchmarking"
-TITLE = "minimal_ddp_flat_benchmarking"
-EXPERIMENTS = (ID, "naive_ddp_benchmarking")
-POINTS = 2
-SUBQUESTIONS = ()
+EXPERIMENTS = ("minimal_ddp_flat_benchmarking", "naive_ddp_benchmarking")
 
 
 def build(ctx) -> dict:

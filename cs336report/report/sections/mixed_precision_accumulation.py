@@ -16,11 +16,7 @@ import pandas as pd  # noqa: E402
 from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Num, Table, fmt_pct, sig  # noqa: E402
 
-ID = "mixed_precision_accumulation"
-TITLE = "mixed_precision_accumulation"
 EXPERIMENTS = ("mixed_precision_accumulation",)
-POINTS = 1
-SUBQUESTIONS = ()
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 

@@ -6,11 +6,7 @@ from __future__ import annotations
 from ..ddp import ddp_records, setting, step_numbers, steps_frame, steps_table
 from ..headlines import GAP
 
-ID = "naive_ddp_benchmarking"
-TITLE = "naive_ddp_benchmarking"
-EXPERIMENTS = (ID,)
-POINTS = 3
-SUBQUESTIONS = ()
+EXPERIMENTS = ("naive_ddp_benchmarking",)
 
 
 def build(ctx) -> dict:

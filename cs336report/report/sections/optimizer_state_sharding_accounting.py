@@ -12,11 +12,7 @@ import pandas as pd
 
 from ..tables import STATUS_TEXT, Cell, Num, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig, status_cell, with_source
 
-ID = "optimizer_state_sharding_accounting"
-TITLE = "optimizer_state_sharding_accounting"
 EXPERIMENTS = ("optimizer_state_sharding_accounting",)
-POINTS = 5
-SUBQUESTIONS = ("a", "b", "c")
 LABELS = {"adamw": "AdamW, not sharded", "sharded": "ShardedOptimizer (ours)",
           "student": "sharded optimizer (yours)", "zero": "ZeroRedundancyOptimizer"}
 ORDER = ("adamw", "sharded", "student", "zero")

@@ -20,15 +20,11 @@ from .norms import STATISTICS, norms_part, relerr
 from .saved import census_part
 from .speed import speed_part
 
-__all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "census_part", "dtypes_part", "fmt_bytes",
+__all__ = ["EXPERIMENTS", "build", "census_part", "dtypes_part", "fmt_bytes",
            "memory_part", "norms_part", "relerr", "short", "sig", "speed_part", "STATISTICS"]
 
-ID = "benchmarking_mixed_precision"
-TITLE = "benchmarking_mixed_precision"
 EXPERIMENTS = ("autocast_dtypes", "norm_sensitivity", "benchmarking", "benchmarking_bf16", "autocast_memory",
                "autocast_saved_tensors")
-POINTS = 2
-SUBQUESTIONS = ("a", "b", "c")
 
 
 def _peak_beside_census(census: dict | None, memory: dict | None) -> None:

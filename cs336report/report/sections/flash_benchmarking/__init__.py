@@ -15,14 +15,10 @@ from .frames import frame, memory_frame, present_implementations, tiles_frame
 from .leaderboard import leaderboard
 from .tables import answer_tables, latency_table, memory_table, speedup_table, tiles_table
 
-__all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "skip_reason", "analysis", "first_oom",
+__all__ = ["EXPERIMENTS", "build", "skip_reason", "analysis", "first_oom",
            "FIT_POINTS", "frame", "latency_table", "leaderboard", "memory_exponents", "memory_frame", "speedups"]
 
-ID = "flash_benchmarking"
-TITLE = "flash_benchmarking"
 EXPERIMENTS = ("flash_benchmarking", "flash_leaderboard")
-POINTS = 5
-SUBQUESTIONS = ()
 
 DESCRIPTIONS = {
     "student_triton": "your Triton FlashAttention-2, from get_flashattention_autograd_function_triton "

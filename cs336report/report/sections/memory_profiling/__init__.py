@@ -22,14 +22,10 @@ from .tables import (category_tables, peak_table, precision_table, ramp_rows, ra
                      snapshot_table, top_table)
 from .timeline import timeline_figure
 
-__all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "skip_reason", "accounting_rows",
+__all__ = ["EXPERIMENTS", "build", "skip_reason", "accounting_rows",
            "explain_size", "frame", "weight_copies"]
 
-ID = "memory_profiling"
-TITLE = "memory_profiling"
 EXPERIMENTS = ("memory_profiling", "memory_profiling_parse")
-POINTS = 4
-SUBQUESTIONS = ("a", "b", "c", "d", "e")
 
 
 def skip_reason(ctx) -> str:

@@ -19,7 +19,6 @@ this package):
 from __future__ import annotations
 
 from ....accounting import transformer as accounting
-from ....names.handout import BENCHMARKING_SETTINGS
 from ...tables import fmt_pct
 from .checks import checks_table
 from .frames import MODE_LABELS, cell_frame, class_frame, forward_source, kernel_frame, span
@@ -27,17 +26,13 @@ from .kernels import (NON_TRIVIAL, attention_table, class_figure, class_table, g
                       non_gemm_table, reference_cell, top_kernel_table)
 from .timing import cost_table, profiling_table, timing_analysis, timing_table
 
-__all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "skip_reason", "cell_frame",
+__all__ = ["EXPERIMENTS", "build", "skip_reason", "cell_frame",
            "checks_table", "NON_TRIVIAL"]
 
-ID = "nsys_profile"
-TITLE = "nsys_profile"
 EXPERIMENTS = ("nsys_profile",)
-POINTS = 5
 # The handout profiles the benchmarking script's model and batch, but sets no warm-up or step counts
 # for the profiles: only these of the benchmarking settings are compared with it.
-PROFILE_HANDOUT = {k: BENCHMARKING_SETTINGS[k] for k in ("batch_size", "tf32")}
-SUBQUESTIONS = ("a", "b", "c", "d", "e")
+PROFILE_HANDOUT = ("batch_size", "tf32")
 
 
 def skip_reason(ctx) -> str:
@@ -61,7 +56,7 @@ def build(ctx) -> dict:
                    for _, r in cells[cells["status"] != "ok"].iterrows()] if not cells.empty else [],
         "estimated": bool(len(ok)) and not ok["exact"].all(),
         "warnings": sorted({w for ws in ok["warnings"] for w in ws}) if len(ok) else [],
-        "settings": ctx.settings("nsys_profile", handout=PROFILE_HANDOUT),
+        "settings": ctx.settings("nsys_profile", handout={k: ctx.edition.benchmarking[k] for k in PROFILE_HANDOUT}),
         "attention_formula": accounting.ATTENTION_FLOP_FORMULA,
         "non_trivial": fmt_pct(NON_TRIVIAL, 2),
     }

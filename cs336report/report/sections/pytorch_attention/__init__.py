@@ -13,23 +13,17 @@ from .figure import scaling_figure
 from .frame import frame, memory_column
 from .tables import comparison_table, grid_table, memory_notes
 
-__all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "skip_reason", "fit_exponent", "frame",
+__all__ = ["EXPERIMENTS", "build", "skip_reason", "fit_exponent", "frame",
            "memory_notes", "sig"]
 
-ID = "pytorch_attention"
-TITLE = "pytorch_attention"
 EXPERIMENTS = ("pytorch_attention",)
-POINTS = 2
-SUBQUESTIONS = ()
-
-HANDOUT = {"batch_size": 8, "dtype": "fp32", "tf32": False, "forward_passes": 100, "backward_passes": 100}
-
 
 def skip_reason(ctx) -> str:
     return "no pytorch_attention grid is configured for this device"
 
 
-def settings(records: list[dict]) -> list[dict]:
+def settings(records: list[dict], handout: dict) -> list[dict]:
+    """The cells' settings, flagged where they differ from ``handout`` (the settings the edition fixes)."""
     cells = [r["config"] for r in records]
     out = []
     for key, text in (("batch_size", "batch size"), ("dtype", "dtype"), ("causal", "causal mask"), ("tf32", "TF32 matmuls"),
@@ -37,7 +31,7 @@ def settings(records: list[dict]) -> list[dict]:
                       ("backward_passes", "timed backward passes")):
         values = sorted({str(c.get(key)) for c in cells if c.get("implementation") == "naive"} or
                         {str(c.get(key)) for c in cells})
-        expected = HANDOUT.get(key)
+        expected = handout.get(key)
         out.append({"label": text, "value": ", ".join(values), "handout": str(expected) if expected is not None else "",
                     "differs": expected is not None and values != [str(expected)]})
     return out
@@ -53,7 +47,7 @@ def backward_graphs(records: list[dict]) -> list[str]:
 def build(ctx) -> dict:
     records = ctx.records("pytorch_attention")
     df = frame(records)
-    out: dict = {"settings": settings(records), "figures": [], "cuda": ctx.device == "cuda",
+    out: dict = {"settings": settings(records, ctx.edition.problem("pytorch_attention").fixed), "figures": [], "cuda": ctx.device == "cuda",
                  "backward_graphs": backward_graphs(records)}
     if df.empty:
         out["analysis"] = {"n_cells": 0}

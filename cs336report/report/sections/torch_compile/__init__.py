@@ -22,14 +22,10 @@ from .attention import answer_table, attention_analysis, attention_pairs, attent
 from .model import model_analysis, model_pairs, model_table
 from .optimized import bf16_peak, optimized
 
-__all__ = ["ID", "TITLE", "EXPERIMENTS", "POINTS", "SUBQUESTIONS", "build", "skip_reason", "attention_analysis",
+__all__ = ["EXPERIMENTS", "build", "skip_reason", "attention_analysis",
            "attention_pairs", "attention_table", "model_analysis", "model_pairs", "model_table", "optimized"]
 
-ID = "torch_compile"
-TITLE = "torch_compile"
 EXPERIMENTS = ("compiled_attention", "compiled_model", "optimized_step")
-POINTS = 2
-SUBQUESTIONS = ("a", "b")
 
 
 def skip_reason(ctx) -> str:
