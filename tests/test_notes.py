@@ -49,6 +49,10 @@ def test_an_unknown_note_is_a_config_error_naming_the_file(tmp_path):
     message = str(err.value)
     assert message.startswith(f"{tmp_path / 'mine.yaml'}: key 'notes': {folder / 'flash_fwd.md'}: ")
     assert "'flash_fwd' is no problem of the 2025 edition" in message
+    assert "did you mean flash_forward.md?" in message
+    (folder / "flash_fwd.md").rename(folder / "zzz.md")
+    with pytest.raises(ConfigError, match=r"zzz.md: 'zzz' is no problem .*the problems: benchmarking_script, "):
+        _load(tmp_path, notes=str(folder))
 
 
 def test_an_unknown_subquestion_names_the_ones_there_are(tmp_path):

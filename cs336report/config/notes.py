@@ -13,6 +13,7 @@ are rendered and marked as the student's.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +68,10 @@ def _unknown(file: Path, edition: Edition) -> str:
         subs = edition.problem(problem).subquestions
         has = f"its sub-questions are {', '.join(subs)}" if subs else "it has no sub-questions"
         return f"{KEY}: {file}: {problem} has no sub-question {sub!r} ({has})"
+    near = difflib.get_close_matches(stem, edition.order, n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}{SUFFIX}?" if near else f"the problems: {', '.join(edition.order)}"
     return (f"{KEY}: {file}: {stem!r} is no problem of the {edition.id} edition; a note is named <problem>.md or "
-            f"<problem>-<sub>.md, the problem as the handout names it ({', '.join(edition.order)})")
+            f"<problem>-<sub>.md, the problem as the handout names it ({hint})")
 
 
 def notes_files(folder: str | Path, edition: Edition) -> list[tuple[Path, str, str]]:
