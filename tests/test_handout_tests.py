@@ -226,7 +226,7 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
 
 def test_the_answer_says_whose_test_files_ran():
     """Without a student's checkout the cases are cs336report's own, written from the handout's
-    description, and the answer says so; a checkout's own tests are named as the handout's."""
+    description, and the answer says so; a checkout's own tests are named as the student's copies."""
     from cs336report.report.handout_tests import problem_part
     from cs336report.report.render import environments
 
@@ -244,7 +244,8 @@ def test_the_answer_says_whose_test_files_ran():
             fmt_lib="_md.j2", d=part, section=section)
     assert "cs336report's own versions of the handout's tests" in texts[None]
     assert "own versions" not in texts["/home/student/assignment2"]
-    assert "Implementation tested: built-in." in texts["/home/student/assignment2"]
+    assert ("Implementation tested: built-in, by the student's own copies of the handout's tests"
+            in texts["/home/student/assignment2"])
     # the evidence and its table say the same
     for checkout in (None, "/home/student/assignment2"):
         record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
@@ -258,7 +259,7 @@ def test_the_answer_says_whose_test_files_ran():
         assert flash_backward.headline(part) == ["Passed: the handout test of the backward pass",
                                                  "largest absolute error against the reference 1e-06"]
         assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
-                                       else "Handout tests of flash_backward")
+                                       else "Tests of flash_backward: the student's own copies of the handout's tests")
 
 
 def test_beside_a_gpu_our_pytorch_backward_runs_eagerly_and_triton_natively(tmp_path, monkeypatch):

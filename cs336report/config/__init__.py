@@ -33,11 +33,16 @@ import yaml
 
 from .. import editions
 from ..machine.cuda import cuda_available as machine_cuda_available, devices
+from .. import editions
 from .checkout import ModelError, StudentError, checkout_entry, model_entry
+from .course import CourseError, course_entry
+from .notes import NotesError, check_notes
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = ROOT / "workflow" / "config" / "default.yaml"
+# The edition a config reports on where it names none (the ``handout`` key, where the config has one).
+DEFAULT_EDITION = 2025
 
 
 class ConfigError(ValueError):
@@ -206,8 +211,15 @@ def _resolved(entry, value, source: str, files=None):
     naming the key and the file that set it (:func:`named`)."""
     try:
         return entry(*value)
-    except (StudentError, ModelError) as exc:
+    except (StudentError, ModelError, CourseError, NotesError) as exc:
         raise named(exc, files, source) from None
+
+
+def edition_id(data: dict) -> int:
+    """The year of the edition a config (validated, or resolved for the report) reports on: its
+    ``handout`` key where that names a year, else :data:`DEFAULT_EDITION`."""
+    value = data.get("handout")
+    return int(value) if isinstance(value, int) or (isinstance(value, str) and value.isdigit()) else DEFAULT_EDITION
 
 
 @dataclass(frozen=True)
@@ -220,6 +232,8 @@ class Config:
     student: dict | None = None  # the ``student`` key as cells carry it; None = built-in implementations
     files: tuple[str, ...] = ()  # the config files merged, in order (an error names the one that set a key)
     edition: int = editions.DEFAULT  # the handout the report answers (``handout``, resolved)
+    course: dict | None = None  # the course's clone as the handout_tests cells carry it; None = no clone
+    notes: dict | None = None  # the student's notes folder and its notes' names; None = no notes
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None,
@@ -257,7 +271,18 @@ class Config:
         names the one of ``files`` that set the key."""
         student = _resolved(checkout_entry, (self.data.get("student"),), source, files)
         model = _resolved(model_entry, (self.data.get("model"), student), source, files)
-        return dataclasses.replace(self, model_source=model, student=student)
+        course = _resolved(course_entry, (self.data.get("course"), self.edition_id), source, files)
+        notes = _resolved(check_notes, (self.data.get("notes"), self.edition), source, files)
+        return dataclasses.replace(self, model_source=model, student=student, course=course, notes=notes)
+
+    @property
+    def edition_id(self) -> int:
+        """The year of the edition this config reports on."""
+        return edition_id(self.data)
+
+    @property
+    def edition(self) -> editions.Edition:
+        return editions.get(self.edition_id)
 
     def _with_edition(self, source: str, files=None) -> "Config":
         """This config with ``handout`` resolved to an edition of the registry: the year it names, or

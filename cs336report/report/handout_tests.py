@@ -2,7 +2,10 @@
 
 One record per test suite (``results/handout_tests/<suite>.json``), each listing its tests with
 the handout problem and sub-question they check, their outcome, time and the largest absolute
-error against the reference where the test measured one. A problem's answer says, per
+error against the reference where the test measured one, and whose tests they are: the course's
+own, from its clone ("the handout's tests (course release X)"), the student's own copies, or
+cs336report's re-written suite (``data.tests_source``; a record older than that field is read
+from whose checkout ran). A problem's answer says, per
 sub-question, how many of its tests passed and the largest error; its evidence lists every test.
 Every such problem is built by one shared builder, :mod:`cs336report.report.sections.handout_tests`,
 from :func:`problem_part`, this module's ``skip_reason`` and ``headline_of``.
@@ -31,21 +34,38 @@ def _field(record: dict, key: str):
     return (record.get("data") or {}).get(key)
 
 
+# How the report names whose tests ran, where a record does not say (records written before it did).
+LABELS = {"student_copies": "the student's own copies of the handout's tests",
+          "own_suite": "cs336report's re-written suite of the handout's tests"}
+
+
+def tests_source(record: dict) -> dict:
+    """Whose tests a record ran (``kind``: course, student_copies or own_suite) and their ``label``."""
+    source = _field(record, "tests_source")
+    if source:
+        return source
+    kind = "student_copies" if _field(record, "checkout") else "own_suite"
+    return {"kind": kind, "label": LABELS[kind]}
+
+
 def frame(records: list[dict]) -> pd.DataFrame:
     """One row per test of every suite."""
     rows = []
     for r in records:
         implementation = _field(r, "implementation") or (r.get("config") or {}).get("implementation") or "built-in"
-        origin = "checkout" if _field(r, "checkout") else "cs336report"  # whose test files ran
+        origin = "checkout" if _field(r, "checkout") else "cs336report"  # whose implementation ran
+        source = tests_source(r)
         for t in _field(r, "tests") or []:
             rows.append({"suite": r["cell"], "implementation": implementation, "origin": origin,
+                         "tests_kind": source["kind"], "tests_label": source["label"],
                          "source": r.get("_path", ""),
                          "id": t.get("id", ""), "name": t.get("name") or t.get("id", ""),
                          "problem": t.get("problem", ""), "subquestion": t.get("subquestion") or "",
                          "outcome": t.get("outcome", "error"), "seconds": t.get("seconds"),
                          "message": t.get("message") or "", "max_abs_error": t.get("max_abs_error")})
-    return pd.DataFrame(rows, columns=["suite", "implementation", "origin", "source", "id", "name", "problem", "subquestion",
-                                       "outcome", "seconds", "message", "max_abs_error"])
+    return pd.DataFrame(rows, columns=["suite", "implementation", "origin", "tests_kind", "tests_label", "source", "id",
+                                       "name", "problem", "subquestion", "outcome", "seconds", "message",
+                                       "max_abs_error"])
 
 
 def _summary(g: pd.DataFrame) -> dict:
@@ -69,10 +89,14 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
     df = df[df["problem"] == problem]
     out = {"ran": not df.empty, "command": rerun_command("handout_tests"), "subs": {}, "table": None,
            "implementations": sorted(set(df["implementation"])), "sources": sorted(set(df["source"])),
-           # without a student's checkout the cases are cs336report's own, written from the handout
-           "own_suite": bool(len(df)) and bool((df["origin"] == "cs336report").all())}
+           # without a course clone or a student's checkout the cases are cs336report's own, written from the handout
+           "own_suite": bool(len(df)) and bool((df["tests_kind"] == "own_suite").all())}
     if df.empty:
         return out
+    kinds = list(dict.fromkeys(df["tests_kind"]))
+    out.update(tests_kind=kinds[0] if len(kinds) == 1 else "mixed",
+               tests_label="; ".join(dict.fromkeys(df["tests_label"])),
+               student=bool((df["origin"] == "checkout").any()))
     for letter in subquestions or ("",):
         g = df[df["subquestion"] == letter] if subquestions else df
         out["subs"][letter or "all"] = _summary(g) if len(g) else None
@@ -86,7 +110,8 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
         "_status": ["ok" if o == "passed" else ("not_run" if o in ("skipped", "not_implemented") else "error")
                     for o in df["outcome"]],
     })
-    title = f"Tests of {problem}, cs336report's own suite" if out["own_suite"] else f"Handout tests of {problem}"
+    title = (f"Tests of {problem}, cs336report's own suite" if out["own_suite"]
+             else f"Tests of {problem}: {out['tests_label']}")
     out["table"] = table_from_frame(shown, title, sources=out["sources"],
                                     units={"time": "s"}, status="_status",
                                     note="max abs error: the largest absolute difference from the reference "

@@ -31,6 +31,7 @@ from ..records.store import load, record_status, write_atomic
 from .appendix.cost import cost_of
 from .appendix.provenance import experiments_table, provenance_summary
 from .checks import cut_down_grid
+from .notes import attach as attach_notes
 from .sections import section as section_of
 from .tables import MD_SOURCES_INLINE, source_of
 from .targets import COST_TARGET_GPUS, targets_table
@@ -314,6 +315,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     sections = [_section(p, section_of(p), ctx, coverage, links_from or figures_dir.parent)
                 for p in ctx.edition.problems]
+    attach_notes(sections, config)
     device = config.get("_device", "cpu")
     provenance, cost = provenance_summary(records), cost_of(records, gpu_run=device == "cuda",
                                                    host_gpus=COST_TARGET_GPUS.get(config.get("_grid"), 1),

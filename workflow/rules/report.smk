@@ -18,12 +18,20 @@ else:
     REPORT_RESULTS, REPORT_CONFIG = RUN_RESULTS, resolved_config()
 # the configured cells travel with the config, so that rendering imports no experiment (nor torch)
 REPORT_CONFIG = with_expected_cells(REPORT_CONFIG)
+# the student's notes (config key notes, checked when the config was loaded): inputs of this rule only,
+# so that editing a note renders the report again and runs nothing else
+NOTES = (
+    []
+    if CFG.render_published or not CFG.notes
+    else [os.path.join(CFG.notes["folder"], f) for f in CFG.notes["files"]]
+)
 
 
 rule report:
     input:
         results=REPORT_RESULTS,
         code=code("report.render"),
+        notes=NOTES,
         templates=[
             os.path.join(d, f)
             for d, _, fs in os.walk(os.path.join(workflow.basedir, "templates"))

@@ -1,9 +1,13 @@
 """handout_tests: the handout's test cases, run with pytest, each test's outcome recorded.
 
-One cell per suite (attention, ddp, sharded_optimizer). With ``student.checkout`` the student's
-own copy of the handout's tests runs (``<checkout>/tests/test_<...>.py``, from the checkout, with
-its folders on PYTHONPATH); without one, cs336report's suite of the same cases
-(:mod:`cs336report.handout_suite`) runs through the built-in adapters. On a CPU, Triton runs
+One cell per suite (attention, ddp, sharded_optimizer). With ``course.checkout`` (a clone of the
+course's repository) the clone's own tests run, isolated in a temporary folder, through the
+adapters of the code under test: ours, or the student's ``tests/adapters.py`` with their
+checkout's folders on PYTHONPATH (:mod:`.course`). Without a clone, with ``student.checkout`` the
+student's own copy of the handout's tests runs (``<checkout>/tests/test_<...>.py``, from the
+checkout); without either, cs336report's suite of the same cases (:mod:`cs336report.handout_suite`)
+runs through the built-in adapters. The record names whose tests ran (``data.tests_source``, with
+its label). On a CPU, Triton runs
 under ``TRITON_INTERPRET=1``. Our PyTorch FlashAttention backward runs eagerly in these tests on
 every machine (``CS336_FLASH_BACKWARD=eager``): the handout's tests of it use CPU tensors, for
 which compiling it is an Inductor C++ build (34-55 s on H200 hosts) that nothing times; the
@@ -38,8 +42,12 @@ def cells(cfg) -> dict[str, dict]:
     grid = cfg.grid("handout_tests")
     if not grid:
         return {}
-    return {suite: {"suite": suite, "device": cfg.device, "student": cfg.student, "timeout_s": grid["timeout_s"],
-                    "junitxml": f"results/handout_tests/{suite}.xml"} for suite in grid["suites"]}
+    cells = {suite: {"suite": suite, "device": cfg.device, "student": cfg.student, "timeout_s": grid["timeout_s"],
+                     "junitxml": f"results/handout_tests/{suite}.xml"} for suite in grid["suites"]}
+    if cfg.course:  # only then: a cell without a clone keeps its settings (and its published record)
+        for cell in cells.values():
+            cell["course"] = cfg.course
+    return cells
 
 
 EXPERIMENTS = {"handout_tests": (cells, ".suite:run")}

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ...student.resolve import BUILTIN, PIECES, AdapterNotImplemented, checkout_paths
-from . import OUR_FILES, STUDENT_FILES, SUITE_PACKAGE
+from . import OUR_FILES, STUDENT_FILES, SUITE_PACKAGE, course as course_tests
 
 MESSAGE_CHARS = 300
 
@@ -61,16 +63,18 @@ def _not_implemented_reason(text: str) -> bool:
     return "NotImplementedError" in text or "AdapterNotImplemented" in text
 
 
-def parse_junit(path: str | Path, suite: str, adapters: dict | None = None) -> list[dict]:
+def parse_junit(path: str | Path, suite: str, adapters: dict | None = None,
+                cases: dict[str, tuple[str, str, str | None]] | None = None) -> list[dict]:
     """Each <testcase> of a JUnit XML file as a test entry of the record.
 
     ``adapters``: the check's verdicts by piece (:func:`_verdicts`); a test of a piece found not
-    implemented there is ``not_implemented`` unless it passed.
+    implemented there is ``not_implemented`` unless it passed. ``cases``: (problem, sub-question,
+    piece) by test name, from the edition registry; a test it does not name is classified by its name.
     """
     tests = []
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "")
-        problem, subquestion, piece = classify(name, suite)
+        problem, subquestion, piece = (cases or {}).get(name) or classify(name, suite)
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
             found = case.find(tag)
@@ -95,12 +99,33 @@ def parse_junit(path: str | Path, suite: str, adapters: dict | None = None) -> l
 # ----------------------------------------------------------------------------- the cells
 
 
-def command(cell: dict, junitxml: Path) -> tuple[list[str], Path, dict]:
-    """The pytest command line of a suite, its working directory and environment."""
+def tests_source(cell: dict) -> dict:
+    """Whose tests a cell runs, and how the record and the report name them: the course clone's
+    (``course``), the student's own copies (``student_copies``) or cs336report's suite (``own_suite``)."""
+    course, student = cell.get("course"), cell.get("student")
+    if course:
+        return {"kind": "course", "label": course["label"], "release": course["release"],
+                "tests_release": course["tests_release"], "checkout": course["checkout"]}
+    if student:
+        return {"kind": "student_copies", "label": "the student's own copies of the handout's tests",
+                "checkout": student["checkout"]}
+    return {"kind": "own_suite", "label": "cs336report's re-written suite of the handout's tests",
+            "checkout": None}
+
+
+def command(cell: dict, junitxml: Path, workdir: Path | None = None) -> tuple[list[str], Path, dict]:
+    """The pytest command line of a suite, its working directory and environment. With a course
+    clone the clone's tests run from ``workdir``, a temporary folder (:mod:`.course`)."""
     env = dict(os.environ)
     student = cell.get("student")
     ours = str(SUITE_PACKAGE.parent.parent)
-    if student:
+    options = []
+    if cell.get("course"):
+        root = workdir
+        files = course_tests.prepare(cell, workdir)
+        paths = checkout_paths(student["checkout"]) if student else []
+        options = course_tests.pytest_options(workdir)
+    elif student:
         root = Path(student["checkout"])
         files = [str(root / "tests" / f) for f in STUDENT_FILES[cell["suite"]] if (root / "tests" / f).is_file()]
         paths = checkout_paths(root)
@@ -108,7 +133,7 @@ def command(cell: dict, junitxml: Path) -> tuple[list[str], Path, dict]:
         root = SUITE_PACKAGE.parent.parent
         files = [str(SUITE_PACKAGE / f) for f in OUR_FILES[cell["suite"]]]
         paths = []
-    if not files:
+    if not files:  # a student checkout without its copies of the tests
         names = ", ".join(f"tests/{f}" for f in STUDENT_FILES[cell["suite"]])
         raise FileNotFoundError(f"{root} has none of {names}, the handout's tests of suite {cell['suite']}")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, ours, env.get("PYTHONPATH")]))
@@ -117,8 +142,9 @@ def command(cell: dict, junitxml: Path) -> tuple[list[str], Path, dict]:
     # The handout's PyTorch FlashAttention tests run on CPU tensors, also beside a GPU: compiling our
     # backward for them is an Inductor C++ build (34-55 s on H200 hosts) that nothing measures.
     env["CS336_FLASH_BACKWARD"] = "eager"
+    options = options or ["--rootdir", str(root), "--confcutdir", str(root)]
     argv = [sys.executable, "-m", "pytest", *files, f"--junitxml={junitxml}", "-o", "junit_family=xunit1",
-            "-p", "no:cacheprovider", "--rootdir", str(root), "--confcutdir", str(root), "-q", "-rN"]
+            "-p", "no:cacheprovider", *options, "-q", "-rN"]
     return argv, root, env
 
 
@@ -147,10 +173,20 @@ def _verdicts(student: dict | None, device: str) -> dict | None:
 
 
 def _run(cell: dict, junitxml: Path) -> dict:
-    argv, root, env = command(cell, junitxml)
+    workdir = Path(tempfile.mkdtemp(prefix="cs336report-handout-tests-")) if cell.get("course") else None
+    try:
+        return _run_in(cell, junitxml, workdir)
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_in(cell: dict, junitxml: Path, workdir: Path | None) -> dict:
+    argv, root, env = command(cell, junitxml, workdir)
     student = cell.get("student")
     data = {"suite": cell["suite"], "implementation": student["name"] if student else BUILTIN,
-            "checkout": student["checkout"] if student else None, "command": argv[1:],
+            "checkout": student["checkout"] if student else None, "tests_source": tests_source(cell),
+            "command": argv[1:],
             "environment": {k: env[k] for k in ("TRITON_INTERPRET", "CS336_FLASH_BACKWARD") if k in env}}
     try:
         done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=cell["timeout_s"])
@@ -161,7 +197,8 @@ def _run(cell: dict, junitxml: Path) -> dict:
     if not junitxml.is_file() or junitxml.stat().st_size == 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         raise RuntimeError(f"pytest exited {done.returncode} without a JUnit XML: {' | '.join(tail)}")
-    data["tests"] = parse_junit(junitxml, cell["suite"], _verdicts(student, cell["device"]))
+    data["tests"] = parse_junit(junitxml, cell["suite"], _verdicts(student, cell["device"]),
+                                course_tests.cases(cell) if cell.get("course") else None)
     data["outcomes"] = {o: sum(t["outcome"] == o for t in data["tests"]) for o in
                         ("passed", "failed", "skipped", "error", "not_implemented")}
     if done.returncode > 1 and not data["tests"]:  # usage or collection error: nothing ran
