@@ -147,17 +147,14 @@ def test_the_record_without_a_clone_names_the_fallback(tmp_path):
                       "checkout": "/x/assignment2"}
 
 
-def _part(kind: str | None, checkout: str | None):
-    from cs336report.report.handout_tests import problem_part
-
+def _record(kind: str | None, checkout: str | None) -> dict:
     tests = [{"name": "test_flash_backward_pytorch", "problem": "flash_backward", "subquestion": "",
               "outcome": "passed", "seconds": 0.2, "message": "", "max_abs_error": 1e-6}]
     data = {"tests": tests, "checkout": checkout, "implementation": "built-in" if not checkout else "mine"}
     if kind == "course":
         data["tests_source"] = {"kind": "course", "label": "the handout's tests (course release 1.0.5)"}
-    record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {}, "data": data,
-              "_path": "results/handout_tests/attention.json"}
-    return problem_part([record], "flash_backward", ())
+    return {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {}, "data": data,
+            "_path": "results/handout_tests/attention.json"}
 
 
 @pytest.mark.parametrize("kind, checkout, says, title", [
@@ -171,14 +168,20 @@ def _part(kind: str | None, checkout: str | None):
     (None, None, "by cs336report's own versions of the handout's tests", "Tests of flash_backward, cs336report's own suite"),
 ])
 def test_the_answer_and_its_table_cite_whose_tests_ran(kind, checkout, says, title):
+    from cs336report import editions
     from cs336report.report.render import environments
+    from cs336report.report.sections import handout_tests as shared
 
-    part = _part(kind, checkout)
+    class Ctx:  # the records the shared builder reads
+        def records(self, experiment):
+            return [_record(kind, checkout)]
+
+    part = shared.build(Ctx(), editions.get(2025).problem("flash_backward"))
     section = {"id": "flash_backward", "title": "flash_backward", "command": "c"}
     env = environments()["md"]
-    answer = env.get_template("answers/flash_backward.j2").render(fmt_lib="_md.j2", d=part, section=section)
+    answer = env.get_template("answers/handout_tests.j2").render(fmt_lib="_md.j2", d=part, section=section)
     assert says in answer
     assert part["table"].title == title
-    evidence = env.get_template("sections/flash_backward.j2").render(fmt_lib="_md.j2", d=part, section=section)
+    evidence = env.get_template("sections/handout_tests.j2").render(fmt_lib="_md.j2", d=part, section=section)
     if kind == "course":
         assert "Every test of flash_backward in the handout's tests (course release 1.0.5)" in evidence

@@ -33,7 +33,6 @@ import yaml
 
 from .. import editions
 from ..machine.cuda import cuda_available as machine_cuda_available, devices
-from .. import editions
 from .checkout import ModelError, StudentError, checkout_entry, model_entry
 from .course import CourseError, course_entry
 from .notes import NotesError, check_notes
@@ -41,8 +40,6 @@ from .notes import NotesError, check_notes
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = ROOT / "workflow" / "config" / "default.yaml"
-# The edition a config reports on where it names none (the ``handout`` key, where the config has one).
-DEFAULT_EDITION = 2025
 
 
 class ConfigError(ValueError):
@@ -216,10 +213,10 @@ def _resolved(entry, value, source: str, files=None):
 
 
 def edition_id(data: dict) -> int:
-    """The year of the edition a config (validated, or resolved for the report) reports on: its
-    ``handout`` key where that names a year, else :data:`DEFAULT_EDITION`."""
-    value = data.get("handout")
-    return int(value) if isinstance(value, int) or (isinstance(value, str) and value.isdigit()) else DEFAULT_EDITION
+    """The year of the edition a config reports on: as resolved for the report (``_handout``), else its
+    ``handout`` key where that names a year, else :data:`cs336report.editions.DEFAULT`."""
+    value = data.get("_handout", data.get("handout"))
+    return int(value) if isinstance(value, int) or (isinstance(value, str) and value.isdigit()) else editions.DEFAULT
 
 
 @dataclass(frozen=True)
@@ -255,7 +252,7 @@ class Config:
             raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': no grid {data['grid']!r} "
                               f"under 'grids' (there are {', '.join(data['grids'])})")
         cfg._check_sizes(source, files)
-        return cfg._with_student(source, files)._with_edition(source, files)
+        return cfg._with_student(source, files)._with_edition(source, files)._with_course(source, files)
 
     @classmethod
     def from_resolved(cls, data: dict, device: str) -> "Config":
@@ -263,7 +260,8 @@ class Config:
         published folder's config), taken as it is. Validating it again would merge ``grids.handout``
         over ``grids.gpu`` a second time and bring back the experiments the handout grid sets to null."""
         data = validate(data, source="resolved config", merge_handout=False)
-        return cls(data=data, device=device)._with_student("resolved config")._with_edition("resolved config")
+        return (cls(data=data, device=device)._with_student("resolved config")._with_edition("resolved config")
+                ._with_course("resolved config"))
 
     def _with_student(self, source: str, files=None) -> "Config":
         """This config with its ``student`` and ``model`` keys resolved as the cells carry them, without
@@ -271,18 +269,14 @@ class Config:
         names the one of ``files`` that set the key."""
         student = _resolved(checkout_entry, (self.data.get("student"),), source, files)
         model = _resolved(model_entry, (self.data.get("model"), student), source, files)
-        course = _resolved(course_entry, (self.data.get("course"), self.edition_id), source, files)
-        notes = _resolved(check_notes, (self.data.get("notes"), self.edition), source, files)
-        return dataclasses.replace(self, model_source=model, student=student, course=course, notes=notes)
+        return dataclasses.replace(self, model_source=model, student=student)
 
-    @property
-    def edition_id(self) -> int:
-        """The year of the edition this config reports on."""
-        return edition_id(self.data)
-
-    @property
-    def edition(self) -> editions.Edition:
-        return editions.get(self.edition_id)
+    def _with_course(self, source: str, files=None) -> "Config":
+        """This config with the course's clone (``course``) and the student's notes (``notes``) checked
+        against its edition (:meth:`_with_edition` resolved it first)."""
+        course = _resolved(course_entry, (self.data.get("course"), self.edition), source, files)
+        notes = _resolved(check_notes, (self.data.get("notes"), editions.get(self.edition)), source, files)
+        return dataclasses.replace(self, course=course, notes=notes)
 
     def _with_edition(self, source: str, files=None) -> "Config":
         """This config with ``handout`` resolved to an edition of the registry: the year it names, or

@@ -33,8 +33,6 @@ STUDENT_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp_individua
 SUITE_PACKAGE = Path(__file__).resolve().parent.parent.parent / "handout_suite"
 OUR_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp.py", "test_naive_ddp.py"],
              "sharded_optimizer": ["test_sharded_optimizer.py"]}
-PROBLEMS = ("flash_forward", "flash_backward", "naive_ddp", "ddp_overlap_individual_parameters",
-            "ddp_overlap_bucketed", "optimizer_state_sharding")
 
 
 def cells(cfg) -> dict[str, dict]:
