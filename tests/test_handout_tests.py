@@ -188,9 +188,6 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
     import subprocess
     import sys
 
-    from cs336report.report.handout_tests import problem_part
-    from cs336report.report.render import environments
-
     xml = tmp_path / "attention.xml"
     suite = Path(handout_tests.SUITE_PACKAGE) / "test_attention.py"
     code = ("import sys; sys.modules['triton'] = None\nimport pytest\n"
@@ -206,42 +203,54 @@ def test_without_triton_the_triton_tests_are_skipped_and_the_answer_says_why(tmp
     assert {t["outcome"] for t in tests if "pytorch" in t["name"]} == {"passed"}
     record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
               "data": {"tests": tests}, "_path": "results/handout_tests/attention.json"}
-    part = problem_part([record], "flash_forward", ("a", "b", "c"))
-    section = {"id": "flash_forward", "title": "flash_forward", "command": "c"}
-    text = environments()["md"].get_template("answers/flash_forward.j2").render(fmt_lib="_md.j2", d=part,
-                                                                                   section=section)
+    part, text = _shared_answer("flash_forward", [record])
     assert "Skipped: the handout test of" in text and "Triton is not installed" in text
     assert text.count("test_flash_forward_pass_triton[False]") == 1  # named once, in its sentence
     assert "failed" not in text
-    backward = problem_part([record], "flash_backward", ())
-    text = environments()["md"].get_template("answers/flash_backward.j2").render(
-        fmt_lib="_md.j2", d=backward, section={**section, "id": "flash_backward"})
+    backward, text = _shared_answer("flash_backward", [record])
     assert "1 of 3 handout tests of the backward pass passed, 2 skipped: Triton is not installed" in text
-    from cs336report.report.sections import flash_backward, flash_forward
-    assert flash_forward.headline(part) == ["Passed: the handout test of the tiled PyTorch forward",
-                                            "Skipped: the handout test of the Triton forward kernel",
-                                            "Skipped: the handout test of causal masking"]
-    assert flash_backward.headline(backward)[0] == "1 of 3 handout tests of the backward pass passed, 2 skipped"
+    assert _headline("flash_forward", part) == ["Passed: the handout test of the tiled PyTorch forward",
+                                                "Skipped: the handout test of the Triton forward kernel",
+                                                "Skipped: the handout test of causal masking"]
+    assert _headline("flash_backward", backward)[0] == "1 of 3 handout tests of the backward pass passed, 2 skipped"
+
+
+def _shared_answer(problem: str, records: list[dict], page: str = "answers") -> tuple[dict, str]:
+    """A test-only problem's data from the shared builder, and its answer (or evidence) in Markdown."""
+    from cs336report import editions
+    from cs336report.report.render import environments
+    from cs336report.report.sections import handout_tests as shared
+
+    class Ctx:  # the records the shared builder reads
+        def records(self, experiment):
+            return records
+
+    data = shared.build(Ctx(), editions.get(2025).problem(problem))
+    section = {"id": problem, "title": problem, "command": "c"}
+    text = environments()["md"].get_template(f"{page}/handout_tests.j2").render(fmt_lib="_md.j2", d=data,
+                                                                                section=section)
+    return data, text
+
+
+def _headline(problem: str, data: dict) -> list[str]:
+    from cs336report import editions
+    from cs336report.report.sections import section
+
+    return list(section(editions.get(2025).problem(problem)).headline(data))
 
 
 def test_the_answer_says_whose_test_files_ran():
     """Without a student's checkout the cases are cs336report's own, written from the handout's
     description, and the answer says so; a checkout's own tests are named as the student's copies."""
-    from cs336report.report.handout_tests import problem_part
-    from cs336report.report.render import environments
-
     tests = [{"name": "test_flash_backward_pytorch", "problem": "flash_backward", "subquestion": "",
               "outcome": "passed", "seconds": 0.2, "message": "", "max_abs_error": 1e-6}]
-    section = {"id": "flash_backward", "title": "flash_backward", "command": "c"}
     texts = {}
     for checkout in (None, "/home/student/assignment2"):
         record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
                   "data": {"tests": tests, "checkout": checkout, "implementation": "built-in"},
                   "_path": "results/handout_tests/attention.json"}
-        part = problem_part([record], "flash_backward", ())
+        part, texts[checkout] = _shared_answer("flash_backward", [record])
         assert part["own_suite"] is (checkout is None)
-        texts[checkout] = environments()["md"].get_template("answers/flash_backward.j2").render(
-            fmt_lib="_md.j2", d=part, section=section)
     assert "cs336report's own versions of the handout's tests" in texts[None]
     assert "own versions" not in texts["/home/student/assignment2"]
     assert ("Implementation tested: built-in, by the student's own copies of the handout's tests"
@@ -251,13 +260,10 @@ def test_the_answer_says_whose_test_files_ran():
         record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
                   "data": {"tests": tests, "checkout": checkout, "implementation": "built-in"},
                   "_path": "results/handout_tests/attention.json"}
-        part = problem_part([record], "flash_backward", ())
-        evidence = environments()["md"].get_template("sections/flash_backward.j2").render(
-            fmt_lib="_md.j2", d=part, section=section)
+        part, evidence = _shared_answer("flash_backward", [record], page="sections")
         assert ("in cs336report's own suite" in evidence) is (checkout is None)
-        from cs336report.report.sections import flash_backward
-        assert flash_backward.headline(part) == ["Passed: the handout test of the backward pass",
-                                                 "largest absolute error against the reference 1e-06"]
+        assert _headline("flash_backward", part) == ["Passed: the handout test of the backward pass",
+                                                     "largest absolute error against the reference 1e-06"]
         assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
                                        else "Tests of flash_backward: the student's own copies of the handout's tests")
 
