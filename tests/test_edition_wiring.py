@@ -4,6 +4,7 @@ resolved edition reaches the renderer, which lays out that edition's problems, a
 package states a problem's title, points or order beside the registry."""
 
 import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -188,3 +189,13 @@ def test_the_check_finds_what_the_package_stated_before_the_registry():
     assert offences(listed, "order.py") == ["order.py:1: 5 problems in the handout's order"]
     assert offences('TITLES = {"nsys_profile": "Nsight Systems Profiling"}\n', "t.py") == [
         "t.py:1: the title 'Nsight Systems Profiling'"]
+
+
+def test_no_template_states_a_sub_questions_heading():
+    """A sub-question's heading comes from the registry (the section's ``headings``): a template names
+    only its letter."""
+    stated = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "templates").rglob("*.j2"))
+              for n, line in enumerate(path.read_text().splitlines(), 1)
+              if re.search(r'fmt\.sub\(section, "[a-z]", "', line)]
+    assert stated == []
+    assert re.search(r'fmt\.sub\(section, "[a-z]", "', '{{ fmt.sub(section, "a", "Timings") }}')

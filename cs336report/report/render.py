@@ -236,6 +236,7 @@ def _section(problem: editions.Problem, module, ctx: RenderContext, coverage: di
     """One handout problem: its answer and evidence partials with their data, or why it did not run."""
     base = {"id": problem.id, "number": problem.number, "points": problem.points,
             "subquestions": list(problem.subquestions), "command": rerun_command(problem.rule),
+            "headings": {part.letter: part.heading for part in problem.parts if part.letter},
             "title": f"{problem.number}. {problem.id}", "evidence_id": f"evidence-{problem.id}",
             # sub-questions a section answers without records, shown where its cells did not run
             "analytic": getattr(module, "ANALYTIC", {})}
