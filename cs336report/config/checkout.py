@@ -24,6 +24,7 @@ KEY = "student.checkout"
 ADAPTERS_FILE = Path("tests") / "adapters.py"
 BASICS_DIR = "cs336-basics"
 DEFAULT_FACTORY = "cs336_basics.model:BasicsTransformerLM"
+CHECK_RECORD = "results/check_student/checkout.json"  # the check_student rule's record, read by the cells
 # The handout model's attention and softmax (cs336-basics), wrapped in profiler ranges when present.
 DEFAULT_ROLES = {"attention": "cs336_basics.model:scaled_dot_product_attention",
                  "softmax": "cs336_basics.nn_utils:softmax"}

@@ -17,10 +17,14 @@ key, the adapter and the fix; :func:`check_config` runs it and the model's check
   one-process gloo group (the handout's hooks included).
 
 A piece whose adapter raises ``NotImplementedError`` (or returns the wrong kind of object) is not
-an error: its verdict is ``not_implemented`` and the cells that need it say so.
+an error: its verdict is ``not_implemented`` and the cells that need it say so. A piece whose probe
+fails otherwise gets the verdict ``error`` with the probe's message; the cells of that piece become
+error records naming it (:func:`cs336report.student.resolve.implementation`), and everything else
+runs. Only a checkout that does not load at all (no folder, an adapters file that does not import,
+a signature the handout's tests cannot call) stops the workflow.
 
     entry = check_checkout({"checkout": "../assignment2-systems"}, device="cpu")
-    entry["adapters"]["flash_pytorch"]["status"]     # "implemented" | "not_implemented"
+    entry["adapters"]["flash_pytorch"]["status"]     # "implemented" | "not_implemented" | "error"
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from ..config.checkout import ADAPTERS_FILE, KEY, ModelError, StudentError, chec
 from .resolve import HOOK_ARGS, PIECES, AdapterNotImplemented, call, implementation, load_adapters
 
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
-KEEP_RAISING = "or make the adapter raise NotImplementedError until it works"
 
 
 def _fail(adapter: str, message: str) -> StudentError:
@@ -157,7 +160,8 @@ def _probe(name: str, impl, device: str) -> dict:
 
 
 def check_pieces(student: dict, device: str) -> dict:
-    """Each piece's verdict: ``implemented`` (with its probe) or ``not_implemented`` (with why)."""
+    """Each piece's verdict: ``implemented`` (with its probe), ``not_implemented`` (with why), or
+    ``error`` (with the probe's ``message``: the cells of that piece record it, the rest runs)."""
     verdicts = {}
     for name, piece in PIECES.items():
         impl = implementation(name, student)
@@ -168,11 +172,13 @@ def check_pieces(student: dict, device: str) -> dict:
             found = _probe(name, impl, device)
         except StudentError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # this piece's verdict; the other pieces and the workflow go on
             what = "a forward and backward on CPU tensors of shape (2, 32, 16)" if piece.kind == "autograd_function" \
                 else "one training step of a two-layer MLP in a one-process gloo group"
-            raise _fail(piece.adapter, f"{what} raised {type(exc).__name__}: {exc}; fix the implementation, "
-                                       f"{KEEP_RAISING}") from None
+            verdicts[name] = {"adapter": piece.adapter, "status": "error",
+                              "message": f"{piece.adapter} ({ADAPTERS_FILE}): {what} raised {type(exc).__name__}: "
+                                         f"{str(exc).strip()}"}
+            continue
         verdicts[name] = {"adapter": piece.adapter, "status": "implemented", **found}
     return verdicts
 

@@ -1,0 +1,117 @@
+"""Checkouts that differ from the staff layout or fail one probe still get a report.
+
+Each case is a folder of tests/fixtures/checkouts laid over a copy of tests/fixtures/student_repo
+(see the README there); all of it is our own writing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cs336report.config import DEFAULT_CONFIG, Config
+from cs336report.student import resolve as student
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+STUDENT_REPO = FIXTURES / "student_repo"
+CASES = FIXTURES / "checkouts"
+
+
+@pytest.fixture(autouse=True)
+def fresh_imports():
+    """Each test imports its checkout's packages afresh (they share the names cs336_basics, cs336_systems)."""
+    for name in [m for m in sys.modules if m.split(".")[0] in ("cs336_basics", "cs336_systems")
+                 or m.startswith("cs336report_student_adapters")]:
+        del sys.modules[name]
+    sys.path[:] = [p for p in sys.path if "student_repo" not in p]
+    student.load_adapters.cache_clear()
+    yield
+
+
+def checkout(tmp_path: Path, case: str) -> Path:
+    """A copy of the fixture student's checkout with the files of ``case`` laid over it."""
+    dest = tmp_path / "student_repo"
+    shutil.copytree(STUDENT_REPO, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(CASES / case, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def config(repo: Path, **extra) -> Config:
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw["student"] = {"checkout": str(repo), **extra}
+    return Config.from_dict(raw, cuda_available=False)
+
+
+def checked(cfg: Config) -> dict:
+    from cs336report.student.check import check_config
+
+    return check_config(cfg.data.get("student"), cfg.model_source, cfg.device, "config")
+
+
+# ------------------------------------------------------------------ one failing probe
+
+
+def test_a_failing_probe_is_that_pieces_error_and_the_rest_is_checked(tmp_path):
+    found = checked(config(checkout(tmp_path, "two_ranks_only")))["student"]["adapters"]
+    assert found["sharded_optimizer"]["status"] == "error"
+    assert "get_sharded_optimizer" in found["sharded_optimizer"]["message"]
+    assert "ValueError: written for 2 ranks, got 1" in found["sharded_optimizer"]["message"]
+    assert found["flash_pytorch"]["status"] == "implemented"  # checked all the same
+    assert found["ddp_individual_parameters"]["status"] == "implemented"
+
+
+def test_check_student_exits_0_and_records_the_error(tmp_path):
+    from cs336report.cli import main
+
+    cfg = config(checkout(tmp_path, "two_ranks_only"))
+    given = tmp_path / "check.json"
+    given.write_text(json.dumps({"student": cfg.data["student"], "model_source": cfg.model_source,
+                                 "device": "cpu", "source": "config", "files": ["config"]}))
+    out = tmp_path / "checkout.json"
+    assert main(["check-student", "--check-json", f"@{given}", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["student"]["adapters"]["sharded_optimizer"]["status"] == "error"
+
+
+def test_the_cells_of_a_failed_piece_are_errors_naming_the_probe(tmp_path, monkeypatch):
+    from cs336report.records.store import save
+    from cs336report.run.runner import run_cell
+    from cs336report.experiments import optimizer_state_sharding_accounting as sharding
+
+    cfg = config(checkout(tmp_path, "two_ranks_only"))
+    monkeypatch.chdir(tmp_path)
+    save(checked(cfg), tmp_path / student.CHECK_RECORD)  # as the check_student rule leaves it
+    cells = sharding.cells(cfg)
+    name = next(n for n, c in cells.items() if c.get("optimizer") == "student")
+    record = run_cell("optimizer_state_sharding_accounting", name, cells[name], tmp_path / "out.json")
+    assert record["status"] == "error"
+    assert "ProbeFailed" in record["error"] and "written for 2 ranks, got 1" in record["error"]
+    assert record["config"]["student"]["adapters"]["sharded_optimizer"]["status"] == "error"
+    # a piece whose probe passed still runs the student's code
+    found = student.implementation("flash_pytorch", record["config"]["student"])
+    assert found and found.provenance.endswith("get_flashattention_autograd_function_pytorch")
+
+
+def test_a_checkout_that_does_not_load_still_stops_naming_file_and_key(tmp_path):
+    from cs336report.config import ConfigError
+
+    repo = checkout(tmp_path, "two_ranks_only")
+    adapters = repo / "tests" / "adapters.py"
+    adapters.write_text("import no_such_package_anywhere\n" + adapters.read_text())
+    with pytest.raises(ConfigError, match=r"key 'student.checkout': importing .*tests/adapters.py failed"):
+        checked(config(repo))
+
+
+def test_a_flash_function_that_raises_is_its_pieces_error(tmp_path):
+    repo = checkout(tmp_path, "two_ranks_only")
+    adapters = repo / "tests" / "adapters.py"
+    adapters.write_text(adapters.read_text().replace(
+        "    return TiledAttention\n",
+        "    return type('Bad', (torch.autograd.Function,), {'forward': staticmethod(lambda ctx, q, k, v, c=False: 1 / 0)})\n"))
+    found = checked(config(repo))["student"]["adapters"]["flash_pytorch"]
+    assert found["status"] == "error" and "ZeroDivisionError" in found["message"]
