@@ -107,6 +107,25 @@ def test_a_checkout_that_does_not_load_still_stops_naming_file_and_key(tmp_path)
         checked(config(repo))
 
 
+# ------------------------------------------------------------------ wrappers that are not nn.Module
+
+
+def test_a_plain_class_wrapper_is_implemented_as_the_handouts_tests_accept_it(tmp_path):
+    found = checked(config(checkout(tmp_path, "plain_wrappers")))["student"]["adapters"]
+    assert found["ddp_individual_parameters"] == {"adapter": "get_ddp_individual_parameters",
+                                                  "status": "implemented", "probe": "ran"}
+
+
+def test_a_wrapper_without_what_the_tests_use_is_still_the_wrong_kind(tmp_path):
+    import torch
+
+    repo = checkout(tmp_path, "plain_wrappers")
+    impl = student.implementation("ddp_individual_parameters", {"checkout": str(repo), "name": repo.name})
+    assert student.acts_as_wrapper(torch.nn.Linear(2, 2))
+    with pytest.raises(student.AdapterNotImplemented, match="returned object, not a wrapper"):
+        student.call(student.Implementation(impl.piece, lambda module: object(), impl.provenance), torch.nn.Linear(2, 2))
+
+
 def test_a_flash_function_that_raises_is_its_pieces_error(tmp_path):
     repo = checkout(tmp_path, "two_ranks_only")
     adapters = repo / "tests" / "adapters.py"

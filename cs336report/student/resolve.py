@@ -77,7 +77,9 @@ PIECES = {
 }
 HOOK_ARGS = ("ddp_model", "optimizer")
 KINDS = {"autograd_function": "a torch.autograd.Function subclass (the class, not an instance)",
-         "module": "a torch.nn.Module wrapping the given module", "optimizer": "a torch.optim.Optimizer"}
+         "module": "a wrapper of the given module (a torch.nn.Module, or a callable with module, parameters() "
+                   "and named_parameters(), as the handout's DDP tests use it)",
+         "optimizer": "a torch.optim.Optimizer"}
 
 
 @dataclass(frozen=True)
@@ -233,11 +235,19 @@ def call(impl: Implementation, *args, **kwargs):
     except NotImplementedError as exc:
         detail = f": {exc}" if str(exc) else ""
         raise AdapterNotImplemented(f"{piece.adapter} raises NotImplementedError{detail} ({impl.provenance})") from None
-    want = torch.nn.Module if piece.kind == "module" else torch.optim.Optimizer
-    if not isinstance(out, want):
+    if not (acts_as_wrapper(out) if piece.kind == "module" else isinstance(out, torch.optim.Optimizer)):
         raise AdapterNotImplemented(f"{piece.adapter} returned {type(out).__name__}, not {KINDS[piece.kind]} "
                                     f"({impl.provenance})")
     return out
+
+
+def acts_as_wrapper(obj) -> bool:
+    """True for an ``nn.Module``, or any object the handout's DDP tests can use as one: callable, with
+    the wrapped ``module``, ``parameters()`` and ``named_parameters()`` (all those tests call)."""
+    if isinstance(obj, torch.nn.Module):
+        return True
+    return callable(obj) and hasattr(obj, "module") and all(
+        callable(getattr(obj, name, None)) for name in ("parameters", "named_parameters"))
 
 
 def hook(impl: Implementation, name: str):
