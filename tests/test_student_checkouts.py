@@ -134,3 +134,35 @@ def test_a_flash_function_that_raises_is_its_pieces_error(tmp_path):
         "    return type('Bad', (torch.autograd.Function,), {'forward': staticmethod(lambda ctx, q, k, v, c=False: 1 / 0)})\n"))
     found = checked(config(repo))["student"]["adapters"]["flash_pytorch"]
     assert found["status"] == "error" and "ZeroDivisionError" in found["message"]
+
+
+# ------------------------------------------------------------------ time limits
+
+
+def test_an_import_that_waits_stops_the_check_naming_the_file(tmp_path):
+    import time
+
+    from cs336report.config import ConfigError
+
+    repo = checkout(tmp_path, "slow_import")
+    assert config(repo).data["student"]["import_timeout_s"] == 60  # the default
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"key 'student.checkout': importing .*student_repo/tests/adapters.py ran "
+                                          r"past its time limit of 1 s; .*student.import_timeout_s"):
+        checked(config(repo, import_timeout_s=1))
+    assert time.monotonic() - started < 30
+
+
+def test_the_students_flash_cell_stops_at_its_time_limit(tmp_path):
+    from cs336report.experiments import flash_benchmarking
+    from cs336report.run.runner import run_cell
+
+    cfg = config(checkout(tmp_path, "slow_flash"), flash_timeout_s=1)
+    cells = flash_benchmarking.cells(cfg)
+    assert cells["student_pytorch-fp32"]["timeout_s"] == 1
+    assert "timeout_s" not in cells["flash_pytorch_eager-fp32"]  # ours runs as before
+    cell = {**cells["student_pytorch-fp32"], "seqs": [16, 32], "d_heads": [16], "warmup_ms": 1, "rep_ms": 1}
+    record = run_cell("flash_benchmarking", "student_pytorch-fp32", cell, tmp_path / "a.json")
+    assert record["status"] == "error" and record["wall_s"] < 20
+    assert "TimeLimitExceeded" in record["error"] and "student.flash_timeout_s" in record["error"]
+    assert record["data"]["shapes"] == []  # no shape finished within the limit

@@ -38,8 +38,10 @@ import torch
 from torch import nn
 
 from ..config.checkout import ADAPTERS_FILE, KEY, ModelError, StudentError, checkout_entry, checkout_paths
+from ..machine.time_limit import TimeLimitExceeded, time_limit
 from .resolve import HOOK_ARGS, PIECES, AdapterNotImplemented, call, implementation, load_adapters
 
+IMPORT_TIMEOUT_S = 60  # the default of student.import_timeout_s
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
 
 
@@ -190,8 +192,13 @@ def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | N
     if entry is None:
         return None
     root = Path(entry["checkout"])
+    limit = (student_config or {}).get("import_timeout_s") or IMPORT_TIMEOUT_S
     try:
-        module = load_adapters(str(root))
+        with time_limit(limit, f"importing {root / ADAPTERS_FILE}"):
+            module = load_adapters(str(root))
+    except TimeLimitExceeded as exc:
+        raise StudentError(f"{KEY}: {exc}; find what it waits for at import (student.import_timeout_s sets the "
+                           f"limit)") from None
     except Exception as exc:
         raise StudentError(f"{KEY}: importing {root / ADAPTERS_FILE} failed: {type(exc).__name__}: {exc}; it runs "
                            f"with {', '.join(checkout_paths(root))} on sys.path: install what it imports in the "
