@@ -41,9 +41,11 @@ def checkout(tmp_path: Path, case: str) -> Path:
     return dest
 
 
-def config(repo: Path, **extra) -> Config:
+def config(repo: Path, edition: int | None = None, **extra) -> Config:
     raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
     raw["student"] = {"checkout": str(repo), **extra}
+    if edition:
+        raw["handout"] = edition
     return Config.from_dict(raw, cuda_available=False)
 
 
@@ -166,3 +168,29 @@ def test_the_students_flash_cell_stops_at_its_time_limit(tmp_path):
     assert record["status"] == "error" and record["wall_s"] < 20
     assert "TimeLimitExceeded" in record["error"] and "student.flash_timeout_s" in record["error"]
     assert record["data"]["shapes"] == []  # no shape finished within the limit
+
+
+# ------------------------------------------------------------------ syntax errors
+
+
+def test_a_syntax_error_in_a_piece_names_its_file_and_line(tmp_path):
+    repo = checkout(tmp_path, "syntax_error")
+    found = checked(config(repo))["student"]["adapters"]
+    assert found["flash_pytorch"]["status"] == "error"
+    assert f"SyntaxError in {repo / 'cs336_systems' / 'flash.py'}, line 11" in found["flash_pytorch"]["message"]
+    assert found["ddp_individual_parameters"]["status"] == "implemented"
+
+
+def test_a_syntax_error_in_the_adapters_or_what_they_import_stops_naming_file_and_line(tmp_path):
+    from cs336report.config import ConfigError
+
+    repo = checkout(tmp_path, "syntax_error")
+    adapters = repo / "tests" / "adapters.py"
+    text = adapters.read_text()
+    adapters.write_text(text + "def half_written(:\n")
+    with pytest.raises(ConfigError, match=rf"{adapters}: line {len(text.splitlines()) + 1}: not valid Python"):
+        config(repo)  # telling its edition parses the adapters when the config loads
+    adapters.write_text(text.replace("import torch\n", "import torch\n\nimport cs336_systems.flash\n", 1))
+    flash = repo / "cs336_systems" / "flash.py"
+    with pytest.raises(ConfigError, match=rf"importing {adapters} failed: SyntaxError in {flash}, line 11: .*correct"):
+        checked(config(repo))

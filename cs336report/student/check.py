@@ -45,6 +45,13 @@ IMPORT_TIMEOUT_S = 60  # the default of student.import_timeout_s
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
 
 
+def described(exc: BaseException) -> str:
+    """An exception in one line; a SyntaxError (or IndentationError) names the file and line."""
+    if isinstance(exc, SyntaxError):
+        return f"{type(exc).__name__} in {exc.filename}, line {exc.lineno}: {exc.msg}"
+    return f"{type(exc).__name__}: {str(exc).strip()}"
+
+
 def _fail(adapter: str, message: str) -> StudentError:
     return StudentError(f"{KEY}: adapter {adapter} ({ADAPTERS_FILE}): {message}")
 
@@ -166,20 +173,19 @@ def check_pieces(student: dict, device: str) -> dict:
     ``error`` (with the probe's ``message``: the cells of that piece record it, the rest runs)."""
     verdicts = {}
     for name, piece in PIECES.items():
-        impl = implementation(name, student)
-        if not impl:
-            verdicts[name] = {"adapter": piece.adapter, "status": "not_implemented", "reason": impl.reason}
-            continue
+        what = "a forward and backward on CPU tensors of shape (2, 32, 16)" if piece.kind == "autograd_function" \
+            else "one training step of a two-layer MLP in a one-process gloo group"
         try:
+            impl = implementation(name, student)
+            if not impl:
+                verdicts[name] = {"adapter": piece.adapter, "status": "not_implemented", "reason": impl.reason}
+                continue
             found = _probe(name, impl, device)
         except StudentError:
             raise
         except Exception as exc:  # this piece's verdict; the other pieces and the workflow go on
-            what = "a forward and backward on CPU tensors of shape (2, 32, 16)" if piece.kind == "autograd_function" \
-                else "one training step of a two-layer MLP in a one-process gloo group"
             verdicts[name] = {"adapter": piece.adapter, "status": "error",
-                              "message": f"{piece.adapter} ({ADAPTERS_FILE}): {what} raised {type(exc).__name__}: "
-                                         f"{str(exc).strip()}"}
+                              "message": f"{piece.adapter} ({ADAPTERS_FILE}): {what} raised {described(exc)}"}
             continue
         verdicts[name] = {"adapter": piece.adapter, "status": "implemented", **found}
     return verdicts
@@ -199,6 +205,9 @@ def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | N
     except TimeLimitExceeded as exc:
         raise StudentError(f"{KEY}: {exc}; find what it waits for at import (student.import_timeout_s sets the "
                            f"limit)") from None
+    except SyntaxError as exc:  # the student's code, not a missing package
+        raise StudentError(f"{KEY}: importing {root / ADAPTERS_FILE} failed: {described(exc)}; correct that "
+                           f"line") from None
     except Exception as exc:
         raise StudentError(f"{KEY}: importing {root / ADAPTERS_FILE} failed: {type(exc).__name__}: {exc}; it runs "
                            f"with {', '.join(checkout_paths(root))} on sys.path: install what it imports in the "
