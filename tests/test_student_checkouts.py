@@ -194,3 +194,31 @@ def test_a_syntax_error_in_the_adapters_or_what_they_import_stops_naming_file_an
     flash = repo / "cs336_systems" / "flash.py"
     with pytest.raises(ConfigError, match=rf"importing {adapters} failed: SyntaxError in {flash}, line 11: .*correct"):
         checked(config(repo))
+
+
+# ------------------------------------------------------------------ the student's flash against the reference
+
+
+def flash_cell(cfg: Config) -> dict:
+    from cs336report.experiments import flash_benchmarking
+
+    cell = flash_benchmarking.cells(cfg)["student_pytorch-fp32"]
+    return {**cell, "seqs": [32], "d_heads": [16], "warmup_ms": 1, "rep_ms": 1}
+
+
+@pytest.mark.parametrize("function, verdict", [("TiledAttention", "ok"), ("NoMask", "not_causal"),
+                                               ("NoScale", "wrong")])
+def test_the_students_flash_is_checked_against_the_reference_before_timing(tmp_path, function, verdict):
+    from cs336report.run.runner import run_cell
+
+    repo = checkout(tmp_path, "wrong_flash")
+    if function != "NoMask":
+        adapters = repo / "tests" / "adapters.py"
+        module = "flash" if function == "TiledAttention" else "wrong_flash"
+        adapters.write_text(adapters.read_text().replace("from cs336_systems.wrong_flash import NoMask\n\n    return NoMask",
+                                                         f"from cs336_systems.{module} import {function}\n\n    return {function}"))
+    record = run_cell("flash_benchmarking", "student_pytorch-fp32", flash_cell(config(repo)), tmp_path / "a.json")
+    assert record["status"] == "ok"  # timed all the same
+    check = record["data"]["reference_check"]
+    assert check["status"] == verdict and (check["seq"], check["d"], check["causal"]) == (32, 16, True)
+    assert (check["max_abs_error"] <= check["tolerance"]) == (verdict == "ok")

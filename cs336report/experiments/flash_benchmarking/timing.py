@@ -324,6 +324,11 @@ def run(cell: dict) -> dict:
     _set_tf32(cell["tf32"])
     student = {"student": cell["student"]} if cell.get("student") else {}  # the student's rows only
     attn, notes = attention_function(impl, cell["causal"], **student)
+    checked = {}
+    if notes.get("provenance", "built-in") != "built-in":  # a student's function: is it attention at all?
+        from .reference_check import check_forward
+
+        checked = {"reference_check": check_forward(attn, cell, DTYPES[cell["dtype"]])}
     tuning = nullcontext()
     spent = Spent()
     if notes.get("autotune"):
@@ -352,6 +357,7 @@ def run(cell: dict) -> dict:
         "passes": list(PASSES),
         "notes": notes,
         "shapes": shapes,
+        **checked,
         **({"first_call": first} if first else {}),
         "spent_s": spent.record(),
         **_device_info(device),
