@@ -222,3 +222,24 @@ def test_the_students_flash_is_checked_against_the_reference_before_timing(tmp_p
     check = record["data"]["reference_check"]
     assert check["status"] == verdict and (check["seq"], check["d"], check["causal"]) == (32, 16, True)
     assert (check["max_abs_error"] <= check["tolerance"]) == (verdict == "ok")
+
+
+def test_a_row_that_fails_the_check_says_so_in_its_description_and_the_answer(tmp_path):
+    from cs336report.report.render import render_report
+    from cs336report.run.runner import run_cell
+
+    cell = flash_cell(config(checkout(tmp_path, "wrong_flash")))
+    results = tmp_path / "results" / "flash_benchmarking"
+    run_cell("flash_benchmarking", "student_pytorch-fp32", cell, results / "student_pytorch-fp32.json")
+    ours = {**cell, "implementation": "flash_pytorch_eager", "student": None}
+    ours.pop("timeout_s")
+    run_cell("flash_benchmarking", "flash_pytorch_eager-fp32", ours, results / "flash_pytorch_eager-fp32.json")
+    out = tmp_path / "report"
+    render_report([str(p) for p in sorted(results.glob("*.json"))], {"_device": "cpu", "_grid": "cpu"}, out)
+    md = (out / "report.md").read_text()
+    section = md[md.index('<a id="flash_benchmarking">'):]
+    assert ("checked against the reference before timing (fp32), it ignores is_causal: in causal cells its output "
+            "matches attention without the causal mask, so its timings are not those of FlashAttention-2") in section
+    answer = (out / "answers.md").read_text().split('<a id="flash_benchmarking"></a>', 1)[1].split("<a id=", 1)[0]
+    assert "PyTorch FA2 (yours) (fp32) ignores is_causal" in answer and "at seq 32, d_head 16" in answer
+    assert "tolerance 0.01); its timings below are of that function, not of FlashAttention-2." in answer
