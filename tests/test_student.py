@@ -189,7 +189,7 @@ def test_model_comes_from_the_checkout_unless_a_factory_is_named(student_cfg, tm
     assert Path(cs336_basics.__file__).resolve().is_relative_to(STUDENT_REPO)
     repo = copy_repo(tmp_path)
     shutil.rmtree(repo / "cs336-basics")
-    with pytest.raises(ConfigError, match=r"key 'student.checkout': .* has no cs336-basics/cs336_basics"):
+    with pytest.raises(ConfigError, match=r"key 'student.checkout': .* has no cs336_basics package in its \[tool.uv.sources\] paths or cs336-basics/"):
         Config.from_dict(raw_config(repo), cuda_available=False)
 
 

@@ -243,3 +243,19 @@ def test_a_row_that_fails_the_check_says_so_in_its_description_and_the_answer(tm
     answer = (out / "answers.md").read_text().split('<a id="flash_benchmarking"></a>', 1)[1].split("<a id=", 1)[0]
     assert "PyTorch FA2 (yours) (fp32) ignores is_causal" in answer and "at seq 32, d_head 16" in answer
     assert "tolerance 0.01); its timings below are of that function, not of FlashAttention-2." in answer
+
+
+# ------------------------------------------------------------------ the model as the student's environment finds it
+
+
+def test_the_model_comes_from_the_checkouts_uv_sources_path(tmp_path):
+    repo = checkout(tmp_path, "own_a1_package")
+    (repo / "a1" / "src").mkdir(parents=True)
+    shutil.move(repo / "cs336-basics" / "cs336_basics", repo / "a1" / "src" / "cs336_basics")
+    shutil.rmtree(repo / "cs336-basics")
+    cfg = config(repo)
+    assert cfg.model_source["factory"] == "cs336_basics.model:BasicsTransformerLM"
+    assert cfg.model_source["paths"] == [str(repo), str(repo / "a1" / "src")]
+    model = checked(cfg)["model_source"]
+    assert model["factory"] == "cs336_basics.model:BasicsTransformerLM"
+    assert sys.modules["cs336_basics"].__path__[0] == str(repo / "a1" / "src" / "cs336_basics")
