@@ -189,7 +189,7 @@ def test_model_comes_from_the_checkout_unless_a_factory_is_named(student_cfg, tm
     assert Path(cs336_basics.__file__).resolve().is_relative_to(STUDENT_REPO)
     repo = copy_repo(tmp_path)
     shutil.rmtree(repo / "cs336-basics")
-    with pytest.raises(ConfigError, match=r"key 'student.checkout': .* has no cs336-basics/cs336_basics"):
+    with pytest.raises(ConfigError, match=r"key 'student.checkout': .* has no cs336_basics package in its \[tool.uv.sources\] paths or cs336-basics/"):
         Config.from_dict(raw_config(repo), cuda_available=False)
 
 
@@ -214,9 +214,6 @@ def test_course_repository_as_handed_out_is_all_not_implemented():
     (("def get_ddp_bucketed(module: torch.nn.Module, bucket_size_mb: float)", "def get_ddp_bucketed(module)"),
      "adapter get_ddp_bucketed .*restore the handout's signature"),
     (("import torch\n", "import torch\nimport no_such_package\n"), "importing .*no_such_package.*install"),
-    (("    return TiledAttention\n", "    return type('Bad', (torch.autograd.Function,), {'forward': staticmethod("
-                                     "lambda ctx, q, k, v, c=False: 1 / 0)})\n"),
-     "adapter get_flashattention_autograd_function_pytorch .*ZeroDivisionError.*raise NotImplementedError until"),
 ])
 def test_a_broken_checkout_stops_the_config_or_its_check_naming_key_and_adapter(tmp_path, edit, message):
     repo = copy_repo(tmp_path)

@@ -18,12 +18,14 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import sys
+import tomllib
 from pathlib import Path
 
 KEY = "student.checkout"
 ADAPTERS_FILE = Path("tests") / "adapters.py"
 BASICS_DIR = "cs336-basics"
 DEFAULT_FACTORY = "cs336_basics.model:BasicsTransformerLM"
+CHECK_RECORD = "results/check_student/checkout.json"  # the check_student rule's record, read by the cells
 # The handout model's attention and softmax (cs336-basics), wrapped in profiler ranges when present.
 DEFAULT_ROLES = {"attention": "cs336_basics.model:scaled_dot_product_attention",
                  "softmax": "cs336_basics.nn_utils:softmax"}
@@ -46,10 +48,35 @@ def split_path(path: str, what: str) -> tuple[str, list[str]]:
     return module_name, attrs.split(".")
 
 
-def checkout_paths(checkout: str | Path) -> list[str]:
-    """Folders a checkout's code imports from: its root (cs336_systems) and cs336-basics/ (cs336_basics)."""
+def uv_source_paths(checkout: str | Path) -> list[Path]:
+    """The folders the checkout's ``pyproject.toml`` installs packages from (``[tool.uv.sources]``
+    entries with a ``path``, relative to the checkout), each as the folder its packages are imported
+    from (its ``src/`` where it has one): where ``uv run`` finds the student's own Assignment 1 package."""
     root = Path(checkout).resolve()
-    return [str(p) for p in (root, root / BASICS_DIR) if p.is_dir()]
+    try:
+        sources = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"]["sources"]
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return []
+    found = []
+    for source in sources.values():
+        folder = (root / source["path"]).resolve() if isinstance(source, dict) and source.get("path") else None
+        if folder and folder.is_dir():
+            found.append(folder / "src" if (folder / "src").is_dir() else folder)
+    return found
+
+
+def checkout_paths(checkout: str | Path) -> list[str]:
+    """Folders a checkout's code imports from, as the student's environment has them: its root
+    (cs336_systems), the folders of its ``[tool.uv.sources]`` paths (:func:`uv_source_paths`), then
+    cs336-basics/ (cs336_basics)."""
+    root = Path(checkout).resolve()
+    found = [root, *uv_source_paths(root), root / BASICS_DIR]
+    return [str(p) for p in dict.fromkeys(found) if p.is_dir()]
+
+
+def basics_folder(checkout: str | Path) -> Path | None:
+    """The first folder of :func:`checkout_paths` that holds a ``cs336_basics`` package, or None."""
+    return next((Path(p) for p in checkout_paths(checkout) if (Path(p) / "cs336_basics").is_dir()), None)
 
 
 def source_hash(checkout: str | Path) -> str:
@@ -120,9 +147,10 @@ def model_entry(model_config: dict | None, student: dict | None) -> dict | None:
     model_config = {k: v for k, v in (model_config or {}).items() if v}
     if student:
         if not model_config.get("factory"):
-            if not (Path(student["checkout"]) / BASICS_DIR / "cs336_basics").is_dir():
-                raise StudentError(f"{KEY}: {student['checkout']} has no {BASICS_DIR}/cs336_basics, where the model "
-                                   f"comes from; name your model with model.factory (package.module:Class) instead")
+            if basics_folder(student["checkout"]) is None:
+                raise StudentError(f"{KEY}: {student['checkout']} has no cs336_basics package in its "
+                                   f"[tool.uv.sources] paths or {BASICS_DIR}/, where the model comes from; name "
+                                   f"your model with model.factory (package.module:Class) instead")
             model_config["factory"] = DEFAULT_FACTORY
             optional = [role for role in ROLES if not model_config.get(role)]
             model_config.update({role: DEFAULT_ROLES[role] for role in optional})

@@ -46,6 +46,7 @@ from ..measure.compiling import pin_ptxas
 from ..measure.timing import is_out_of_memory, release_memory, summarize, thaw
 from ..records.provenance import provenance
 from ..records.store import SCHEMA, load, now_iso, save, whole_step
+from ..student.resolve import with_verdicts
 
 _cells_run = 0  # cells this process has run (started) so far
 
@@ -70,6 +71,7 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         pin_ptxas()  # one assembler for every Triton kernel of this process and the processes it starts
     try:
         cell = checked_cell(cell)  # a user's model: the profiler ranges it has, checked once a process
+        cell = with_verdicts(cell)  # a student's pieces: their probes' verdicts (a failed one: this cell's error)
         with instrumented(cell):  # a user's attention/softmax in profiler ranges, restored after
             run = experiments.runner(experiment)
             data = run(cell) if shared is None else run(cell, shared=shared)

@@ -17,10 +17,14 @@ key, the adapter and the fix; :func:`check_config` runs it and the model's check
   one-process gloo group (the handout's hooks included).
 
 A piece whose adapter raises ``NotImplementedError`` (or returns the wrong kind of object) is not
-an error: its verdict is ``not_implemented`` and the cells that need it say so.
+an error: its verdict is ``not_implemented`` and the cells that need it say so. A piece whose probe
+fails otherwise gets the verdict ``error`` with the probe's message; the cells of that piece become
+error records naming it (:func:`cs336report.student.resolve.implementation`), and everything else
+runs. Only a checkout that does not load at all (no folder, an adapters file that does not import,
+a signature the handout's tests cannot call) stops the workflow.
 
     entry = check_checkout({"checkout": "../assignment2-systems"}, device="cpu")
-    entry["adapters"]["flash_pytorch"]["status"]     # "implemented" | "not_implemented"
+    entry["adapters"]["flash_pytorch"]["status"]     # "implemented" | "not_implemented" | "error"
 """
 
 from __future__ import annotations
@@ -34,10 +38,18 @@ import torch
 from torch import nn
 
 from ..config.checkout import ADAPTERS_FILE, KEY, ModelError, StudentError, checkout_entry, checkout_paths
+from ..machine.time_limit import TimeLimitExceeded, time_limit
 from .resolve import HOOK_ARGS, PIECES, AdapterNotImplemented, call, implementation, load_adapters
 
+IMPORT_TIMEOUT_S = 60  # the default of student.import_timeout_s
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
-KEEP_RAISING = "or make the adapter raise NotImplementedError until it works"
+
+
+def described(exc: BaseException) -> str:
+    """An exception in one line; a SyntaxError (or IndentationError) names the file and line."""
+    if isinstance(exc, SyntaxError):
+        return f"{type(exc).__name__} in {exc.filename}, line {exc.lineno}: {exc.msg}"
+    return f"{type(exc).__name__}: {str(exc).strip()}"
 
 
 def _fail(adapter: str, message: str) -> StudentError:
@@ -157,22 +169,24 @@ def _probe(name: str, impl, device: str) -> dict:
 
 
 def check_pieces(student: dict, device: str) -> dict:
-    """Each piece's verdict: ``implemented`` (with its probe) or ``not_implemented`` (with why)."""
+    """Each piece's verdict: ``implemented`` (with its probe), ``not_implemented`` (with why), or
+    ``error`` (with the probe's ``message``: the cells of that piece record it, the rest runs)."""
     verdicts = {}
     for name, piece in PIECES.items():
-        impl = implementation(name, student)
-        if not impl:
-            verdicts[name] = {"adapter": piece.adapter, "status": "not_implemented", "reason": impl.reason}
-            continue
+        what = "a forward and backward on CPU tensors of shape (2, 32, 16)" if piece.kind == "autograd_function" \
+            else "one training step of a two-layer MLP in a one-process gloo group"
         try:
+            impl = implementation(name, student)
+            if not impl:
+                verdicts[name] = {"adapter": piece.adapter, "status": "not_implemented", "reason": impl.reason}
+                continue
             found = _probe(name, impl, device)
         except StudentError:
             raise
-        except Exception as exc:
-            what = "a forward and backward on CPU tensors of shape (2, 32, 16)" if piece.kind == "autograd_function" \
-                else "one training step of a two-layer MLP in a one-process gloo group"
-            raise _fail(piece.adapter, f"{what} raised {type(exc).__name__}: {exc}; fix the implementation, "
-                                       f"{KEEP_RAISING}") from None
+        except Exception as exc:  # this piece's verdict; the other pieces and the workflow go on
+            verdicts[name] = {"adapter": piece.adapter, "status": "error",
+                              "message": f"{piece.adapter} ({ADAPTERS_FILE}): {what} raised {described(exc)}"}
+            continue
         verdicts[name] = {"adapter": piece.adapter, "status": "implemented", **found}
     return verdicts
 
@@ -184,8 +198,16 @@ def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | N
     if entry is None:
         return None
     root = Path(entry["checkout"])
+    limit = (student_config or {}).get("import_timeout_s") or IMPORT_TIMEOUT_S
     try:
-        module = load_adapters(str(root))
+        with time_limit(limit, f"importing {root / ADAPTERS_FILE}"):
+            module = load_adapters(str(root))
+    except TimeLimitExceeded as exc:
+        raise StudentError(f"{KEY}: {exc}; find what it waits for at import (student.import_timeout_s sets the "
+                           f"limit)") from None
+    except SyntaxError as exc:  # the student's code, not a missing package
+        raise StudentError(f"{KEY}: importing {root / ADAPTERS_FILE} failed: {described(exc)}; correct that "
+                           f"line") from None
     except Exception as exc:
         raise StudentError(f"{KEY}: importing {root / ADAPTERS_FILE} failed: {type(exc).__name__}: {exc}; it runs "
                            f"with {', '.join(checkout_paths(root))} on sys.path: install what it imports in the "

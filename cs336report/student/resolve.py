@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ import torch
 from ..config.checkout import (  # noqa: F401  (the checkout's names: callers reach them here)
     ADAPTERS_FILE,
     BASICS_DIR,
+    CHECK_RECORD,
     DEFAULT_FACTORY,
     KEY,
     StudentError,
@@ -75,7 +77,9 @@ PIECES = {
 }
 HOOK_ARGS = ("ddp_model", "optimizer")
 KINDS = {"autograd_function": "a torch.autograd.Function subclass (the class, not an instance)",
-         "module": "a torch.nn.Module wrapping the given module", "optimizer": "a torch.optim.Optimizer"}
+         "module": "a wrapper of the given module (a torch.nn.Module, or a callable with module, parameters() "
+                   "and named_parameters(), as the handout's DDP tests use it)",
+         "optimizer": "a torch.optim.Optimizer"}
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,21 @@ class NotImplementedAdapter:
         return {"piece": self.piece, "adapter": self.adapter, "reason": self.reason, "provenance": self.provenance}
 
 
+class ProbeFailed(RuntimeError):
+    """Raised for a piece whose probe failed in check_student; the runner records the cell as an error
+    naming the probe's message."""
+
+    result_status = "error"
+
+
+@dataclass(frozen=True)
+class FailedAdapter(NotImplementedAdapter):
+    """A piece whose probe failed (its verdict ``error``): its cells are error records with the probe's message."""
+
+    def error(self) -> ProbeFailed:
+        return ProbeFailed(f"the check of the checkout failed for this piece ({self.provenance}): {self.reason}")
+
+
 # --------------------------------------------------------------------------- loading a checkout
 
 
@@ -149,6 +168,19 @@ def _adapters_module(student: dict | None):
     return load_adapters(student["checkout"]), student["name"]
 
 
+def with_verdicts(cell: dict, record: str | Path = CHECK_RECORD) -> dict:
+    """``cell`` with each piece's verdict of its student's checkout (``student["adapters"]``), read from
+    the check_student rule's ``record`` (an input of every cell that runs a checkout), where it
+    checked this checkout at this source hash; else ``cell`` as it is."""
+    student = cell.get("student")
+    if not student or "adapters" in student or not Path(record).is_file():
+        return cell
+    checked = (json.loads(Path(record).read_text()) or {}).get("student") or {}
+    if (checked.get("checkout"), checked.get("sha256_16")) != (student.get("checkout"), student.get("sha256_16")):
+        return cell
+    return {**cell, "student": {**student, "adapters": checked.get("adapters") or {}}}
+
+
 # --------------------------------------------------------------------------- resolving
 
 
@@ -164,7 +196,8 @@ def _wrong_kind(piece: Piece, obj) -> str | None:
 
 def implementation(name: str, student: dict | None = None) -> Implementation | NotImplementedAdapter:
     """The implementation of piece ``name``: the student's through their adapters if ``student``
-    (a cell's ``student`` entry, from :func:`check_checkout`), else ours."""
+    (a cell's ``student`` entry, from :func:`check_checkout`), else ours. A piece whose verdict in
+    ``student["adapters"]`` (:func:`with_verdicts`) is ``error`` gives a :class:`FailedAdapter`."""
     piece = PIECES[name]
     module, who = _adapters_module(student)
     provenance = BUILTIN if who == BUILTIN else f"{who}:{piece.adapter}"
@@ -172,6 +205,9 @@ def implementation(name: str, student: dict | None = None) -> Implementation | N
     def missing(reason: str) -> NotImplementedAdapter:
         return NotImplementedAdapter(name, piece.adapter, reason, provenance)
 
+    verdict = ((student or {}).get("adapters") or {}).get(name) or {}
+    if verdict.get("status") == "error":  # its probe failed in check_student: the cell says so, unrun
+        return FailedAdapter(name, piece.adapter, verdict["message"], provenance)
     adapter = getattr(module, piece.adapter, None)
     if adapter is None:
         return missing(f"{ADAPTERS_FILE} defines no {piece.adapter}")
@@ -199,11 +235,19 @@ def call(impl: Implementation, *args, **kwargs):
     except NotImplementedError as exc:
         detail = f": {exc}" if str(exc) else ""
         raise AdapterNotImplemented(f"{piece.adapter} raises NotImplementedError{detail} ({impl.provenance})") from None
-    want = torch.nn.Module if piece.kind == "module" else torch.optim.Optimizer
-    if not isinstance(out, want):
+    if not (acts_as_wrapper(out) if piece.kind == "module" else isinstance(out, torch.optim.Optimizer)):
         raise AdapterNotImplemented(f"{piece.adapter} returned {type(out).__name__}, not {KINDS[piece.kind]} "
                                     f"({impl.provenance})")
     return out
+
+
+def acts_as_wrapper(obj) -> bool:
+    """True for an ``nn.Module``, or any object the handout's DDP tests can use as one: callable, with
+    the wrapped ``module``, ``parameters()`` and ``named_parameters()`` (all those tests call)."""
+    if isinstance(obj, torch.nn.Module):
+        return True
+    return callable(obj) and hasattr(obj, "module") and all(
+        callable(getattr(obj, name, None)) for name in ("parameters", "named_parameters"))
 
 
 def hook(impl: Implementation, name: str):

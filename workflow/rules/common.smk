@@ -13,6 +13,7 @@ from cs336report.machine import bytecode, gpu_slots
 from cs336report.machine.cuda import gpus_present
 from cs336report.run.codeinputs import closure
 from cs336report.config import Config
+from cs336report.config.checkout import CHECK_RECORD
 from snakemake.exceptions import WorkflowError
 
 # Config files in the order Snakemake merged them (the Snakefile's, then --configfile's): an error
@@ -227,7 +228,7 @@ def code(*modules):
 
 # The probes of a student's checkout and a user's model (rule check_student,
 # workflow/rules/check_student.smk) write this file; the cells wait for it.
-STUDENT_CHECK = "results/check_student/checkout.json"
+STUDENT_CHECK = CHECK_RECORD
 
 
 def student_check():

@@ -68,8 +68,8 @@ def cells(cfg) -> dict[str, dict]:
                 "tf32": cfg.run["tf32"],
                 "seed": cfg.run["seed"],
             }
-            if impl in STUDENT_ROWS:  # the student's, through their adapters
-                cell["student"] = cfg.student
+            if impl in STUDENT_ROWS:  # the student's, through their adapters, within a time limit
+                cell.update(student=cfg.student, timeout_s=cfg.data["student"]["flash_timeout_s"])
             if impl == "triton":  # the autotuner's timing of each candidate tile config
                 cell.update(tune_warmup_ms=grid["tune_warmup_ms"], tune_rep_ms=grid["tune_rep_ms"])
             out[cell_name(cell)] = cell

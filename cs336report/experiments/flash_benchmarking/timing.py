@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from ...machine.time_limit import TimeLimitExceeded, time_limit
 from ...measure.timing import Spent, is_out_of_memory, release_memory, summarize, synchronize
 from ...names.flash import IMPLEMENTATIONS, PASSES  # noqa: F401 (kept where the report reads them)
 from .functions import (  # noqa: F401  (the leaderboard and tests reach them here)
@@ -146,6 +147,8 @@ def _attempt(measure: Callable[[], dict], device: str) -> dict:
         warnings.simplefilter("always")
         try:
             return {"status": "ok", **measure()}
+        except TimeLimitExceeded:  # the cell's time is up: no pass after it runs
+            raise
         except Exception as exc:  # every failure of one pass is a result
             status, message = classify(exc), _first_line(exc)
     release_memory(device)
@@ -298,6 +301,21 @@ def first_compiled_call(attn: Callable, cell: dict) -> dict:
     return out
 
 
+def run_shapes(attn: Callable, impl: str, cell: dict, spent: Spent) -> list[dict]:
+    """:func:`run_shape` for every (seq, d) of the cell, within the cell's ``timeout_s`` where it has one
+    (the student's rows): past it, :class:`TimeLimitExceeded` carries the shapes measured so far."""
+    shapes: list[dict] = []
+    try:
+        with time_limit(cell.get("timeout_s"), f"the {impl} cell (student.flash_timeout_s)"):
+            for d in cell["d_heads"]:
+                for seq in cell["seqs"]:
+                    shapes.append(run_shape(attn, impl, seq, d, cell, spent))
+    except TimeLimitExceeded as exc:
+        exc.partial_data = {"implementation": impl, "label": IMPLEMENTATIONS[impl], "shapes": shapes}
+        raise
+    return shapes
+
+
 def run(cell: dict) -> dict:
     """Every (seq, d) of one implementation and dtype; returns the ``data`` of the result."""
     impl, device = cell["implementation"], cell["device"]
@@ -306,6 +324,11 @@ def run(cell: dict) -> dict:
     _set_tf32(cell["tf32"])
     student = {"student": cell["student"]} if cell.get("student") else {}  # the student's rows only
     attn, notes = attention_function(impl, cell["causal"], **student)
+    checked = {}
+    if notes.get("provenance", "built-in") != "built-in":  # a student's function: is it attention at all?
+        from .reference_check import check_forward
+
+        checked = {"reference_check": check_forward(attn, cell, DTYPES[cell["dtype"]])}
     tuning = nullcontext()
     spent = Spent()
     if notes.get("autotune"):
@@ -321,7 +344,7 @@ def run(cell: dict) -> dict:
         if notes.get("compile"):
             with spent("first_call"):
                 first = first_compiled_call(attn, cell)
-        shapes = [run_shape(attn, impl, seq, d, cell, spent) for d in cell["d_heads"] for seq in cell["seqs"]]
+        shapes = run_shapes(attn, impl, cell, spent)
     if impl.startswith("flash_pytorch") and notes.get("provenance") == "built-in":
         from ...flash import backward_mode
 
@@ -334,6 +357,7 @@ def run(cell: dict) -> dict:
         "passes": list(PASSES),
         "notes": notes,
         "shapes": shapes,
+        **checked,
         **({"first_call": first} if first else {}),
         "spent_s": spent.record(),
         **_device_info(device),

@@ -13,6 +13,7 @@ from .analysis import FIT_POINTS, analysis, first_oom, memory_exponents, speedup
 from .figures import latency_figure, memory_figure
 from .frames import frame, memory_frame, present_implementations, tiles_frame
 from .leaderboard import leaderboard
+from .reference_checks import caveat, reference_checks
 from .tables import answer_tables, latency_table, memory_table, speedup_table, tiles_table
 
 __all__ = ["EXPERIMENTS", "build", "skip_reason", "analysis", "first_oom",
@@ -86,16 +87,19 @@ def triton_backward(records: list[dict]) -> str:
     return " or ".join(BACKWARDS[k] for k in sorted(kinds)) or BACKWARDS["fused"]
 
 
-def _description(key: str, records: list[dict]) -> str:
-    return DESCRIPTIONS[key].format(backward=triton_backward(records)) if key == "triton" else DESCRIPTIONS[key]
+def _description(key: str, records: list[dict], checks: list[dict]) -> str:
+    text = DESCRIPTIONS[key].format(backward=triton_backward(records)) if key == "triton" else DESCRIPTIONS[key]
+    return text + caveat(key, checks)
 
 
 def build(ctx) -> dict:
     records = ctx.records("flash_benchmarking")
     df = frame(records)
     mem = memory_frame(records)
+    checks = reference_checks(records)
     out: dict = {"settings": _settings(records), "tables": [], "figures": [], "leaderboard": None,
-                 "labels": [{"key": i, "label": IMPLEMENTATIONS[i], "description": _description(i, records)}
+                 "reference_checks": checks,
+                 "labels": [{"key": i, "label": IMPLEMENTATIONS[i], "description": _description(i, records, checks)}
                             for i in present_implementations(df)] if not df.empty else []}
     out["leaderboard"] = leaderboard(ctx.records("flash_leaderboard"))
     if df.empty:  # e.g. only the leaderboard ran
