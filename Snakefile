@@ -39,6 +39,7 @@ include: "workflow/rules/ddp_overlap_individual_parameters_benchmarking.smk"
 include: "workflow/rules/ddp_bucketed_benchmarking.smk"
 include: "workflow/rules/communication_accounting.smk"
 include: "workflow/rules/optimizer_state_sharding_accounting.smk"
+include: "workflow/rules/parallelism_calcs.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -10,7 +10,8 @@ Optional: ``headline(data) -> list[str]`` (the summary's clauses), ``skip_reason
 and ``ANALYTIC`` (sub-questions answered without records).
 
 A problem answered by the handout's tests alone (every part's form ``tests``) has no module of
-its own: :mod:`.handout_tests` builds each of them, into one template pair. A problem with
+its own: :mod:`.handout_tests` builds each of them, into one template pair; so does
+:mod:`.parallelism_calcs` for the calculation problems its rule answers (2026's 22-26). A problem with
 neither is reported as not built yet, with the command that runs it (docs/report-sections.md).
 """
 
@@ -20,7 +21,8 @@ import importlib
 from types import ModuleType
 
 from ...editions import Problem
-from . import handout_tests
+from ...names.parallelism import RULE as CALCS_RULE
+from . import handout_tests, parallelism_calcs
 
 __all__ = ["section"]
 
@@ -35,8 +37,10 @@ def _module(problem_id: str) -> ModuleType | None:
 
 
 def section(problem: Problem):
-    """The builder of ``problem``: the shared one of the problems answered by the handout's tests,
-    else the module named for the problem; None where this version of the report has neither."""
+    """The builder of ``problem``: the shared one of the problems answered by the handout's tests or
+    by the calculations' rule, else the module named for the problem; None where this version of the report has neither."""
     if problem.answered_by_tests:
         return handout_tests.section(problem)
+    if problem.rule == CALCS_RULE:
+        return parallelism_calcs.section(problem)
     return _module(problem.id)
