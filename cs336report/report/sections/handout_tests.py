@@ -39,6 +39,66 @@ OURS = {"naive_ddp": ("DDPNaive (and DDPFlat)", "cs336report/distributed/ddp.py"
                                      "cs336report/distributed/sharded_optimizer.py",
                                      "tests/test_optimizer_state_sharding.py", "")}
 
+# How our implementation of a problem works, read from its code: per sub-question key ("all" for one
+# deliverable), the sentences the answer gives under its heading. A name between backticks is the
+# code's and is set as code; the files named hold every such name (tests/test_handout_sections.py).
+DESIGN = {
+    "flash_forward": {
+        "a": ("`FlashAttention2PyTorch` (`cs336report/flash/pytorch.py`) takes one query tile at a time and sweeps the "
+              "key tiles in float32, keeping a running row maximum, a running row sum and an unnormalised output that "
+              "each new tile rescales.",
+              "After the sweep it divides the output by the row sum once and saves the logsumexp L = m + log l, with "
+              "Q, K, V and O, for backward."),
+        "b": ("`flash_fwd_kernel` (`cs336report/flash/triton_fwd.py`) runs one program per query tile and batch "
+              "element, with the running maximum, sum and output in float32 registers and the softmax in base 2 "
+              "(the scale times log2 e folded into the scores).",
+              "Its tile sizes come from a table of defaults by the bytes of a row of Q, or from Triton's autotuner, and on "
+              "Hopper the tiles move through tensor descriptors (TMA).",
+              "Like the PyTorch forward, it saves L, Q, K, V and O for backward."),
+        "c": ("Key tiles wholly above the diagonal are never visited (the loop bounds stop at the query tile's last "
+              "row), and only the tiles that straddle the diagonal or the ragged end are bounds-checked and masked, "
+              "with the handout's -1e6 for a key after its query.",
+              "The kernel takes query tiles last to first, so that under the mask the longest programs start first; "
+              "the PyTorch forward skips the same tiles and adds -1e6 to the masked scores of those it visits."),
+    },
+    "flash_backward": {
+        "all": ("The PyTorch backward (`flash_backward_pytorch`) recomputes P = exp(S - L) from the saved logsumexp "
+                "instead of keeping the scores, then D = rowsum(O ∘ dO), dV = Pᵀ dO, dS = P ∘ (dO Vᵀ - D) and dQ, dK "
+                "from dS, over whole matrices.",
+                "It runs through `torch.compile`, which fuses the elementwise steps between the matrix products, and "
+                "falls back to eager with a warning where compiling fails.",
+                "The Triton backward (`flash_bwd_kernel`) gives each program a key tile that sweeps the query tiles "
+                "once, sums dK and dV in registers and adds its share of dQ to a float32 buffer with atomic adds."),
+    },
+    "naive_ddp": {
+        "all": ("The constructor broadcasts rank 0's parameters and buffers; after backward, "
+                "`finish_gradient_synchronization` all-reduces each gradient in its own blocking call and divides "
+                "it by the world size (Gloo has no averaging reduction).",
+                "`DDPFlat` flattens all gradients into one buffer for a single all-reduce and copies the result "
+                "back."),
+    },
+    "ddp_overlap_individual_parameters": {
+        "all": ("Each trainable parameter gets a post-accumulate-grad hook "
+                "(`register_post_accumulate_grad_hook`) that divides its gradient by the world size and starts an "
+                "asynchronous all-reduce of it, so communication begins while backward is still computing.",
+                "A tied weight is one parameter, so its hook fires once, after both uses have added to its gradient; "
+                "`finish_gradient_synchronization` only waits for the handles."),
+    },
+    "ddp_overlap_bucketed": {
+        "all": ("`assign_buckets` fills buckets of at most bucket_size_mb MiB in reverse registration order, the "
+                "order backward produces gradients, and gives a parameter larger than that a bucket of its own.",
+                "Each hook counts its bucket's ready gradients, and the last one flattens the bucket, divides it by "
+                "the world size and starts one asynchronous all-reduce; on CUDA a side stream copies the result back "
+                "into the gradients as soon as it ends.",
+                "After backward a bucket left partly filled (a parameter unused in the step) is reduced with what it "
+                "has, and the optimizer step waits for the side stream."),
+    },
+    "optimizer_state_sharding": {
+        "all": ("The broadcasts after the step are started asynchronously, one per parameter, and waited for "
+                "together.",),
+    },
+}
+
 # The problems whose tests compare against a reference and record the largest error (the evidence says so).
 WITH_ERRORS = ("flash_forward", "flash_backward")
 
@@ -60,6 +120,7 @@ def build(ctx, problem: Problem) -> dict:
     return {**data, "id": problem.id, "noun": NOUN.get(problem.id, "handout test"),
             "errors": problem.id in WITH_ERRORS,
             "ours": dict(zip(("name", "file", "tests", "checks"), ours)) if ours else None,
+            "design": DESIGN.get(problem.id, {}),
             "parts": [{"letter": p.letter, "heading": p.heading, "key": p.letter or "all",
                        "what": what[p.letter or "all"]} for p in problem.parts]}
 
