@@ -163,6 +163,6 @@ def test_the_design_lines_are_ours_and_left_out_for_a_students_code(tmp_path):
     part_a, rest = text.split('id="flash_forward-b"')
     part_b = rest.split('id="flash_forward-c"')[0]
     assert "`flash_fwd_kernel`" in part_b and "FlashAttention2PyTorch" not in part_b
-    assert "FlashAttention2PyTorch" in part_a and DESIGN["flash_forward"]["a"][1][:40] in part_a
+    assert "FlashAttention2PyTorch" in part_a and DESIGN["flash_forward"]["a"][0][-40:] in part_a
     student = template.render(fmt_lib="_md.j2", d={**data, "student": True}, section=info)
     assert "fwd_kernel" not in student and "FlashAttention2PyTorch" not in student and "Passed" in student

@@ -44,31 +44,21 @@ OURS = {"naive_ddp": ("DDPNaive (and DDPFlat)", "cs336report/distributed/ddp.py"
 # code's and is set as code; the files named hold every such name (tests/test_handout_sections.py).
 DESIGN = {
     "flash_forward": {
-        "a": ("`FlashAttention2PyTorch` (`cs336report/flash/pytorch.py`) takes one query tile at a time and sweeps the "
-              "key tiles in float32, keeping a running row maximum, a running row sum and an unnormalised output that "
-              "each new tile rescales.",
-              "After the sweep it divides the output by the row sum once and saves the logsumexp L = m + log l, with "
-              "Q, K, V and O, for backward."),
-        "b": ("`flash_fwd_kernel` (`cs336report/flash/triton_fwd.py`) runs one program per query tile and batch "
-              "element, with the running maximum, sum and output in float32 registers and the softmax in base 2 "
-              "(the scale times log2 e folded into the scores).",
-              "Its tile sizes come from a table of defaults by the bytes of a row of Q, or from Triton's autotuner, and on "
-              "Hopper the tiles move through tensor descriptors (TMA).",
-              "Like the PyTorch forward, it saves L, Q, K, V and O for backward."),
-        "c": ("Key tiles wholly above the diagonal are never visited (the loop bounds stop at the query tile's last "
-              "row), and only the tiles that straddle the diagonal or the ragged end are bounds-checked and masked, "
-              "with the handout's -1e6 for a key after its query.",
-              "The kernel takes query tiles last to first, so that under the mask the longest programs start first; "
-              "the PyTorch forward skips the same tiles and adds -1e6 to the masked scores of those it visits."),
+        "a": ("`FlashAttention2PyTorch` (`cs336report/flash/pytorch.py`) sweeps the key tiles for one query tile at a "
+              "time in float32, rescaling a running row maximum, row sum and output, and saves L = m + log l with Q, "
+              "K, V and O for backward.",),
+        "b": ("`flash_fwd_kernel` (`cs336report/flash/triton_fwd.py`) runs a program per query tile and batch "
+              "element with that state in float32 registers, the softmax in base 2, and tiles from a table of "
+              "defaults or Triton's autotuner.",),
+        "c": ("Key tiles wholly above the diagonal are skipped by the loop bounds and only the diagonal and ragged "
+              "tiles are masked (-1e6 for a key after its query); the kernel starts the longest query tiles first.",),
     },
     "flash_backward": {
-        "all": ("The PyTorch backward (`flash_backward_pytorch`) recomputes P = exp(S - L) from the saved logsumexp "
-                "instead of keeping the scores, then D = rowsum(O ∘ dO), dV = Pᵀ dO, dS = P ∘ (dO Vᵀ - D) and dQ, dK "
-                "from dS, over whole matrices.",
-                "It runs through `torch.compile`, which fuses the elementwise steps between the matrix products, and "
-                "falls back to eager with a warning where compiling fails.",
-                "The Triton backward (`flash_bwd_kernel`) gives each program a key tile that sweeps the query tiles "
-                "once, sums dK and dV in registers and adds its share of dQ to a float32 buffer with atomic adds."),
+        "all": ("`flash_backward_pytorch`, compiled by `torch.compile`, recomputes P = exp(S - L) from the saved "
+                "logsumexp instead of keeping the scores, then forms dV, dP, dS = P ∘ (dP - rowsum(O ∘ dO)), dQ and "
+                "dK over whole matrices.",
+                "The Triton backward (`flash_bwd_kernel`) sweeps the query tiles once per key tile and adds each "
+                "share of dQ to a float32 buffer with atomic adds."),
     },
     "naive_ddp": {
         "all": ("The constructor broadcasts rank 0's parameters and buffers; after backward, "
