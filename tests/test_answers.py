@@ -23,6 +23,9 @@ FIXTURES = REPO / "tests" / "fixtures" / "handout_tests"
 # its §1.3 gives each, written down from the 2025 handout (PDF @ e495ed7): 21 problems, 107 points.
 HANDOUT_PROBLEMS = REPO / "tests" / "fixtures" / "handout_problems.csv"
 WORD_BUDGET = 5000
+# The project's own goals, targets and their verdicts belong to the summary's targets table and the
+# appendix; an answer speaks of the handout's question only.
+OWN_GOALS = re.compile(r"\b(goals?|targets?|met)\b", re.IGNORECASE)
 
 
 def test_handout_list_matches_the_assignment():
@@ -114,6 +117,27 @@ def test_published_answers():
     for line in md.splitlines():  # every answer table fits: at most 8 columns
         if line.startswith("| "):
             assert len(line.strip().strip("|").split(" | ")) <= 8, line[:120]
+
+
+def own_goal_lines(md: str) -> list[str]:
+    """The lines of the answers that name a goal, a target or a verdict on one, read as text (a link
+    by its text, not its address)."""
+    return [line for line in md.splitlines() if OWN_GOALS.search(re.sub(r"\]\([^)\s]*\)", "]", line))]
+
+
+def test_own_goal_lines_are_found():
+    assert own_goal_lines("a\n(this project's Goal: 90 %, met)\nb") == ["(this project's Goal: 90 %, met)"]
+    assert own_goal_lines("Targets are the appendix's.") and own_goal_lines("the target was not met")
+    assert not own_goal_lines("metric, metadata, [4.2 ms](data/met/x.json.gz), the targeted kernel, meta")
+
+
+def test_published_answers_speak_of_the_handout_not_of_the_project():
+    assert own_goal_lines((REPO / "report" / "answers.md").read_text()) == []
+
+
+def test_cpu_answers_speak_of_the_handout_not_of_the_project(workdir):
+    """The answer templates' text on the CPU grid's records, where other sentences show than on a GPU."""
+    assert own_goal_lines((workdir / "report" / "cpu" / "answers.md").read_text()) == []
 
 
 def test_rendering_imports_no_torch(tmp_path):

@@ -125,3 +125,44 @@ def test_optimizer_state_sharding_without_test_records_says_not_run_and_how_to_r
     text = environments()[mode].get_template("answers/handout_tests.j2").render(
         fmt_lib=f"_{mode}.j2", d=data, section=info)
     assert "snakemake --cores 1 --forcerun handout_tests -- report" in text and "ShardedOptimizer" in text
+
+
+def test_the_design_lines_name_our_code():
+    """Every name the design lines set as code is in the implementation they describe (a file named
+    there exists; any other name is in the source of cs336report/flash or cs336report/distributed), and
+    each line is one sentence."""
+    import re
+    from pathlib import Path
+
+    from cs336report.report.sections.handout_tests import DESIGN
+
+    repo = Path(__file__).resolve().parent.parent
+    source = "".join(f.read_text() for folder in ("flash", "distributed")
+                     for f in sorted((repo / "cs336report" / folder).glob("*.py")))
+    assert set(DESIGN) == {p.id for p in TESTED}
+    for problem in TESTED:
+        keys = {p.letter or "all" for p in problem.parts} | {"all"}
+        assert set(DESIGN[problem.id]) <= keys, problem.id
+    for problem, parts in DESIGN.items():
+        for sentence in (s for lines in parts.values() for s in lines):
+            assert sentence.count("`") % 2 == 0 and sentence.endswith("."), sentence
+            assert not re.search(r"\. [A-Z]", sentence), sentence  # one sentence
+            for name in sentence.split("`")[1::2]:
+                assert (repo / name).exists() if "/" in name else name in source, (problem, name)
+
+
+def test_the_design_lines_are_ours_and_left_out_for_a_students_code(tmp_path):
+    """Our design lines stand under their sub-question; where the tests ran a student's code they are not shown."""
+    from cs336report.report.sections.handout_tests import DESIGN
+
+    forward = next(p for p in TESTED if p.id == "flash_forward")
+    data = section_of(forward).build(_ctx(tmp_path, [_record(TESTS)]))
+    template = environments()["md"].get_template("answers/handout_tests.j2")
+    info = {"id": forward.id, "title": forward.title, "command": "snakemake"}
+    text = template.render(fmt_lib="_md.j2", d=data, section=info)
+    part_a, rest = text.split('id="flash_forward-b"')
+    part_b = rest.split('id="flash_forward-c"')[0]
+    assert "`flash_fwd_kernel`" in part_b and "FlashAttention2PyTorch" not in part_b
+    assert "FlashAttention2PyTorch" in part_a and DESIGN["flash_forward"]["a"][0][-40:] in part_a
+    student = template.render(fmt_lib="_md.j2", d={**data, "student": True}, section=info)
+    assert "fwd_kernel" not in student and "FlashAttention2PyTorch" not in student and "Passed" in student

@@ -76,6 +76,11 @@ def residual_activation_bytes(spec: ModelSpec, batch: int, context: int, bytes_p
     return batch * context * spec.d_model * bytes_per_value
 
 
+def score_tensor_bytes(spec: ModelSpec, batch: int, context: int, bytes_per_value: int = 4) -> int:
+    """One layer's attention scores (or softmax probabilities): B · h · T² values."""
+    return batch * spec.num_heads * context * context * bytes_per_value
+
+
 # Element-wise operations per attention score in a numerically stable softmax: the running
 # max, the subtraction, the exponential, the sum and the division.
 SOFTMAX_FLOPS_PER_SCORE = 5

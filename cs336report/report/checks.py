@@ -28,6 +28,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ..records.store import host_bound_beside_jobs
+from .tables import Num, fmt_bytes, sig
 
 # A comparison drawn from a cell whose step times vary more than this is not drawn.
 NOISY_CV = 0.10
@@ -206,3 +207,26 @@ def h100_note(records: list[dict]) -> str:
     if not cells:
         return ""
     return (f"{', '.join(cells)}: peak above 80 GB, measured on a larger card; would not fit an 80 GB H100")
+
+
+def over_h100(records: list[dict]) -> dict | None:
+    """The cells of ``records`` whose measured peak exceeds an 80 GB H100, measured on a larger card:
+    which (precision, sizes, context), how many, and the range of their peaks in GB (10⁹ bytes), each
+    end linked to its record; None where there are none."""
+    over = []
+    for r in records:
+        peak = ((r.get("data") or {}).get("peak_memory") or {}).get("allocated_bytes")
+        card = (r.get("provenance") or {}).get("gpu_memory_bytes")
+        if r.get("status") == "ok" and peak and card and card > H100_BYTES and peak > H100_BYTES:
+            over.append((r.get("config") or {}, peak, card, r.get("_path")))
+    if not over:
+        return None
+    groups: dict[tuple, list] = {}
+    for c, *_ in over:
+        sizes = groups.setdefault((c.get("precision", ""), c.get("context", "")), [])
+        if c.get("size") not in sizes:
+            sizes.append(c.get("size"))
+    lo, hi = min(over, key=lambda o: o[1]), max(over, key=lambda o: o[1])
+    return {"cells": "; ".join(f"{p} {' and '.join(map(str, s))} at context {t}".strip() for (p, t), s in groups.items()),
+            "n": len(over), "lo": Num(sig(lo[1] / 1e9), lo[3]), "hi": Num(sig(hi[1] / 1e9), hi[3]),
+            "card": fmt_bytes(max(o[2] for o in over))}

@@ -309,4 +309,5 @@ def build(ctx) -> dict:
         out["warmup_cell"] = f"{wf['size'].iloc[0]}, context {wf['context'].iloc[0]}, {MODE_COLUMNS[wf['mode'].iloc[0]]}"
     out["analysis"] = analysis(df, wf, flags)
     out["answer"] = answer_part(df)
+    out["over_h100"] = checks.over_h100(ctx.records("benchmarking"))
     return out

@@ -19,8 +19,6 @@ PROFILE = "ddp_overlap_profile"  # the profiled steps (problem 16 (b)); the othe
 EXPERIMENT = "ddp_overlap_individual_parameters_benchmarking"  # the rule of the problem's own name
 TIMED = (EXPERIMENT, "naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking", "ddp_bucketed_benchmarking")
 EXPERIMENTS = (*TIMED, PROFILE)
-# The goal for the overlapped variants: hide at least this share of naive's all-reduce time.
-HIDE_GOAL = 0.9
 
 
 def _hidden_shares(df, naive: dict | None) -> list[dict]:
@@ -42,7 +40,7 @@ def _hidden_shares(df, naive: dict | None) -> list[dict]:
             longer = numbers["backward_s"] - naive["backward_s"]
             spread = math.hypot(naive["step_std_s"], numbers["step_std_s"])
             out.append({"label": numbers["label"], "sync": numbers["sync"], "share": fmt_pct(share),
-                        "met": share >= HIDE_GOAL, "saved": ms(abs(saved)), "step_shorter": saved > 0,
+                        "saved": ms(abs(saved)), "step_shorter": saved > 0,
                         "within_spread": abs(saved) <= spread, "spread": ms(spread),
                         "off_step": fmt_pct(saved / naive["sync_s"]),
                         "backward_longer": ms(longer) if longer > 0 else None})
@@ -70,7 +68,7 @@ def build(ctx) -> dict:
     records = ddp_records(ctx, TIMED)
     df = steps_frame(records)
     out: dict = {"table": None, "setting": None, "figures": [], "overlap": [], "profile_note": None, "student": [],
-                 "hides": [], "tool": None, "hide_goal": fmt_pct(HIDE_GOAL, 2)}
+                 "hides": [], "tool": None}
     if df.empty:
         return out
     # naive may have run twice (its own problem, and profiled here): the table keeps this problem's row

@@ -39,6 +39,56 @@ OURS = {"naive_ddp": ("DDPNaive (and DDPFlat)", "cs336report/distributed/ddp.py"
                                      "cs336report/distributed/sharded_optimizer.py",
                                      "tests/test_optimizer_state_sharding.py", "")}
 
+# How our implementation of a problem works, read from its code: per sub-question key ("all" for one
+# deliverable), the sentences the answer gives under its heading. A name between backticks is the
+# code's and is set as code; the files named hold every such name (tests/test_handout_sections.py).
+DESIGN = {
+    "flash_forward": {
+        "a": ("`FlashAttention2PyTorch` (`cs336report/flash/pytorch.py`) sweeps the key tiles for one query tile at a "
+              "time in float32, rescaling a running row maximum, row sum and output, and saves L = m + log l with Q, "
+              "K, V and O for backward.",),
+        "b": ("`flash_fwd_kernel` (`cs336report/flash/triton_fwd.py`) runs a program per query tile and batch "
+              "element with that state in float32 registers, the softmax in base 2, and tiles from a table of "
+              "defaults or Triton's autotuner.",),
+        "c": ("Key tiles wholly above the diagonal are skipped by the loop bounds and only the diagonal and ragged "
+              "tiles are masked (-1e6 for a key after its query); the kernel starts the longest query tiles first.",),
+    },
+    "flash_backward": {
+        "all": ("`flash_backward_pytorch`, compiled by `torch.compile`, recomputes P = exp(S - L) from the saved "
+                "logsumexp instead of keeping the scores, then forms dV, dP, dS = P ∘ (dP - rowsum(O ∘ dO)), dQ and "
+                "dK over whole matrices.",
+                "The Triton backward (`flash_bwd_kernel`) sweeps the query tiles once per key tile and adds each "
+                "share of dQ to a float32 buffer with atomic adds."),
+    },
+    "naive_ddp": {
+        "all": ("The constructor broadcasts rank 0's parameters and buffers; after backward, "
+                "`finish_gradient_synchronization` all-reduces each gradient in its own blocking call and divides "
+                "it by the world size (Gloo has no averaging reduction).",
+                "`DDPFlat` flattens all gradients into one buffer for a single all-reduce and copies the result "
+                "back."),
+    },
+    "ddp_overlap_individual_parameters": {
+        "all": ("Each trainable parameter gets a post-accumulate-grad hook "
+                "(`register_post_accumulate_grad_hook`) that divides its gradient by the world size and starts an "
+                "asynchronous all-reduce of it, so communication begins while backward is still computing.",
+                "A tied weight is one parameter, so its hook fires once, after both uses have added to its gradient; "
+                "`finish_gradient_synchronization` only waits for the handles."),
+    },
+    "ddp_overlap_bucketed": {
+        "all": ("`assign_buckets` fills buckets of at most bucket_size_mb MiB in reverse registration order, the "
+                "order backward produces gradients, and gives a parameter larger than that a bucket of its own.",
+                "Each hook counts its bucket's ready gradients, and the last one flattens the bucket, divides it by "
+                "the world size and starts one asynchronous all-reduce; on CUDA a side stream copies the result back "
+                "into the gradients as soon as it ends.",
+                "After backward a bucket left partly filled (a parameter unused in the step) is reduced with what it "
+                "has, and the optimizer step waits for the side stream."),
+    },
+    "optimizer_state_sharding": {
+        "all": ("The broadcasts after the step are started asynchronously, one per parameter, and waited for "
+                "together.",),
+    },
+}
+
 # The problems whose tests compare against a reference and record the largest error (the evidence says so).
 WITH_ERRORS = ("flash_forward", "flash_backward")
 
@@ -60,6 +110,7 @@ def build(ctx, problem: Problem) -> dict:
     return {**data, "id": problem.id, "noun": NOUN.get(problem.id, "handout test"),
             "errors": problem.id in WITH_ERRORS,
             "ours": dict(zip(("name", "file", "tests", "checks"), ours)) if ours else None,
+            "design": DESIGN.get(problem.id, {}),
             "parts": [{"letter": p.letter, "heading": p.heading, "key": p.letter or "all",
                        "what": what[p.letter or "all"]} for p in problem.parts]}
 

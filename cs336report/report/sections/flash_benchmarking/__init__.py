@@ -62,6 +62,26 @@ def _settings(records: list[dict]) -> list[dict]:
     return items
 
 
+def settings_line(records: list[dict], timer: str) -> dict | None:
+    """The settings the answer states: batch, causal, the timer and its warm-up and repetition, and
+    the Triton rows' tiles (autotuned per shape or fixed, and the forward's range of Q × K tiles)."""
+    cells = [r["config"] for r in records if r["status"] == "ok"]
+    if not cells:
+        return None
+    values = lambda key: ", ".join(sorted({str(c[key]) for c in cells if key in c})) or "–"  # noqa: E731
+    forward = sorted({(t["Q_TILE_SIZE"], t["K_TILE_SIZE"]) for r in records if r["status"] == "ok"
+                      and r["config"].get("implementation") == "triton"
+                      for shape in r["data"].get("shapes") or [] for k, t in (shape.get("tiles") or {}).items()
+                      if k == "fwd"})
+    tuned = {bool((r["data"].get("notes") or {}).get("autotune")) for r in records
+             if r["status"] == "ok" and r["config"].get("implementation") == "triton"}
+    return {"batch": values("batch"), "causal": values("causal") == "True", "timer": timer,
+            "warmup_ms": values("warmup_ms"), "rep_ms": values("rep_ms"),
+            "tiles": (None if not forward else f"{forward[0][0]}×{forward[0][1]}" if len(forward) == 1
+                      else f"from {forward[0][0]}×{forward[0][1]} to {forward[-1][0]}×{forward[-1][1]}"),
+            "autotuned": tuned == {True}}
+
+
 def skip_reason(ctx) -> str:
     return "the active grid configures no flash_benchmarking cells"
 
@@ -115,6 +135,7 @@ def build(ctx) -> dict:
     timers = sorted(set(df["timer"].dropna()))
     out["timer"] = ", ".join(timers)
     out["cpu_timer"] = any("CPU" in t for t in timers)
+    out["settings_line"] = settings_line(records, out["timer"])
     for dtype in sorted(set(df["dtype"])):
         for p in PASSES:
             out["tables"].append(latency_table(df, dtype, p))

@@ -40,7 +40,7 @@ def phase_summary(row) -> dict:
     for p in snap["phases"]:
         peaks[p["phase"]] = max(peaks.get(p["phase"], 0), p["peak_bytes"])
     return {"peak": _gib(snap["peak"]["bytes"], row.get("source")), "peak_phase": snap["peak"]["phase"],
-            "start": _gib(start, row.get("source")),
+            "start": _gib(start, row.get("source")), "allocated": _gib(row.get("peak_alloc"), row.get("source")),
             "phase_peaks": [{"phase": k, "peak": _gib(v)} for k, v in peaks.items()]}
 
 

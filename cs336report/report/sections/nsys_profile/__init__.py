@@ -13,7 +13,8 @@ this package):
 (c) the non-GEMM kernels with a non-trivial share of forward time;
 (d) the GEMM share of kernel time in forward-only cells against full training steps, and the
     kernels and classes that gain share;
-(e) softmax against the two attention matmuls: time ratio against FLOP ratio.
+(e) softmax against the two attention matmuls: time ratio against FLOP ratio; and its bytes over
+    the bandwidth the roofline probe measured on the card, against its kernels' time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .frames import MODE_LABELS, cell_frame, class_frame, forward_source, kernel
 from .kernels import (NON_TRIVIAL, attention_table, class_figure, class_table, gain_table, gemm_shift_table,
                       non_gemm_table, reference_cell, top_kernel_table)
 from .timing import cost_table, profiling_table, timing_analysis, timing_table
+from .traffic import softmax_traffic
 
 __all__ = ["EXPERIMENTS", "build", "skip_reason", "cell_frame",
            "checks_table", "NON_TRIVIAL"]
@@ -86,6 +88,7 @@ def build(ctx) -> dict:
                                  "largest_median": fmt_pct(by_class.iloc[0]) if len(by_class) else None}
     out["shift_table"], out["shift"] = gemm_shift_table(classes, cells)
     out["attention_table"], out["attention"] = attention_table(cells, kernels)
+    out["softmax_traffic"] = softmax_traffic(cells, kernels, ctx.records("roofline"))
     out["checks_table"], out["checks"] = checks_table(cells)
     if not classes.empty:
         out["figure"] = ctx.figure("nsys_profile_classes", class_figure(classes, ok),

@@ -90,6 +90,7 @@ def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
             "plain_wall_s": b.get("wall_s") if b else None, "plain_path": b.get("_path") if b else None,
             "profile_wall_s": tool.get("profile_wall_s"), "export_wall_s": tool.get("export_wall_s"),
             "checks": d.get("checks") or {}, "model": c.get("model"), "batch": c.get("batch_size"),
+            "precision": c.get("precision"), "gpu": (r.get("provenance") or {}).get("gpu"),
             "path": r.get("_path", ""),
         })
     df = pd.DataFrame(rows)

@@ -133,6 +133,12 @@ def timing_analysis(cells: pd.DataFrame) -> dict:
             "max_cell": f"{worst['size']}, context {worst['context']}", "n_longer": int((diff > 0).sum()),
             "n_step": sum(p[0] == "step" for _, p in pairs),
         }
+        forward = [(r, p) for r, p in pairs if p[0] == "forward"]
+        if forward:  # the forward pass's own time, shortest and longest cell: the range and the timer
+            ends = [min(forward, key=lambda x: x[1][1]), max(forward, key=lambda x: x[1][1])]
+            out["range"]["forward_ms"] = [{"cell": f"{r['size']} at context {r['context']}",
+                                           "range": Num(fmt_ms(p[1]), r["path"] or None),
+                                           "timer": Num(sig(p[2] * 1e3), r["path"] or None)} for r, p in ends]
     both = fwd[(fwd["plain_status"] == "ok") & fwd["fwd_timer_med_s"].map(is_number)
                & fwd["plain_fwd_med_s"].map(is_number)]
     if both.empty:

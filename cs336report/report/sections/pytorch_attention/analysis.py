@@ -195,6 +195,18 @@ def sdpa_savings(df: pd.DataFrame) -> list[dict]:
     return out
 
 
+def handout_largest(naive: pd.DataFrame) -> dict | None:
+    """The naive cells at the handout's largest seq, where every one of them ran: the highest peak
+    allocated among them (linked to its record) and whether it fits the 80 GB H100 the handout assumed."""
+    largest = max(checks.HANDOUT_GRIDS["pytorch_attention"]["seq"])
+    at = naive[naive["seq"] == largest]
+    if at.empty or not (at["status"] == "ok").all() or at["peak_bytes"].isna().any():
+        return None
+    top = at.loc[at["peak_bytes"].idxmax()]
+    return {"seq": largest, "peak": Num(fmt_bytes(top["peak_bytes"]), top["source"]), "d": int(top["d"]),
+            "h100": fmt_bytes(checks.H100_BYTES), "fits": bool(top["peak_bytes"] <= checks.H100_BYTES)}
+
+
 def analysis(df: pd.DataFrame) -> dict:
     naive = df[df["variant"] == "naive"]
     out: dict = {"n_cells": len(naive), "n_ok": int((naive["status"] == "ok").sum()),
@@ -228,6 +240,7 @@ def analysis(df: pd.DataFrame) -> dict:
     out["accounting"] = accounting_tables(df)
     out["sdpa"] = sdpa_savings(df)
     ok = naive[naive["status"] == "ok"]
+    out["handout_largest"] = handout_largest(naive)
     if not ok.empty:
         ratio = ok["bwd_mean_s"] / ok["fwd_mean_s"]
         out["bwd_over_fwd"] = {"min": sig(ratio.min()), "max": sig(ratio.max()), "median": sig(ratio.median())}
