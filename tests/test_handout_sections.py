@@ -4,6 +4,7 @@ headline."""
 
 from cs336report.report import handout_tests
 from cs336report.report.render import RenderContext
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import SECTIONS
 
 TESTS = [
@@ -17,7 +18,7 @@ TESTS = [
 
 
 def _ctx(tmp_path, records):
-    return RenderContext(records, {"_device": "cpu", "_grid": "cpu"}, tmp_path)
+    return RenderContext(records, RenderSettings.from_config({"_device": "cpu", "_grid": "cpu"}), tmp_path)
 
 
 def _record(tests):

@@ -6,12 +6,14 @@ import pytest
 handout_tests = pytest.importorskip("cs336report.report.handout_tests")
 
 from cs336report.report.render import RenderContext, environments  # noqa: E402
+
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import optimizer_state_sharding as section  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_answer_without_test_records_says_not_run_and_how_to_run(tmp_path, mode):
-    data = section.build(RenderContext([], {"_device": "cpu", "_grid": "cpu"}, tmp_path))
+    data = section.build(RenderContext([], RenderSettings.from_config({"_device": "cpu", "_grid": "cpu"}), tmp_path))
     assert not data["ran"] and data["implementation"].endswith("ShardedOptimizer")
     info = {"id": section.ID, "title": section.TITLE, "rules": list(section.EXPERIMENTS)}
     text = environments()[mode].get_template(f"answers/{section.ID}.j2").render(

@@ -28,6 +28,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ..records.store import host_bound_beside_jobs
+from .settings import RenderSettings
 
 # A comparison drawn from a cell whose step times vary more than this is not drawn.
 NOISY_CV = 0.10
@@ -47,7 +48,7 @@ CELL_KINDS = ("shared", "host_bound", "host_bound_beside_jobs", "noisy")
 
 
 def _stats(record: dict) -> dict | None:
-    data = record.get("data") or {}
+    data = record["data"]
     repeats = (data.get("repeats") or {}).get("stats_s")
     return repeats or data.get("stats_s")
 
@@ -55,8 +56,8 @@ def _stats(record: dict) -> dict | None:
 def _timed(records: list[dict]) -> list[dict]:
     out = []
     for r in records:
-        c = r.get("config") or {}
-        if r.get("status") == "ok" and {"size", "context", "mode"} <= set(c) and _stats(r):
+        c = r["config"]
+        if r["status"] == "ok" and {"size", "context", "mode"} <= set(c) and _stats(r):
             out.append(r)
     return out
 
@@ -79,11 +80,11 @@ def timing_flags(records: list[dict], noisy_cv: float = NOISY_CV) -> list[dict]:
     flags: list[dict] = []
 
     def flag(kind: str, *rs: dict) -> None:
-        flags.append({"kind": kind, "text": KINDS[kind], "sources": [r.get("_path") for r in rs],
+        flags.append({"kind": kind, "text": KINDS[kind], "sources": [r["_path"] for r in rs],
                       "cells": [_name(r) for r in rs]})
 
     for r in timed:
-        data = r.get("data") or {}
+        data = r["data"]
         if (r.get("contention") or {}).get("shared"):
             flag("shared", r)
         if (data.get("host") or {}).get("host_bound"):
@@ -137,23 +138,18 @@ def note(flags: list[dict], sources) -> str:
     return ("flagged, and left out of the comparisons in the text: " + "; ".join(parts)) if parts else ""
 
 
-def cut_down_grid(config: dict, handout: dict | None = None) -> list[str]:
-    """Where ``config``'s grid (gpu, or handout) is smaller than the same grid of the default config
-    (``handout``): an experiment left out, or a list of sizes, contexts, modes, ... that holds only
-    part of the default's. A verdict on the whole report (its cost) holds for that grid only."""
+def cut_down_grid(settings: RenderSettings) -> list[str]:
+    """Where the report's grid (gpu, or handout) is smaller than the same grid of the default config
+    (``settings.reference_grids``, which the report rule passes): an experiment left out, or a list of
+    sizes, contexts, modes, ... that holds only part of the default's. A verdict on the whole report
+    (its cost) holds for that grid only. Nothing is called cut down where the default is not known."""
     from ..config import handout_grid
 
-    if handout is None:
-        import yaml
-
-        from ..config import DEFAULT_CONFIG
-
-        handout = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    name = "handout" if config.get("_grid") == "handout" else "gpu"
-    grids = handout.get("grids") or {}
+    name = "handout" if settings.grid == "handout" else "gpu"
+    grids = settings.reference_grids or {}
     want = (handout_grid(grids) if name == "handout" else grids.get("gpu")) or {}
     want = {k: v for k, v in want.items() if v is not None}
-    have = (config.get("grids") or {}).get(name) or {}
+    have = settings.grids.get(name) or {}
     out = []
     for experiment, grid in want.items():
         if not isinstance(grid, dict):
