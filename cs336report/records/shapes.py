@@ -33,18 +33,19 @@ class ShapeError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class StepTimes:
-    """A timed Transformer step (benchmarking_script's cells and those that time a step as it does)."""
+    """A timed Transformer step (benchmarking_script's cells and those that time a step as it does): its
+    statistics, and what a run of today's code records beside them."""
 
-    flop_formula: str
-    flops_per_step: int
-    grad_mode: str
-    model: dict
-    params: int
-    params_expected: int
-    phase_stats_s: dict
     stats_s: dict
-    tflops: float
-    times_s: dict
+    flop_formula: str | None = None
+    flops_per_step: float | None = None
+    grad_mode: str | None = None
+    model: dict | None = None
+    params: int | None = None
+    params_expected: int | None = None
+    phase_stats_s: dict | None = None
+    tflops: float | None = None
+    times_s: dict | None = None
     attention_saved_matrices: int | None = None
     host: dict | None = None
     spent_s: dict | None = None
@@ -261,10 +262,11 @@ class MemoryParse:
 
 @dataclass(frozen=True, kw_only=True)
 class NsysProfile:
-    """A profiled step: its run (model, timer) and, once parsed, its kernels, ranges and checks."""
+    """A profiled step: its run (model, timer) and, once parsed, its kernels, ranges and checks (every
+    field optional: what a profiled run records depends on its profiler and its parse step)."""
 
-    model: dict
-    params: int
+    model: dict | None = None
+    params: int | None = None
     activity: str | None = None
     api: list | None = None
     checks: dict | None = None
@@ -272,7 +274,7 @@ class NsysProfile:
     empty_reason: str | None = None
     exact: bool | None = None
     exports: list | None = None
-    flops_per_step: int | None = None
+    flops_per_step: float | None = None
     grad_mode: str | None = None
     kernels: list | dict | None = None
     launches: dict | None = None
