@@ -57,7 +57,8 @@ def _check_student(args) -> int:
 
     given = _json_arg(args.check_json)
     try:
-        checked = check_config(given["student"], given["model_source"], given["device"], given["source"])
+        checked = check_config(given["student"], given["model_source"], given["device"], given["source"],
+                               given.get("files"))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -156,13 +156,17 @@ def test_the_command_line_has_a_version_and_lists_the_users_commands_apart(capsy
     ("student", "student: {checkout: /no/such/checkout}\n", "key 'student.checkout': '/no/such/checkout' is not a folder"),
 ])
 def test_a_bad_model_or_checkout_names_the_file_that_set_it(tmp_path, raw, key, text, expect):
+    """Loading the config names a checkout that is not there; the check step (which imports the
+    user's code, as the check_student rule does) names a model that does not import: both name the file."""
     from cs336report.config import load_files
+    from cs336report.student.check import check_config
 
     mine = tmp_path / "mine.yaml"
     mine.write_text(text)
     files = [str(DEFAULT_CONFIG), str(mine)]
     with pytest.raises(ConfigError) as err:
-        Config.from_dict(load_files(files), source="--config", files=files, cuda_available=False)
+        cfg = Config.from_dict(load_files(files), source="--config", files=files, cuda_available=False)
+        check_config(cfg.data.get("student"), cfg.model_source, cfg.device, "--config", list(cfg.files))
     assert str(err.value).startswith(f"{mine}: {expect}"), err.value
 
 

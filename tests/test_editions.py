@@ -1,5 +1,5 @@
 """The edition registry (cs336report/editions): the 2025 entry states what today's code states
-(handout.py, the section modules, the config's handout grid and sizes, the adapters, the handout
+(names/handout.py, the section modules, the config's handout grid and sizes, the adapters, the handout
 test suites, the published report's headings), the 2026 entry what the 2026 handout states, and a
 broken edition file is an error naming the file and the field."""
 
@@ -12,9 +12,12 @@ import jsonschema
 import pytest
 import yaml
 
-from cs336report import adapters, editions, handout, student
+from cs336report import editions
 from cs336report.config import handout_grid
 from cs336report.experiments import handout_tests
+from cs336report.experiments.handout_tests.suite import classify
+from cs336report.names import handout
+from cs336report.student import adapters, resolve as student
 from cs336report.report.sections import SECTIONS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +112,7 @@ def test_2025_test_suites_are_the_handout_tests_experiments():
     for s in suites:
         assert sorted(f.file for f in s.files) == sorted(handout_tests.STUDENT_FILES[s.name])
         for case in s.cases:
-            assert handout_tests.classify(case.name, s.name) == (case.problem, case.subquestion, case.piece), case.name
+            assert classify(case.name, s.name) == (case.problem, case.subquestion, case.piece), case.name
     assert E2025.handout_grid["handout_tests"]["suites"] == [s.name for s in suites]
 
 

@@ -195,16 +195,21 @@ def _require_cuda(source: str) -> None:
                           f"{found.torch}, {found.build}); use 'device: auto' or 'device: cpu'")
 
 
+def named(exc: Exception, files, source: str) -> ConfigError:
+    """A model or checkout error (``key: message``) as a ConfigError naming the key and the one of
+    ``files`` that set it, else the one that named the checkout (whose model it is), else ``source``."""
+    key, _, message = str(exc).partition(": ")
+    where = _file_of(key.split("."), files, _file_of(["student", "checkout"], files, source))
+    return ConfigError(f"{where}: key '{key}': {message}")
+
+
 def _resolved(entry, value, source: str, files=None):
     """``entry(*value)``: the student's or the model's entry as the cells carry it, or ConfigError
-    naming the key and the config file that set it, else the one that named the checkout (whose model
-    it is), else ``source``."""
+    naming the key and the file that set it (:func:`named`)."""
     try:
         return entry(*value)
     except (StudentError, ModelError) as exc:
-        key, _, message = str(exc).partition(": ")
-        where = _file_of(key.split("."), files, _file_of(["student", "checkout"], files, source))
-        raise ConfigError(f"{where}: key '{key}': {message}") from None
+        raise named(exc, files, source) from None
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,7 @@ class Config:
     device: str
     model_source: dict | None = None  # the ``model`` key as cells carry it; None = built-in model
     student: dict | None = None  # the ``student`` key as cells carry it; None = built-in implementations
+    files: tuple[str, ...] = ()  # the config files merged, in order (an error names the one that set a key)
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "config", cuda_available: bool | None = None,
@@ -227,7 +233,7 @@ class Config:
             _require_cuda(_file_of(["device"], files, source))
         if device == "auto":
             device = "cuda" if (machine_cuda_available() if cuda_available is None else cuda_available) else "cpu"
-        cfg = cls(data=data, device=device)
+        cfg = cls(data=data, device=device, files=tuple(str(f) for f in files or ()))
         if data["grid"] in ("gpu", "handout") and device != "cuda":
             raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': {data['grid']!r} runs the "
                               f"handout's model sizes on a CUDA device; this run's device is {device} "

@@ -195,18 +195,19 @@ def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | N
     return entry
 
 
-def check_config(student_config: dict | None, model_source: dict | None, device: str, source: str = "config") -> dict:
+def check_config(student_config: dict | None, model_source: dict | None, device: str, source: str = "config",
+                 files=None) -> dict:
     """Run the probes of a config's student checkout (its ``student`` key) and model (the
     ``model_source`` the config resolved): they import and run that code. Returns
     ``{"student": the entry with each piece's verdict, "model_source": the checked model}``, or raises
-    :class:`~cs336report.config.ConfigError` naming ``source`` (the config file) and the key."""
-    from ..config import ConfigError
+    :class:`~cs336report.config.ConfigError` naming the key and the one of ``files`` (the config files,
+    in the order they were merged) that set it, else ``source``."""
+    from ..config import named
     from ..lm.check import check_source
 
     try:
         student = check_checkout(student_config, device)
         model = check_source(model_source, device)
     except (StudentError, ModelError) as exc:
-        key, _, message = str(exc).partition(": ")
-        raise ConfigError(f"{source}: key '{key}': {message}") from None
+        raise named(exc, files, source) from None
     return {"student": student, "model_source": model}

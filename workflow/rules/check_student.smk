@@ -22,6 +22,7 @@ rule check_student:
                 "model_source": CFG.model_source,
                 "device": CFG.device,
                 "source": "--config",
+                "files": list(CFG.files),
             },
         ),
     shell:
