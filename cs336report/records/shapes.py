@@ -255,9 +255,12 @@ class MemoryCapture:
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryParse:
-    capture: dict
+    """A memory snapshot parsed: its capture record's fields (None for a snapshot with no capture
+    record), the parse, and what the snapshot holds (None where it did not parse)."""
+
+    capture: dict | None
     parse: dict
-    snapshot: dict
+    snapshot: dict | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,6 +320,21 @@ class OptimizerSharding:
 class Roofline:
     copy: dict
     matmul: dict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """The GPUs' interconnect a distributed cell recorded (``data.link``): nvidia-smi's raw topology and
+    NVLink status, the link it names and its peak, the NCCL version and the devices."""
+
+    backend: str | None = None
+    devices: list | None = None
+    interconnect: str | None = None
+    link_peak_gb_s: float | None = None
+    nccl_version: str | None = None
+    nvlink_status: str | None = None
+    topology: str | None = None
+    world_size: int | None = None
 
 
 # experiment (a record's "experiment") -> the shape of its data
@@ -379,9 +397,17 @@ def check(experiment: str, status: str, data) -> None:
             raise ShapeError(name, f"is {type(value).__name__}, expected {' | '.join(names)}")
 
 
-def typed(record: dict):
-    """``record``'s data as its experiment's dataclass; the optional fields it lacks are None (and
-    of a record that failed, every field it lacks)."""
-    shape = SHAPES[record["experiment"]]
+def read_as(shape: type, value: dict | None):
+    """A nested object of a record (``data.link``) as its dataclass ``shape``; the fields it lacks,
+    or all where it is absent, None."""
+    value = value or {}
+    return shape(**{name: value.get(name) for name in _fields(shape)})
+
+
+def typed(record: dict, shape: type | None = None):
+    """``record``'s data as its experiment's dataclass, or as ``shape`` (one that extends it, for a
+    reader of records of several experiments); the optional fields it lacks are None (and of a
+    record that failed, every field it lacks)."""
+    shape = shape or SHAPES[record["experiment"]]
     data = record.get("data") or {}
     return shape(**{name: data.get(name) for name in _fields(shape)})
