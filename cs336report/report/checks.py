@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from ..records.shapes import StepTimes, typed
 from ..records.store import host_bound_beside_jobs
+from .record_frame import record_frame
 from .settings import RenderSettings
 
 # A comparison drawn from a cell whose step times vary more than this is not drawn.
@@ -48,9 +50,9 @@ CELL_KINDS = ("shared", "host_bound", "host_bound_beside_jobs", "noisy")
 
 
 def _stats(record: dict) -> dict | None:
-    data = record["data"]
-    repeats = (data.get("repeats") or {}).get("stats_s")
-    return repeats or data.get("stats_s")
+    """A timed step's statistics: over its repeats where it was timed again, else its own."""
+    data = typed(record, StepTimes)
+    return (data.repeats or {}).get("stats_s") or data.stats_s
 
 
 def _timed(records: list[dict]) -> list[dict]:
@@ -83,11 +85,11 @@ def timing_flags(records: list[dict], noisy_cv: float = NOISY_CV) -> list[dict]:
         flags.append({"kind": kind, "text": KINDS[kind], "sources": [r["_path"] for r in rs],
                       "cells": [_name(r) for r in rs]})
 
-    for r in timed:
-        data = r["data"]
-        if (r.get("contention") or {}).get("shared"):
+    marks = record_frame(timed, {"shared": "contention.shared", "host_bound": "data.host.host_bound"}, exact=True)
+    for r, mark in zip(timed, marks.itertuples()):
+        if mark.shared:
             flag("shared", r)
-        if (data.get("host") or {}).get("host_bound"):
+        if mark.host_bound:
             flag("host_bound_beside_jobs" if host_bound_beside_jobs(r) else "host_bound", r)
         if _stats(r).get("cv", 0.0) > noisy_cv:
             flag("noisy", r)
@@ -182,18 +184,23 @@ def beyond_handout_grid(experiment: str, **point) -> bool:
     return any(key in grid and value > max(grid[key]) for key, value in point.items())
 
 
+# The fields of a record beyond_h100 reads: column -> dotted path (record_frame)
+PEAK_FIELDS = {
+    "status": "status", "peak": "data.peak_memory.allocated_bytes", "card": "provenance.gpu_memory_bytes",
+    "implementation": "config.implementation", "precision": "config.precision", "size": "config.size",
+    "context": "config.context", "mode": "config.mode",
+}
+
+
 def beyond_h100(records: list[dict]) -> list[str]:
     """Cells whose measured peak (allocated bytes) exceeds an 80 GB H100, measured on a larger card:
     they ran here but would not fit the card the handout targets."""
-    out = []
-    for r in records:
-        peak = ((r.get("data") or {}).get("peak_memory") or {}).get("allocated_bytes")
-        card = (r.get("provenance") or {}).get("gpu_memory_bytes")
-        if r.get("status") == "ok" and peak and card and card > H100_BYTES and peak > H100_BYTES:
-            c = r.get("config") or {}
-            out.append(f"{c.get('implementation', '')} {c.get('precision', '')} {c.get('size', '')} context "
-                       f"{c.get('context', '')} {c.get('mode', '')}".replace("  ", " ").strip())
-    return out
+    df = record_frame(records, PEAK_FIELDS, defaults=dict.fromkeys(("implementation", "precision", "size", "context",
+                                                                   "mode"), ""), exact=True)
+    big = [bool(r.status == "ok" and r.peak and r.card and r.card > H100_BYTES and r.peak > H100_BYTES)
+           for r in df.itertuples()]
+    return [f"{r.implementation} {r.precision} {r.size} context {r.context} {r.mode}".replace("  ", " ").strip()
+            for r in df[big].itertuples()] if any(big) else []
 
 
 def h100_note(records: list[dict]) -> str:
