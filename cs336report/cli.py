@@ -126,13 +126,16 @@ def _worker_stop(args) -> int:
 
 
 def _render(args) -> int:
+    from .config import reference_grids
     from .experiments import expected_cells
     from .report.render import render_report
 
     config = _json_arg(args.config_json)
-    # the report rule passes the configured cells' names (_expected); a config without them has its
-    # cells resolved here, so that the report imports no experiment
+    # the report rule passes the configured cells' names (_expected) and the default grids
+    # (_reference_grids); a config without them has them resolved here, so that the report imports no
+    # experiment and reads no config file
     expected = None if "_expected" in config else expected_cells(config)
+    config = {"_reference_grids": reference_grids(), **config}
     try:
         render_report(args.results, config, args.out, expected=expected)
     except OSError as exc:  # a full disk: the file being written is left as it was (records.store.write_atomic)

@@ -7,6 +7,7 @@ import pytest
 from cs336report.config import DEFAULT_CONFIG, Config, load_files
 from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import benchmarking_script as section
 
 # fp32 forward cells of small, xl and 2.7B at contexts 128-1024, from a 4 x H200 run (README there)
@@ -21,7 +22,7 @@ def data_records(records):
 def _context(tmp_path, records):
     cfg = Config.from_dict(load_files([DEFAULT_CONFIG]), cuda_available=True)
     (tmp_path / "figures").mkdir(exist_ok=True)
-    return RenderContext(records, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "figures")
+    return RenderContext(records, RenderSettings.from_config({**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}), tmp_path / "figures")
 
 
 @pytest.mark.parametrize("mode", ["md", "html"])

@@ -10,6 +10,7 @@ import pytest
 from cs336report.accounting.distributed import (XXL, communication_accounting, data_parallel_bytes,
                                                 fsdp_bytes_per_device, forward_times, part_a, part_b, part_c, part_d)
 from cs336report.experiments import communication_accounting as experiment
+from cs336report.report.settings import RenderSettings
 from helpers import without_record_links
 
 
@@ -107,7 +108,7 @@ def _section_data(tmp_path):
     from cs336report.report.sections import communication_accounting as section
 
     record = load(Path(__file__).parent / "fixtures" / "sharding" / "xxl.json.gz")
-    return section, section.build(RenderContext([record], {"_device": "cpu", "_grid": "cpu"}, tmp_path))
+    return section, section.build(RenderContext([record], RenderSettings.from_config({"_device": "cpu", "_grid": "cpu"}), tmp_path))
 
 
 def test_section_shows_each_line_with_its_numbers(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from cs336report.accounting import bucket_model as bm
 from cs336report.report import ddp
+from cs336report.report.settings import RenderSettings
 
 S, T_B = 8e9, 0.27  # XL's fp32 gradients (bytes), a backward pass (s)
 
@@ -67,7 +68,7 @@ def test_section_fits_the_sweep(tmp_path):
 
     folder = Path(__file__).parent / "fixtures" / "ddp_h200" / "ddp_bucketed_benchmarking"
     records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
-    ctx = RenderContext(records, {"_device": "cuda"}, tmp_path)
+    ctx = RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path)
     out = section.build(ctx)
     assert out["fit"] is None  # one bucket size: nothing to fit
     assert out["best"]["size"] == "100 MiB" and out["torch"]["cap"] == "25.0 MiB"
@@ -80,7 +81,7 @@ def test_section_fits_the_sweep(tmp_path):
     other = copy.deepcopy(bucketed)
     other["config"]["bucket_size_mb"], other["data"]["allreduce_calls"] = 10, 760
     other["data"]["stats_s"]["sync"]["median"] = float(bm.overhead(760, s, w, o, t_b))
-    out = section.build(RenderContext(records + [other], {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records + [other], RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     number = lambda text: float(text.split()[0].replace(",", ""))  # noqa: E731
     assert out["fit"]["o"].endswith(" µs") and number(out["fit"]["o"]) == pytest.approx(100, rel=0.02)
     assert number(out["fit"]["w"]) == pytest.approx(200, rel=0.02)
@@ -109,7 +110,7 @@ def test_bucket_sizes_inside_their_spread_are_not_ordered(tmp_path, apart):
 
     records, std = _sweep_with_second_size()
     records[-1]["data"]["stats_s"]["step"]["median"] += 3 * std if apart else 0.5 * std  # the 10 MiB cell
-    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     assert out["best"]["within_spread"] is (not apart)
     assert out["best"]["size"] == "100 MiB" and out["best"]["worst_size"] == "10.0 MiB"
     assert ("cannot be told apart" in "; ".join(section.headline(out))) is (not apart)
@@ -130,7 +131,7 @@ def test_one_gpu_host_renders_its_two_gpu_cells_as_not_run(tmp_path):
     for section, name in ((bucketed, "ddp_bucketed_benchmarking"), (sharding, "optimizer_state_sharding_accounting")):
         records = [load(p) for p in sorted((here / name).glob("*.json.gz"))]
         assert records and all(r["status"] == "not_run" for r in records)
-        out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+        out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
         assert section.headline(out) == []  # nothing to quote: the summary says it was not run
     df = ddp.steps_frame([{**r, "_path": "x"} for r in
                           (load(p) for p in sorted((here / "ddp_bucketed_benchmarking").glob("*.json.gz")))])
@@ -147,7 +148,7 @@ def test_sizes_inside_their_spread_quote_what_each_leaves_after_backward(tmp_pat
     records, std = _sweep_with_second_size()
     records[-1]["data"]["stats_s"]["step"]["median"] += 0.5 * std
     records[-1]["data"]["stats_s"]["sync"]["median"] = 0.0103  # the 10 MiB cell: 10.3 ms after backward
-    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     syncs = {r["config"]["bucket_size_mb"]: r["data"]["stats_s"]["sync"]["median"] for r in records
              if r["config"]["variant"] == "bucketed"}
     lo, hi = min(syncs, key=syncs.get), max(syncs, key=syncs.get)
@@ -172,7 +173,7 @@ def test_a_fitted_call_cost_far_above_a_measured_call_is_said_to_hold_more(tmp_p
     records, std = _sweep_with_second_size()
     nccl = Path(__file__).parent / "fixtures" / "ddp_h200" / "distributed_communication_single_node" / "nccl-w2.json.gz"
     allreduce = {**load(nccl), "_path": str(nccl)}
-    out = section.build(RenderContext(records + [allreduce], {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records + [allreduce], RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     fit = out["fit"]
     calls = allreduce_frame([allreduce])
     smallest = calls.loc[calls["size_mb"].idxmin(), "median_s"]
@@ -203,7 +204,7 @@ def test_the_sync_range_is_set_against_the_syncs_own_spread(tmp_path):
     if len(paths) < 2:
         pytest.skip("no published records")
     records = [{**load(p), "_path": str(p)} for p in paths]
-    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     df = section.steps_frame(records)
     ok = df[(df["status"] == "ok") & (df["variant"] == "bucketed")]
     lo, hi = ok.loc[ok["sync_median"].idxmin()], ok.loc[ok["sync_median"].idxmax()]

@@ -9,6 +9,7 @@ import pytest
 
 from cs336report.accounting.overlap import hidden_fraction, union
 from cs336report.experiments.ddp_training.train import kernels_of_last_step
+from cs336report.report.settings import RenderSettings
 
 
 def test_union_merges_overlaps():
@@ -50,7 +51,7 @@ def test_section_on_h200_records(tmp_path):
 
     folder = Path(__file__).parent / "fixtures" / "ddp_h200" / section.EXPERIMENT
     records = [load(p) for p in sorted(folder.glob("*.json.gz"))]
-    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     by_label = {o["label"]: o for o in out["overlap"]}
     naive, overlapped = by_label["naive (all-reduce per gradient after backward)"], by_label["overlapped, per parameter"]
     assert naive["hidden"] == "0 ms"  # naive all-reduces start after backward: nothing hidden

@@ -15,6 +15,7 @@ import pytest
 from cs336report.parsers.nsys_columns import NsysParseError
 from cs336report.parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
 from cs336report.steps.ddp_timeline import parse_timeline
+from cs336report.report.settings import RenderSettings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ddp_overlap_h200"
 
@@ -217,7 +218,7 @@ def test_a_failed_profile_beside_a_drawn_one_is_named_in_the_answer(tmp_path, mo
     cfg = Config.from_dict(load_file(DEFAULT_CONFIG), cuda_available=True)
     records = [load(p) for p in sorted(FAILED_PROFILE.glob("*/*.json.gz"))]
     (tmp_path / "figures").mkdir()
-    ctx = RenderContext(records, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, tmp_path / "figures")
+    ctx = RenderContext(records, RenderSettings.from_config({**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}), tmp_path / "figures")
     data = section.build(ctx)
     assert [o["label"] for o in data["overlap"]] == ["naive (all-reduce per gradient after backward)"]
     (failed,) = data["profile_failed"]

@@ -15,6 +15,7 @@ from cs336report.accounting.interconnect import link_between, nvlink_peak
 from cs336report.experiments import distributed_communication_single_node as ar
 from cs336report.records.store import load
 from cs336report.report.render import RenderContext, render_report
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import distributed_communication_single_node as section
 from cs336report.run.runner import run_cell
 
@@ -62,7 +63,7 @@ def test_link_of_a_two_h200_host():
 
 def test_section_derives_bandwidth_from_raw_samples(tmp_path):
     records = [load(p) for p in sorted(FIXTURES.glob("*.json.gz"))]
-    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     size = [s for s in records[0]["data"]["sizes"] if s["size_mb"] == 1000][0]
     latency = statistics.median(max(call) for call in zip(*size["times_s_per_rank"]))
     busbw = size["bytes"] / latency / 1e9  # two ranks: 2(n-1)/n = 1
@@ -86,14 +87,14 @@ def test_caption_and_note_name_only_the_lines_and_link_that_exist(tmp_path):
     gpu = [load(p) for p in sorted(FIXTURES.glob("*.json.gz"))]
     (tmp_path / "gpu").mkdir()
     (tmp_path / "gloo").mkdir()
-    full = section.build(RenderContext(gpu, {"_device": "cuda"}, tmp_path / "gpu"))
+    full = section.build(RenderContext(gpu, RenderSettings.from_config({"_device": "cuda"}), tmp_path / "gpu"))
     assert {"solid: NCCL on GPUs", "dotted: the NVLink bandwidth per direction"} <= set(
         full["figures"][0].caption.rstrip(".").split("; "))
     assert "over the NVLink bandwidth per direction" in full["table"].note
     assert "read once for the host" in full["table"].note  # the pair read is not always the cell's own
     record = run_cell("distributed_communication_single_node", "gloo-w2", CELL, tmp_path / "gloo.json")
     assert record["status"] == "ok"
-    gloo = section.build(RenderContext([load(tmp_path / "gloo.json")], {"_device": "cuda"}, tmp_path / "gloo"))
+    gloo = section.build(RenderContext([load(tmp_path / "gloo.json")], RenderSettings.from_config({"_device": "cuda"}), tmp_path / "gloo"))
     caption = gloo["figures"][0].caption
     assert "dashed: Gloo on CPUs" in caption and "NCCL" not in caption and "NVLink" not in caption
     assert "over the NVLink bandwidth" not in gloo["table"].note and "none measured" in gloo["table"].note

@@ -72,6 +72,7 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
     """The report of a handout-grid run: the published records restricted to its cells render, every
     problem is answered, the cost verdict holds for the whole (handout) grid."""
     from cs336report.report.checks import cut_down_grid
+    from cs336report.report.settings import RenderSettings
     from cs336report.report.render import render_report
 
     published = json.loads((REPO / "report/data/config.json").read_text())
@@ -87,8 +88,8 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
         if path.name.removesuffix(".json.gz") in cells.get(experiment, {}):
             keep.append(str(path))
     config = {**{k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")},
-              "_device": "cuda", "_grid": "handout"}
-    assert cut_down_grid(config) == []
+              "_device": "cuda", "_grid": "handout", "_reference_grids": default["grids"]}
+    assert cut_down_grid(RenderSettings.from_config(config)) == []
     render_report(keep, config, tmp_path, draw=False, expected=experiments.expected_cells(config))  # the text is checked
     md = (tmp_path / "answers.md").read_text()
     # nothing goes unanswered that the full grid's answers answer

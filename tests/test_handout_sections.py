@@ -7,6 +7,7 @@ import pytest
 from cs336report import editions
 from cs336report.report import handout_tests
 from cs336report.report.render import RenderContext, environments
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import section as section_of
 
 E2025 = editions.get(2025)
@@ -23,7 +24,7 @@ TESTS = [
 
 
 def _ctx(tmp_path, records):
-    return RenderContext(records, {"_device": "cpu", "_grid": "cpu"}, tmp_path)
+    return RenderContext(records, RenderSettings.from_config({"_device": "cpu", "_grid": "cpu"}), tmp_path)
 
 
 def _record(tests):
@@ -119,7 +120,7 @@ def test_the_naive_ddp_answer_says_what_was_checked_or_why_nothing_was(tmp_path)
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_optimizer_state_sharding_without_test_records_says_not_run_and_how_to_run(tmp_path, mode):
     section = section_of(E2025.problem("optimizer_state_sharding"))
-    data = section.build(RenderContext([], {"_device": "cpu", "_grid": "cpu"}, tmp_path))
+    data = section.build(RenderContext([], RenderSettings.from_config({"_device": "cpu", "_grid": "cpu"}), tmp_path))
     assert not data["ran"] and data["ours"]["name"].endswith("ShardedOptimizer")
     info = {"id": "optimizer_state_sharding", "title": "optimizer_state_sharding", "rules": list(section.EXPERIMENTS)}
     text = environments()[mode].get_template("answers/handout_tests.j2").render(

@@ -53,8 +53,16 @@ def test_a_compiled_job_compiles_the_model_once_for_its_forward_and_train_step(w
 
 
 def test_a_failed_cell_empties_the_jobs_shared_state(tmp_path, monkeypatch):
+    from dataclasses import dataclass
+
+    from cs336report.records import shapes
     from cs336report.run.runner import run_job
 
+    @dataclass(frozen=True, kw_only=True)
+    class Counted:  # the fake experiment's declared shape: what fake_run returns
+        n: int
+
+    monkeypatch.setitem(shapes.SHAPES, "fake", Counted)
     seen = []
 
     def fake_run(cell, shared=None):

@@ -21,6 +21,7 @@ from cs336report.lm.model import ModelSpec, TransformerLM, cross_entropy
 from cs336report.records.store import load
 from cs336report.report import checks
 from cs336report.report.render import RenderContext, environments, render_report
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import benchmarking_mixed_precision as bmp
 from cs336report.report.sections import mixed_precision_accumulation as mpa
 from cs336report.run.runner import run_cell
@@ -256,7 +257,7 @@ def _context(cfg, paths, tmp_path, records=None):
     figures = tmp_path / "figures"
     figures.mkdir(exist_ok=True)
     records = records if records is not None else [load(p) for p in paths]
-    return RenderContext(records, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, figures)
+    return RenderContext(records, RenderSettings.from_config({**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}), figures)
 
 
 def test_accumulation_section_numbers_come_from_the_result(cpu_results, tmp_path):
@@ -563,7 +564,7 @@ def test_published_speed_ups_name_no_trend_from_two_cells(tmp_path):
     config = json.loads((PUBLISHED / "config.json").read_text())
     render_report([str(p) for p in paths], config, tmp_path / "r", draw=False, expected=experiments.expected_cells(config))
     records = [{**load(p), "_path": str(p)} for p in paths]
-    part = bmp.speed_part(RenderContext(records, config, tmp_path))
+    part = bmp.speed_part(RenderContext(records, RenderSettings.from_config(config), tmp_path))
     modes = {m["mode"]: m for m in part["analysis"]["modes"]}
     assert modes["forward"]["n"] == 2 and modes["forward"]["size_trend"] == "few"
     assert modes["train step"]["n"] >= 3 and modes["train step"]["size_trend"] != "few"

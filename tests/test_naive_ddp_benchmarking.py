@@ -14,6 +14,7 @@ from cs336report.lm.build import build_model
 from cs336report.measure.timing import summarize
 from cs336report.records.store import load
 from cs336report.report.render import RenderContext
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import minimal_ddp_flat_benchmarking as flat_section
 from cs336report.report.sections import naive_ddp_benchmarking as section
 from cs336report.run.runner import run_cell
@@ -45,7 +46,7 @@ def test_naive_cell_on_cpu_and_its_sections(tmp_path):
     assert data["stats_s"]["sync"] == summarize(slowest(data["ranks"], "sync"))
     model, _ = build_model(cell)
     assert data["allreduce_calls"] == sum(p.requires_grad for p in model.parameters())  # one per gradient
-    ctx = RenderContext([load(tmp_path / f"{name}.json")], {"_device": "cpu"}, tmp_path)
+    ctx = RenderContext([load(tmp_path / f"{name}.json")], RenderSettings.from_config({"_device": "cpu"}), tmp_path)
     out = section.build(ctx)
     assert out["setting"]["per_rank"] == cell["batch_size"] // 2 and out["setting"]["backend"] == "gloo"
     assert out["naive"]["calls"] == data["allreduce_calls"]
@@ -84,7 +85,7 @@ def test_flat_against_naive_claims_a_saving_only_outside_the_spread(tmp_path, ap
     if len(paths) < 2:
         pytest.skip("no published records")
     records = [{**copy.deepcopy(load(p)), "_path": str(p)} for p in paths]
-    out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     flat, naive = out["flat"], out["naive"]
     spread = math.hypot(flat["sync_std_s"], naive["sync_std_s"])
     assert abs(naive["sync_s"] - flat["sync_s"]) < spread  # as published: inside the spread
@@ -93,7 +94,7 @@ def test_flat_against_naive_claims_a_saving_only_outside_the_spread(tmp_path, ap
             if r["config"]["variant"] == "naive":
                 for stats in [r["data"]["stats_s"]] + [x["stats_s"] for x in (r["data"].get("repeats") or {}).get("runs", [])]:
                     stats["sync"]["median"] += 3 * spread
-        out = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+        out = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     info = {"id": "minimal_ddp_flat_benchmarking", "title": "minimal_ddp_flat_benchmarking", "rules": list(section.EXPERIMENTS)}
     text = environments()["md"].get_template("answers/minimal_ddp_flat_benchmarking.j2").render(fmt_lib="_md.j2", d=out, section=info)
     assert ("cannot be told apart here" in text) is (not apart)

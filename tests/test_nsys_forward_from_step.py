@@ -7,6 +7,7 @@ import pytest
 from cs336report.config import DEFAULT_CONFIG, Config, load_files
 from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import nsys_profile as section
 from cs336report.report.sections.nsys_profile.frames import forward_source
 
@@ -19,7 +20,7 @@ def _build(tmp_path, modes: tuple[str, ...]) -> dict:
     records = [r for r in records if r["experiment"] != "nsys_profile" or r["config"]["mode"] in modes]
     figures = tmp_path / "-".join(modes)
     figures.mkdir()
-    return section.build(RenderContext(records, {**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}, figures))
+    return section.build(RenderContext(records, RenderSettings.from_config({**cfg.data, "_device": cfg.device, "_grid": cfg.grid_name}), figures))
 
 
 @pytest.fixture(scope="module")

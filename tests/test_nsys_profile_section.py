@@ -16,6 +16,7 @@ from cs336report.parsers import nsys
 from cs336report.parsers.kernel_ranges import short_name
 from cs336report.records.store import load, save
 from cs336report.report.render import RenderContext, render_report
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import nsys_profile as section
 from cs336report.report.tables import fmt_pct, sig
 from cs336report.parsers.kernel_records import kernel_rows
@@ -66,7 +67,7 @@ def range_kernels(frames, rng: str) -> pd.DataFrame:
 
 def build(paths, extra=(), out=None) -> dict:
     records = [load(p) for p in list(paths) + list(extra)]
-    ctx = RenderContext(records, CONFIG, out or paths[0].parent)
+    ctx = RenderContext(records, RenderSettings.from_config(CONFIG), out or paths[0].parent)
     return section.build(ctx)
 
 

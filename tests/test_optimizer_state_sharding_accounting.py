@@ -12,6 +12,7 @@ from cs336report.experiments import optimizer_state_sharding_accounting as exper
 from cs336report.experiments.optimizer_state_sharding_accounting import training as experiment_training
 from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import optimizer_state_sharding_accounting as section
 from helpers import tiny_config
 
@@ -62,7 +63,7 @@ def test_sharded_cell_on_two_cpu_ranks():
 
 def _context(tmp_path, pattern="*-tiny-*.json.gz"):
     records = [load(p) for p in sorted(FIXTURES.glob(pattern))]
-    return RenderContext(records, {"_device": "cpu", "_grid": "cpu"}, tmp_path)
+    return RenderContext(records, RenderSettings.from_config({"_device": "cpu", "_grid": "cpu"}), tmp_path)
 
 
 def test_section_reads_the_cpu_records(tmp_path):
@@ -125,7 +126,7 @@ def test_published_answer_splits_memory_and_time_from_the_records(tmp_path):
     extra = {k: v["memory_steps"][-1]["after_step"]["peak"] - v["memory_steps"][-1]["before_step"]["current"]
              for k, v in rank0.items()}
     fb = {k: v["phase_stats_s"]["forward_backward"]["mean"] for k, v in rank0.items()}
-    data = section.build(RenderContext(records, {"_device": "cuda"}, tmp_path))
+    data = section.build(RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path))
     info = {"id": "optimizer_state_sharding_accounting", "title": "optimizer_state_sharding_accounting", "rules": list(section.EXPERIMENTS)}
     text = environments()["md"].get_template("answers/optimizer_state_sharding_accounting.j2").render(fmt_lib="_md.j2", d=data, section=info)
     text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)

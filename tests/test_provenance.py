@@ -45,7 +45,7 @@ def test_code_hash_needs_no_git_and_matches_the_commit(tmp_path):
 
 def _record(tmp_path, name, **prov):
     rec = {"schema": results.SCHEMA, "experiment": "benchmarking", "cell": name, "status": "ok", "error": None,
-           "config": {"device": "cpu"}, "data": {}, "provenance": {"device": "cpu", **prov}}
+           "config": {"device": "cpu"}, "data": {"stats_s": {"mean": 0.1}}, "provenance": {"device": "cpu", **prov}}
     return str(results.save(rec, tmp_path / "results" / "benchmarking" / f"{name}.json"))
 
 

@@ -82,9 +82,24 @@ def test_a_chain_whose_first_job_ran_several_cells_counts_that_job_once(tmp_path
     assert cost["total_s"] == pytest.approx(30.0 + 3.0 + 5.5)  # the shared job once, each cell's export and parse
 
 
+def _data_of(experiment: str, **data) -> dict:
+    """``data`` with each other field its experiment's shape requires, an empty value of its type."""
+    import dataclasses
+    import typing
+
+    from cs336report.records.shapes import SHAPES
+
+    shape = SHAPES[experiment]
+    hints = typing.get_type_hints(shape)
+    blank = {int: 0, float: 0.0, str: "", bool: False, list: [], dict: {}}
+    required = {f.name: blank[(typing.get_args(hints[f.name]) or (hints[f.name],))[0]]
+                for f in dataclasses.fields(shape) if f.default is dataclasses.MISSING}
+    return {**required, **data}
+
+
 def _record(experiment: str, cell: str, **data) -> dict:
     return {"schema": "cs336report.result/1", "experiment": experiment, "cell": cell, "status": "ok", "error": None,
-            "config": {"size": "small", "context": 128}, "data": data, "provenance": {"device": "cpu", "git_commit": "0" * 40, "git_dirty": False}, "wall_s": 1.0}
+            "config": {"size": "small", "context": 128}, "data": _data_of(experiment, **data), "provenance": {"device": "cpu", "git_commit": "0" * 40, "git_dirty": False}, "wall_s": 1.0}
 
 
 @pytest.fixture
@@ -92,7 +107,7 @@ def run_results(tmp_path):
     """Two result files of a run, in results/<rule>/<cell>.json, and a benchmark of one job."""
     from cs336report.records.store import save
 
-    paths = [save(_record("benchmarking", "small-ctx128", times=[0.1, 0.2], note="µs"),
+    paths = [save(_record("benchmarking", "small-ctx128", stats_s={"mean": 0.15}, timing="µs"),
                   tmp_path / "results/benchmarking/small-ctx128.json"),
              save(_record("nsys_profile", "small-ctx128-forward", kernels=[{"name": "sgemm", "ns": 12}]),
                   tmp_path / "results/nsys_parse/small-ctx128-forward.json")]
@@ -157,15 +172,15 @@ def test_merging_replaces_only_the_cells_given(run_results, tmp_path):
     publish(paths, {"device": "cpu"}, out, benchmarks)
     before = {f: open(f, "rb").read() for f in published_files(out)[0]}
 
-    rerun = save(_record("benchmarking", "small-ctx128", times=[0.3]), tmp_path / "again/benchmarking/small-ctx128.json")
-    added = save(_record("benchmarking", "small-ctx256", times=[0.4]), tmp_path / "again/benchmarking/small-ctx256.json")
+    rerun = save(_record("benchmarking", "small-ctx128", stats_s={"mean": 0.3}), tmp_path / "again/benchmarking/small-ctx128.json")
+    added = save(_record("benchmarking", "small-ctx256", stats_s={"mean": 0.4}), tmp_path / "again/benchmarking/small-ctx256.json")
     publish([str(rerun), str(added)], {"device": "cpu"}, out, tmp_path / "no-benchmarks", merge=True)
 
     files, _ = published_files(out)
     assert files == sorted([str(out / "benchmarking/small-ctx128.json.gz"), str(out / "benchmarking/small-ctx256.json.gz"),
                             str(out / "nsys_profile/small-ctx128-forward.json.gz")])
-    assert load(out / "benchmarking/small-ctx128.json.gz")["data"]["times"] == [0.3]  # replaced
-    assert load(out / "benchmarking/small-ctx256.json.gz")["data"]["times"] == [0.4]  # added
+    assert load(out / "benchmarking/small-ctx128.json.gz")["data"]["stats_s"] == {"mean": 0.3}  # replaced
+    assert load(out / "benchmarking/small-ctx256.json.gz")["data"]["stats_s"] == {"mean": 0.4}  # added
     kept = str(out / "nsys_profile/small-ctx128-forward.json.gz")
     assert open(kept, "rb").read() == before[kept]  # untouched
 
@@ -186,7 +201,7 @@ def test_merging_records_of_another_card_is_refused_before_anything_is_written(r
     from cs336report.steps.publish import publish, published_files
 
     def on(card, cell, times):
-        record = _record("benchmarking", cell, times=times)
+        record = _record("benchmarking", cell, stats_s={"mean": times[0]})
         record["provenance"] = {**record["provenance"], "device": "cuda", "gpu": card}
         return str(save(record, tmp_path / card.replace(" ", "_") / f"{cell}.json"))
 

@@ -146,7 +146,7 @@ def test_load_names_the_file_and_problem(tmp_path, content, message):
 
 
 RECORD = {"schema": results.SCHEMA, "experiment": "roofline", "cell": "probe", "status": "ok", "error": None,
-          "config": {"size": "small"}, "data": {"x": [1.5, float("nan")], "name": "ü"}, "provenance": {"device": "cpu"}}
+          "config": {"size": "small"}, "data": {"copy": {"x": [1.5, float("nan")]}, "matmul": {"name": "ü"}}, "provenance": {"device": "cpu"}}
 
 
 def _same(a: dict, b: dict) -> bool:

@@ -16,6 +16,7 @@ from cs336report.experiments import ddp_overlap_individual_parameters_benchmarki
 from cs336report.experiments import optimizer_state_sharding_accounting as sharding
 from cs336report.records.store import load
 from cs336report.report.render import RenderContext, environments
+from cs336report.report.settings import RenderSettings
 from cs336report.report.sections import ddp_bucketed_benchmarking as bucketed_section
 from cs336report.report.sections import ddp_overlap_individual_parameters_benchmarking as individual_section
 from cs336report.report.sections import optimizer_state_sharding_accounting as sharding_section
@@ -175,7 +176,7 @@ def test_a_broken_ddp_adapter_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("mode", ["md", "html"])
 def test_ddp_sections_show_the_students_rows(ddp_records, tmp_path, mode):
-    ctx = RenderContext(ddp_records, {"_device": "cpu"}, tmp_path)
+    ctx = RenderContext(ddp_records, RenderSettings.from_config({"_device": "cpu"}), tmp_path)
     data = individual_section.build(ctx)
     labels = [row[0].text for row in data["table"].rows]
     assert labels == ["overlapped, per parameter", "overlapped, per parameter (yours)"]
@@ -225,7 +226,7 @@ def test_the_students_sharded_optimizer_ran_and_a_wrong_kind_is_not_implemented(
     assert broken["status"] == "not_implemented" and "get_sharded_optimizer returned type" in broken["error"]
 
     for mode in ("md", "html"):  # the section: the student's row beside ours, or a row that says why not
-        data = sharding_section.build(RenderContext(records, {"_device": "cpu"}, tmp_path))
+        data = sharding_section.build(RenderContext(records, RenderSettings.from_config({"_device": "cpu"}), tmp_path))
         assert [row[0].text for row in data["time_table"].rows] == [
             "AdamW, not sharded", "AdamW, not sharded", "ShardedOptimizer (ours)", "ShardedOptimizer (ours)",
             "sharded optimizer (yours)", "sharded optimizer (yours)"]
@@ -234,7 +235,7 @@ def test_the_students_sharded_optimizer_ran_and_a_wrong_kind_is_not_implemented(
         assert a["student"]["state"] in text_of(data["memory_table"])
         text = render(sharding_section, data, mode)
         assert "RoundRobinSharded" in text and "your sharded optimizer takes" in text
-        data = sharding_section.build(RenderContext([adamw, ours, broken], {"_device": "cpu"}, tmp_path))
+        data = sharding_section.build(RenderContext([adamw, ours, broken], RenderSettings.from_config({"_device": "cpu"}), tmp_path))
         last = data["time_table"].rows[-1]
         assert [last[0].text, last[2].text] == ["sharded optimizer (yours)", "not implemented"]
         text = render(sharding_section, data, mode)
@@ -261,7 +262,7 @@ def test_the_students_ddp_and_sharded_optimizer_on_two_gpus(tmp_path, mode):
     assert yours["data"]["wrapper"] == "cs336_systems.ddp.OverlapDDP"
     assert same_weights([r["param_checksum"] for r in yours["data"]["ranks"]])
     assert "H200" in yours["provenance"]["gpu"] and yours["data"]["link"]["nccl_version"]
-    ctx = RenderContext(records, {"_device": "cuda"}, tmp_path)
+    ctx = RenderContext(records, RenderSettings.from_config({"_device": "cuda"}), tmp_path)
     data = individual_section.build(ctx)
     assert [row[0].text for row in data["table"].rows] == ["overlapped, per parameter",
                                                            "overlapped, per parameter (yours)"]

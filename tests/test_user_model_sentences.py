@@ -5,9 +5,10 @@ from pathlib import Path
 
 import yaml
 
-from cs336report.config import DEFAULT_CONFIG
+from cs336report.config import DEFAULT_CONFIG, reference_grids
 from cs336report.records.store import load
 from cs336report.report.checks import cut_down_grid
+from cs336report.report.settings import RenderSettings
 from cs336report import experiments
 from cs336report.report.render import render_report
 from cs336report.report.targets import targets_table
@@ -42,10 +43,13 @@ def test_a_user_model_is_not_described_as_the_builtin_implementations(tmp_path):
 
 def test_a_cost_verdict_on_a_cut_down_grid_says_so():
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    assert cut_down_grid(config) == []  # the default GPU grid is the handout's
+    config["_reference_grids"] = reference_grids()
+    assert cut_down_grid(RenderSettings.from_config(config)) == []  # the default GPU grid is the handout's
     config["grids"]["gpu"]["benchmarking"]["contexts"] = [128]
-    cut = cut_down_grid(config)
+    cut = cut_down_grid(RenderSettings.from_config(config))
     assert cut == ["benchmarking contexts: 1 of 4"]
+    # the default grids come with the config: without them, nothing is called cut down
+    assert cut_down_grid(RenderSettings.from_config({**config, "_reference_grids": None})) == []
     from cs336report.report.tables import Table
 
     cost = {"table": Table(title="c", columns=["a"], rows=[]), "total_s": 600, "total": "10 min"}

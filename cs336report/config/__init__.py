@@ -150,6 +150,12 @@ def _unknown_key_message(err, files, source: str) -> str:
     return f"{_file_of(parent + [key], files, source)}: unknown key '{_key_path(parent + [key])}'{hint}"
 
 
+def reference_grids() -> dict:
+    """The default config's grids, as written: what a report's grid is compared with where the report
+    says whether its grid was cut down (the report rule passes them in its config, ``_reference_grids``)."""
+    return yaml.safe_load(DEFAULT_CONFIG.read_text()).get("grids") or {}
+
+
 def handout_grid(grids: dict) -> dict:
     """``grids.handout`` is written as changes to ``grids.gpu`` (an experiment set to null is not
     run): the gpu grid with those changes merged in, key by key, lists replaced."""

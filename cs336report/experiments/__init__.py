@@ -128,9 +128,13 @@ def gpus_of(cell: dict) -> int:
 
 def with_expected_cells(config: dict) -> dict:
     """``config`` with ``_expected``: the names of the cells it asks for, per experiment, so that the
-    report can list what did not run without importing the experiments (nor torch); and with
+    report can list what did not run without importing the experiments (nor torch); with
     ``_gpu_grid``: for each experiment it has no cells of, the GPUs its cells of the gpu grid need (the
-    report's "not run" lines say which machine runs them)."""
+    report's "not run" lines say which machine runs them); and with ``_reference_grids``, the default
+    config's grids, which the report's grid may be a cut-down of (the report reads no config file)."""
+    from ..config import reference_grids
+
+    config = {"_reference_grids": reference_grids(), **config}
     expected = expected_cells(config)
     if expected is None:
         return config

@@ -14,6 +14,8 @@ process killed mid-write leaves no result behind (and the workflow reruns the ce
 A record is stored as ``<cell>.json`` (the results of a run) or as gzip-compressed JSON,
 ``<cell>.json.gz`` (the published records committed with the report); :func:`load` reads both.
 Where and with what a record was measured (its ``provenance``): :mod:`cs336report.records.provenance`.
+Each experiment's ``data`` has a declared shape (:mod:`cs336report.records.shapes`): :func:`save`
+and :func:`load` refuse a record whose data does not have it, naming the file and the field.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import sys
 import tempfile
 import zlib
 from pathlib import Path
+
+from .shapes import ShapeError, check as check_shape
 
 SCHEMA = "cs336report.result/1"
 STATUSES = ("ok", "oom", "error", "skipped", "not_implemented", "not_run")
@@ -108,11 +112,23 @@ def gzip_bytes(data: bytes) -> bytes:
     return buf.getvalue()
 
 
+def check_data(record: dict, path: str | Path) -> None:
+    """Raise :class:`ResultError`, naming ``path`` and the field, where a result record's ``data``
+    does not have its experiment's declared shape (:mod:`cs336report.records.shapes`)."""
+    try:
+        check_shape(record["experiment"], record["status"], record["data"])
+    except ShapeError as exc:
+        raise ResultError(f"{path}: {exc}") from None
+
+
 def save(record: dict, path: str | Path, compact: bool = False) -> Path:
     """Atomically write ``record`` as JSON to ``path`` (temp file + rename); ``compact``
     drops the indentation (published records, which are committed). A path ending in ``.gz``
-    gets the same JSON text gzip-compressed (:func:`gzip_bytes`)."""
+    gets the same JSON text gzip-compressed (:func:`gzip_bytes`). A result record (its ``schema``
+    :data:`SCHEMA`) is written only where its data has its declared shape (:func:`check_data`)."""
     path = Path(path)
+    if isinstance(record, dict) and record.get("schema") == SCHEMA:
+        check_data(record, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     layout = {"separators": (",", ":")} if compact else {"indent": 1}
     payload = json.dumps(record, sort_keys=True, allow_nan=True, **layout).encode("utf-8")
@@ -178,6 +194,7 @@ def load(path: str | Path) -> dict:
         raise ResultError(f"{path}: not a result record, missing field(s) {', '.join(missing)}")
     if record["status"] not in STATUSES:
         raise ResultError(f"{path}: field 'status' is {record['status']!r}, expected one of {STATUSES}")
+    check_data(record, path)
     record["_path"] = str(path)
     return record
 

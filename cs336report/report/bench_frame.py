@@ -6,6 +6,9 @@ import math
 
 import pandas as pd
 
+from ..records.shapes import typed
+from .record_frame import record_frame
+
 MODE_COLUMNS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
 
 
@@ -24,38 +27,40 @@ def phase_timing(frame: pd.DataFrame) -> str:
     return methods.pop() if len(methods) == 1 else "mixed"
 
 
+# The fields of a benchmarking record a row holds: column -> dotted path (record_frame)
+FIELDS = {
+    "implementation": "config.implementation", "precision": "config.precision", "size": "config.size",
+    "context": "config.context", "mode": "config.mode", "warmup": "config.warmup_steps", "tf32": "config.tf32",
+    "status": "status", "error": "error", "params": "data.params", "flops": "data.flops_per_step",
+    "mean_s": "data.stats_s.mean", "std_s": "data.stats_s.std", "median_s": "data.stats_s.median",
+    "noisy": "data.stats_s.noisy",
+    "forward_mean_s": "data.phase_stats_s.forward.mean", "forward_std_s": "data.phase_stats_s.forward.std",
+    "backward_mean_s": "data.phase_stats_s.backward.mean", "backward_std_s": "data.phase_stats_s.backward.std",
+    "optimizer_mean_s": "data.phase_stats_s.optimizer_step.mean", "tflops": "data.tflops",
+    "source": "_path", "wall_s": "wall_s",
+    # the cell measured again in fresh processes: each run's mean, and their statistics
+    "runs_mean_s": "data.repeats.stats_s.mean", "runs_std_s": "data.repeats.stats_s.std",
+}
+
+
 def frame(records: list[dict]) -> pd.DataFrame:
     """One tidy row per benchmarking result."""
-    rows = []
-    for r in records:
-        c, d = r["config"], r["data"]
-        stats = d.get("stats_s", {})
-        phases = d.get("phase_stats_s", {})
-        repeats = d.get("repeats") or {}  # the cell measured again in fresh processes: each run's mean
-        runs_s = [m for m in repeats.get("means_s") or [] if m == m]
-        rows.append({
-            "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
-            "context": c["context"], "mode": c["mode"], "warmup": c["warmup_steps"],
-            "tf32": c["tf32"], "status": r["status"], "error": r.get("error"),
-            "params": d.get("params"), "flops": d.get("flops_per_step"),
-            "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
-            "median_s": stats.get("median", math.nan), "noisy": stats.get("noisy", False),
-            "forward_mean_s": phases.get("forward", {}).get("mean", math.nan),
-            "forward_std_s": phases.get("forward", {}).get("std", math.nan),
-            "backward_mean_s": phases.get("backward", {}).get("mean", math.nan),
-            "backward_std_s": phases.get("backward", {}).get("std", math.nan),
-            "optimizer_mean_s": phases.get("optimizer_step", {}).get("mean", math.nan),
-            "tflops": d.get("tflops", math.nan), "phase_method": phase_method(r),
-            "all_s": (d.get("times_s", {}).get("warmup_s", []) + d.get("times_s", {}).get("measured_s", [])),
-            "measured_s": d.get("times_s", {}).get("measured_s", []),
-            "source": r["_path"], "wall_s": r.get("wall_s"),
-            "runs": max(len(runs_s), 1), "runs_s": runs_s,
-            "runs_mean_s": (repeats.get("stats_s") or {}).get("mean", math.nan) if runs_s else math.nan,
-            "runs_std_s": (repeats.get("stats_s") or {}).get("std", math.nan) if runs_s else math.nan,
-        })
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
+    if not records:
+        return pd.DataFrame()
+    nan = dict.fromkeys(("mean_s", "std_s", "median_s", "forward_mean_s", "forward_std_s", "backward_mean_s",
+                         "backward_std_s", "optimizer_mean_s", "tflops", "runs_mean_s", "runs_std_s"), math.nan)
+    df = record_frame(records, FIELDS, defaults={**nan, "noisy": False})
+    times = [typed(r).times_s or {} for r in records]
+    df["all_s"] = [t.get("warmup_s", []) + t.get("measured_s", []) for t in times]
+    df["measured_s"] = [t.get("measured_s", []) for t in times]
+    df["phase_method"] = [phase_method(r) for r in records]
+    runs = [[m for m in (typed(r).repeats or {}).get("means_s") or [] if m == m] for r in records]
+    df["runs"], df["runs_s"] = [max(len(r), 1) for r in runs], runs
+    df.loc[[not r for r in runs], ["runs_mean_s", "runs_std_s"]] = math.nan
+    df = df[["implementation", "precision", "size", "context", "mode", "warmup", "tf32", "status", "error", "params",
+             "flops", "mean_s", "std_s", "median_s", "noisy", "forward_mean_s", "forward_std_s", "backward_mean_s",
+             "backward_std_s", "optimizer_mean_s", "tflops", "phase_method", "all_s", "measured_s", "source", "wall_s",
+             "runs", "runs_s", "runs_mean_s", "runs_std_s"]]
     order = df.assign(_d=[r["config"]["model"]["d_model"] * r["config"]["model"]["num_layers"] for r in records])
     order = order.sort_values("_d")["size"].drop_duplicates().tolist()
     df["size"] = pd.Categorical(df["size"], categories=order, ordered=True)

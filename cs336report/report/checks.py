@@ -27,7 +27,10 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from ..records.shapes import StepTimes, typed
 from ..records.store import host_bound_beside_jobs
+from .record_frame import record_frame
+from .settings import RenderSettings
 from .tables import Num, fmt_bytes, sig
 
 # A comparison drawn from a cell whose step times vary more than this is not drawn.
@@ -48,16 +51,16 @@ CELL_KINDS = ("shared", "host_bound", "host_bound_beside_jobs", "noisy")
 
 
 def _stats(record: dict) -> dict | None:
-    data = record.get("data") or {}
-    repeats = (data.get("repeats") or {}).get("stats_s")
-    return repeats or data.get("stats_s")
+    """A timed step's statistics: over its repeats where it was timed again, else its own."""
+    data = typed(record, StepTimes)
+    return (data.repeats or {}).get("stats_s") or data.stats_s
 
 
 def _timed(records: list[dict]) -> list[dict]:
     out = []
     for r in records:
-        c = r.get("config") or {}
-        if r.get("status") == "ok" and {"size", "context", "mode"} <= set(c) and _stats(r):
+        c = r["config"]
+        if r["status"] == "ok" and {"size", "context", "mode"} <= set(c) and _stats(r):
             out.append(r)
     return out
 
@@ -80,14 +83,14 @@ def timing_flags(records: list[dict], noisy_cv: float = NOISY_CV) -> list[dict]:
     flags: list[dict] = []
 
     def flag(kind: str, *rs: dict) -> None:
-        flags.append({"kind": kind, "text": KINDS[kind], "sources": [r.get("_path") for r in rs],
+        flags.append({"kind": kind, "text": KINDS[kind], "sources": [r["_path"] for r in rs],
                       "cells": [_name(r) for r in rs]})
 
-    for r in timed:
-        data = r.get("data") or {}
-        if (r.get("contention") or {}).get("shared"):
+    marks = record_frame(timed, {"shared": "contention.shared", "host_bound": "data.host.host_bound"}, exact=True)
+    for r, mark in zip(timed, marks.itertuples()):
+        if mark.shared:
             flag("shared", r)
-        if (data.get("host") or {}).get("host_bound"):
+        if mark.host_bound:
             flag("host_bound_beside_jobs" if host_bound_beside_jobs(r) else "host_bound", r)
         if _stats(r).get("cv", 0.0) > noisy_cv:
             flag("noisy", r)
@@ -138,23 +141,18 @@ def note(flags: list[dict], sources) -> str:
     return ("flagged, and left out of the comparisons in the text: " + "; ".join(parts)) if parts else ""
 
 
-def cut_down_grid(config: dict, handout: dict | None = None) -> list[str]:
-    """Where ``config``'s grid (gpu, or handout) is smaller than the same grid of the default config
-    (``handout``): an experiment left out, or a list of sizes, contexts, modes, ... that holds only
-    part of the default's. A verdict on the whole report (its cost) holds for that grid only."""
+def cut_down_grid(settings: RenderSettings) -> list[str]:
+    """Where the report's grid (gpu, or handout) is smaller than the same grid of the default config
+    (``settings.reference_grids``, which the report rule passes): an experiment left out, or a list of
+    sizes, contexts, modes, ... that holds only part of the default's. A verdict on the whole report
+    (its cost) holds for that grid only. Nothing is called cut down where the default is not known."""
     from ..config import handout_grid
 
-    if handout is None:
-        import yaml
-
-        from ..config import DEFAULT_CONFIG
-
-        handout = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    name = "handout" if config.get("_grid") == "handout" else "gpu"
-    grids = handout.get("grids") or {}
+    name = "handout" if settings.grid == "handout" else "gpu"
+    grids = settings.reference_grids or {}
     want = (handout_grid(grids) if name == "handout" else grids.get("gpu")) or {}
     want = {k: v for k, v in want.items() if v is not None}
-    have = (config.get("grids") or {}).get(name) or {}
+    have = settings.grids.get(name) or {}
     out = []
     for experiment, grid in want.items():
         if not isinstance(grid, dict):
@@ -187,18 +185,23 @@ def beyond_handout_grid(experiment: str, **point) -> bool:
     return any(key in grid and value > max(grid[key]) for key, value in point.items())
 
 
+# The fields of a record beyond_h100 reads: column -> dotted path (record_frame)
+PEAK_FIELDS = {
+    "status": "status", "peak": "data.peak_memory.allocated_bytes", "card": "provenance.gpu_memory_bytes",
+    "implementation": "config.implementation", "precision": "config.precision", "size": "config.size",
+    "context": "config.context", "mode": "config.mode",
+}
+
+
 def beyond_h100(records: list[dict]) -> list[str]:
     """Cells whose measured peak (allocated bytes) exceeds an 80 GB H100, measured on a larger card:
     they ran here but would not fit the card the handout targets."""
-    out = []
-    for r in records:
-        peak = ((r.get("data") or {}).get("peak_memory") or {}).get("allocated_bytes")
-        card = (r.get("provenance") or {}).get("gpu_memory_bytes")
-        if r.get("status") == "ok" and peak and card and card > H100_BYTES and peak > H100_BYTES:
-            c = r.get("config") or {}
-            out.append(f"{c.get('implementation', '')} {c.get('precision', '')} {c.get('size', '')} context "
-                       f"{c.get('context', '')} {c.get('mode', '')}".replace("  ", " ").strip())
-    return out
+    df = record_frame(records, PEAK_FIELDS, defaults=dict.fromkeys(("implementation", "precision", "size", "context",
+                                                                   "mode"), ""), exact=True)
+    big = [bool(r.status == "ok" and r.peak and r.card and r.card > H100_BYTES and r.peak > H100_BYTES)
+           for r in df.itertuples()]
+    return [f"{r.implementation} {r.precision} {r.size} context {r.context} {r.mode}".replace("  ", " ").strip()
+            for r in df[big].itertuples()] if any(big) else []
 
 
 def h100_note(records: list[dict]) -> str:

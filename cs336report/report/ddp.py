@@ -22,6 +22,7 @@ import pandas as pd  # noqa: E402
 
 from ..accounting.interconnect import link_between, nvlink_peak  # noqa: E402
 from ..accounting.overlap import hidden_fraction  # noqa: E402
+from ..records.shapes import DDPTraining, Link, read_as, typed  # noqa: E402
 from ..records.store import host_bound_beside_jobs  # noqa: E402
 from .tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
 
@@ -37,11 +38,11 @@ VARIANT_LABELS = {"naive": "naive (all-reduce per gradient after backward)",
 
 def link_of(record: dict) -> dict:
     """Interconnect and its bandwidth per direction (GB/s), from the record's raw nvidia-smi text."""
-    link = (record.get("data") or {}).get("link") or {}
-    topo = link.get("topology")
-    return {"interconnect": (link_between(topo, 0, 1) if topo else None) or link.get("interconnect"),
-            "peak_gb_s": nvlink_peak(topo, link.get("nvlink_status")) if topo else None,
-            "nccl": link.get("nccl_version"), "devices": link.get("devices") or []}
+    link = read_as(Link, (record["data"] or {}).get("link"))
+    topo = link.topology
+    return {"interconnect": (link_between(topo, 0, 1) if topo else None) or link.interconnect,
+            "peak_gb_s": nvlink_peak(topo, link.nvlink_status) if topo else None,
+            "nccl": link.nccl_version, "devices": link.devices or []}
 
 
 def with_columns(df: pd.DataFrame, columns) -> pd.DataFrame:
@@ -156,18 +157,18 @@ def steps_frame(records: list[dict]) -> pd.DataFrame:
     """One row per DDP cell: the slowest rank's phase times per step, summarized, and the setting."""
     rows = []
     for r in records:
-        c, d = r["config"], r.get("data") or {}
+        c, d = r["config"], typed(r, DDPTraining)  # a DDP cell's, or a profiled one's
         base = {"experiment": r["experiment"], "variant": c["variant"], "bucket_mb": c.get("bucket_size_mb"),
                 "size": c["size"], "context": c["context"], "batch": c["batch_size"], "world_size": c["world_size"],
                 "backend": c["backend"], "status": r["status"], "error": r.get("error") or "",
-                "source": r["_path"], "profile": d.get("profile"), **link_of(r)}
+                "source": r["_path"], "profile": d.profile, **link_of(r)}
         if r["status"] != "ok":
             rows.append(base)
             continue
-        ranks, phases = d["ranks"], d["stats_s"]
-        runs = [x["stats_s"] for x in (d.get("repeats") or {}).get("runs", []) if x.get("stats_s")]
-        rows.append({**base, "calls": d.get("allreduce_calls"), "grad_bytes": d.get("grad_bytes"),
-                     "params": d.get("params"), "devices": [x["device"] for x in ranks],
+        ranks, phases = d.ranks, d.stats_s
+        runs = [x["stats_s"] for x in (d.repeats or {}).get("runs", []) if x.get("stats_s")]
+        rows.append({**base, "calls": d.allreduce_calls, "grad_bytes": d.grad_bytes,
+                     "params": d.params, "devices": [x["device"] for x in ranks],
                      "peak_bytes": max((x["peak_allocated_bytes"] or 0) for x in ranks) or None,
                      "steps": phases["step"]["n"], "warmup": len(ranks[0]["warmup"]), "runs": max(1, len(runs)),
                      **(_across_runs(runs) if len(runs) > 1 else

@@ -16,6 +16,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..names.handout import rerun_command
+from ..records.shapes import typed
+from .record_frame import record_frame
 from .tables import Num, sig, table_from_frame
 
 EXPERIMENT = "handout_tests"
@@ -27,11 +29,13 @@ def fmt_error(x: float) -> str:
     return "0" if x == 0 else f"{x:.2g}"
 
 
-def _field(record: dict, key: str):
-    """A field of the record, at its top level or in its data."""
-    if key in record:
-        return record[key]
-    return (record.get("data") or {}).get(key)
+# A suite's fields a row holds: column -> dotted path (record_frame)
+SUITE_FIELDS = {"suite": "cell", "implementation": "data.implementation", "cell_implementation": "config.implementation",
+                "checkout": "data.checkout", "source": "_path"}
+# A test's fields, and what a test that lacks one has there
+TEST_DEFAULTS = {"id": "", "name": None, "problem": "", "subquestion": "", "outcome": "error", "seconds": None,
+                 "message": "", "max_abs_error": None}
+COLUMNS = ["suite", "implementation", "origin", "tests_kind", "tests_label", "source", *TEST_DEFAULTS]
 
 
 # How the report names whose tests ran, where a record does not say (records written before it did).
@@ -41,31 +45,33 @@ LABELS = {"student_copies": "the student's own copies of the handout's tests",
 
 def tests_source(record: dict) -> dict:
     """Whose tests a record ran (``kind``: course, student_copies or own_suite) and their ``label``."""
-    source = _field(record, "tests_source")
-    if source:
-        return source
-    kind = "student_copies" if _field(record, "checkout") else "own_suite"
+    data = typed(record)
+    if data.tests_source:
+        return data.tests_source
+    kind = "student_copies" if data.checkout else "own_suite"
     return {"kind": kind, "label": LABELS[kind]}
 
 
 def frame(records: list[dict]) -> pd.DataFrame:
     """One row per test of every suite."""
-    rows = []
-    for r in records:
-        implementation = _field(r, "implementation") or (r.get("config") or {}).get("implementation") or "built-in"
-        origin = "checkout" if _field(r, "checkout") else "cs336report"  # whose implementation ran
-        source = tests_source(r)
-        for t in _field(r, "tests") or []:
-            rows.append({"suite": r["cell"], "implementation": implementation, "origin": origin,
-                         "tests_kind": source["kind"], "tests_label": source["label"],
-                         "source": r.get("_path", ""),
-                         "id": t.get("id", ""), "name": t.get("name") or t.get("id", ""),
-                         "problem": t.get("problem", ""), "subquestion": t.get("subquestion") or "",
-                         "outcome": t.get("outcome", "error"), "seconds": t.get("seconds"),
-                         "message": t.get("message") or "", "max_abs_error": t.get("max_abs_error")})
-    return pd.DataFrame(rows, columns=["suite", "implementation", "origin", "tests_kind", "tests_label", "source", "id",
-                                       "name", "problem", "subquestion", "outcome", "seconds", "message",
-                                       "max_abs_error"])
+    suites = record_frame(records, SUITE_FIELDS, defaults={"source": ""}, exact=True)
+    suites["implementation"] = [mine or cell or "built-in"
+                                for mine, cell in zip(suites["implementation"], suites["cell_implementation"])]
+    suites["origin"] = ["checkout" if c else "cs336report" for c in suites["checkout"]]  # whose implementation ran
+    sources = [tests_source(r) for r in records]
+    suites["tests_kind"] = [s["kind"] for s in sources]
+    suites["tests_label"] = [s["label"] for s in sources]
+    tests = [pd.DataFrame(typed(r).tests or [], columns=list(TEST_DEFAULTS), dtype=object).assign(_suite=i)
+             for i, r in enumerate(records)]
+    if not tests:
+        return pd.DataFrame(columns=COLUMNS)
+    df = pd.concat(tests, ignore_index=True).join(suites, on="_suite")
+    df = df.where(df.notna(), None)
+    for column, default in TEST_DEFAULTS.items():
+        if default is not None:
+            df[column] = [default if v is None else v for v in df[column]]
+    df["name"] = [name or test_id for name, test_id in zip(df["name"], df["id"])]
+    return pd.DataFrame(df[COLUMNS].to_dict("records"), columns=COLUMNS)
 
 
 def _summary(g: pd.DataFrame) -> dict:

@@ -26,11 +26,11 @@ def placeholder(problem: str, folder: str | None) -> dict:
     return {"file": str(Path(folder) / file) if folder else file, "key": KEY, "folder_set": bool(folder)}
 
 
-def attach(sections: list[dict], config: dict) -> None:
+def attach(sections: list[dict], config: dict, edition: editions.Edition | None = None) -> None:
     """Each section's notes (``notes``: problem, sub, file, text; the problem's own first, then by
     sub-question) and, for an implementation problem of a student's checkout without a note, its
-    ``note_placeholder`` (else None)."""
-    edition = editions.get(edition_id(config))
+    ``note_placeholder`` (else None). ``edition``: the one the report answers (default: the config's)."""
+    edition = edition or editions.get(edition_id(config))
     folder = config.get("notes")
     notes = read_notes(folder, edition)
     checkout = (config.get("student") or {}).get("checkout")

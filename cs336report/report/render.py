@@ -33,6 +33,7 @@ from .appendix.provenance import experiments_table, provenance_summary
 from .checks import cut_down_grid
 from .notes import attach as attach_notes
 from .sections import section as section_of
+from .settings import RenderSettings
 from .tables import MD_SOURCES_INLINE, source_of
 from .targets import COST_TARGET_GPUS, targets_table
 
@@ -149,13 +150,14 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
 
 
 class RenderContext:
-    """What a section builder sees: the loaded results, the config, the edition of the handout it
-    answers, a figure saver."""
+    """What a section builder sees: the loaded results, the render's settings (its grid, device,
+    edition, configured cells and config: :class:`~.settings.RenderSettings`), the edition of the
+    handout it answers, a figure saver."""
 
-    def __init__(self, records: list[dict], config: dict, figures_dir: Path, draw: bool = True):
-        self.config = config
-        self.device = config.get("_device", "cpu")
-        self.edition = edition_of(config)
+    def __init__(self, records: list[dict], settings: RenderSettings, figures_dir: Path, draw: bool = True):
+        self.render_settings = settings
+        self.device = settings.device
+        self.edition = editions.get(settings.edition)
         self.figures_dir = figures_dir
         self.draw = draw  # False: figures are built but not drawn or saved (the text alone is wanted)
         self._by_experiment: dict[str, list[dict]] = defaultdict(list)
@@ -206,8 +208,7 @@ class RenderContext:
 
 def _skip_reason(module, ctx: RenderContext) -> str:
     """Why a section has no results: not configured for this device, or configured but not run."""
-    grid = (ctx.config.get("grids") or {}).get(ctx.config.get("_grid", "cpu"), {})
-    configured = [e for e in module.EXPERIMENTS if grid.get(e)]
+    configured = [e for e in module.EXPERIMENTS if ctx.render_settings.grid_of(e)]
     if configured:
         return (f"its grid ({', '.join(configured)}) is configured, but this run produced no results for it; "
                 f"the cost appendix lists what ran")
@@ -223,13 +224,6 @@ def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> li
             if folder not in folders:
                 folders[folder] = {"path": folder + "/", "href": record_href(folder, out_dir) + "/"}
     return list(folders.values())
-
-
-def edition_of(config: dict) -> editions.Edition:
-    """The edition of the handout a report answers: the config's resolved ``handout`` (``_handout``,
-    which the report rule passes), else :data:`cs336report.editions.DEFAULT` (a report's config from
-    before the edition was a config key)."""
-    return editions.get(config.get("_handout", editions.DEFAULT))
 
 
 def _section(problem: editions.Problem, module, ctx: RenderContext, coverage: dict, out_dir: Path | None) -> dict:
@@ -285,50 +279,38 @@ def _run_line(records: list[dict], provenance: dict) -> dict:
             "n_commits": len(commits), "n_records": len(records)}
 
 
-def configured_cells(config: dict, expected: dict[str, dict] | None = None) -> dict[str, dict] | None:
-    """The configured cells: ``expected`` where the caller resolved them with their settings
-    (:func:`cs336report.experiments.expected_cells`), else by name where the report rule passed them
-    (``_expected``; rendering imports no experiment module, nor torch); else None: only what ran is known."""
-    if expected is not None:
-        return expected
-    if "_expected" in config:
-        return {name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
-    return None
-
-
-def rerun_host(records: list[dict], config: dict, expected: dict[str, dict] | None) -> RerunHost | None:
+def rerun_host(records: list[dict], settings: RenderSettings) -> RerunHost | None:
     """What the report's grid and machine can run, for its "not run" commands (None where the
     configured cells are not known)."""
-    if expected is None:
+    if settings.expected is None:
         return None
-    return RerunHost(grid=config.get("_grid", "cpu"), device=config.get("_device", "cpu"),
-                     cells={name: len(cells) for name, cells in expected.items()},
-                     gpu_grid=dict(config.get("_gpu_grid") or {}), short_of=gpus_short(records))
+    return RerunHost(grid=settings.grid, device=settings.device,
+                     cells={name: len(cells) for name, cells in settings.expected.items()},
+                     gpu_grid=dict(settings.gpu_grid), short_of=gpus_short(records))
 
 
-def build_context(records: list[dict], config: dict, figures_dir: Path, links_from: Path | None = None,
-                  draw: bool = True, expected: dict[str, dict] | None = None) -> dict:
+def build_context(records: list[dict], settings: RenderSettings, figures_dir: Path, links_from: Path | None = None,
+                  draw: bool = True) -> dict:
     """The templates' context; record links are relative to ``links_from`` (default: the report folder);
-    ``draw``: False leaves the figures undrawn (their captions and the text are the same).
-    ``expected``: the configured cells (:func:`configured_cells`)."""
-    ctx = RenderContext(records, config, figures_dir, draw)
-    expected = configured_cells(config, expected)
+    ``draw``: False leaves the figures undrawn (their captions and the text are the same)."""
+    ctx = RenderContext(records, settings, figures_dir, draw)
+    expected = settings.expected
     coverage = cell_coverage(((r["experiment"], r["cell"]) for r in records), expected)
     sections = [_section(p, section_of(p), ctx, coverage, links_from or figures_dir.parent)
                 for p in ctx.edition.problems]
-    attach_notes(sections, config)
-    device = config.get("_device", "cpu")
-    provenance, cost = provenance_summary(records), cost_of(records, gpu_run=device == "cuda",
-                                                   host_gpus=COST_TARGET_GPUS.get(config.get("_grid"), 1),
+    attach_notes(sections, dict(settings.config), ctx.edition)
+    device = settings.device
+    provenance, cost = provenance_summary(records), cost_of(records, gpu_run=settings.cuda,
+                                                   host_gpus=COST_TARGET_GPUS.get(settings.grid, 1),
                                                    edition=ctx.edition)
     n_not_run = sum(len(c["missing"]) for c in coverage.values())
     targets = (targets_table({s["id"]: s["data"] for s in sections}, cost, provenance["gpu"],
-                             n_not_run if expected else None, cut_down_grid(config), config.get("_grid", "gpu"))
-               if device == "cuda" else None)
+                             n_not_run if expected else None, cut_down_grid(settings), settings.grid)
+               if settings.cuda else None)
     return {
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": device, "cpu_only": device != "cuda", "grid": config.get("_grid", "cpu"),
+        "device": device, "cpu_only": not settings.cuda, "grid": settings.grid,
         "provenance": provenance, "run": _run_line(records, provenance), "sections": sections, "targets": targets,
         # a user's model (kind "user"), named by the sentences that would otherwise describe the built-ins
         "user_model": next((m for m in provenance["model"]["models"] if m["kind"] == "user"), None),
@@ -338,8 +320,7 @@ def build_context(records: list[dict], config: dict, figures_dir: Path, links_fr
                                  if s["ran"] and s.get("gaps") and any(s["gaps"].values())]},
         "appendix_table": experiments_table(records, expected, coverage),
         "n_not_run": n_not_run,
-        "cost": cost, "config_yaml": yaml.safe_dump(
-            {k: v for k, v in config.items() if not k.startswith("_")}, sort_keys=False),
+        "cost": cost, "config_yaml": yaml.safe_dump(dict(settings.config), sort_keys=False),
         "n_results": len(records),
         "status_counts": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "error", "skipped", "not_run", "not_implemented")},
         "n_oom_shared": sum(record_status(r) == "oom_shared" for r in records),
@@ -352,20 +333,20 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
     """Render every page into ``out_dir``; ``links_from`` is the folder the pages' links to record
     folders start from, where the pages will be read (default: ``out_dir``); ``draw``: False skips
     drawing the figures (no PNG is written, the HTML's images are empty), for a check of the text alone.
-    ``expected``: the configured cells (see :func:`build_context`)."""
+    ``expected``: the configured cells with their settings, where the caller resolved them
+    (:meth:`~.settings.RenderSettings.from_config`; else those ``config`` names, else None)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     shutil.rmtree(figures, ignore_errors=True)
     figures.mkdir()
     records = [load(p) for p in result_paths]
-    expected = configured_cells(config, expected)
+    settings = RenderSettings.from_config(config, expected)
     # the report's commands rerun its own grid, and name the machine a result needs where this one cannot run it
-    token = RERUN_OPTIONS.set(grid_option(config.get("_grid"), config.get("_device")))
-    host = RERUN_HOST.set(rerun_host(records, config, expected))
+    token = RERUN_OPTIONS.set(grid_option(settings.grid, settings.device))
+    host = RERUN_HOST.set(rerun_host(records, settings))
     try:
-        context = build_context(records, config, figures, Path(links_from) if links_from else None, draw,
-                                expected)
+        context = build_context(records, settings, figures, Path(links_from) if links_from else None, draw)
         envs = environments(Path(links_from) if links_from else out_dir)
         pages = {"index.html": ("html", "report.html.j2"), "report.md": ("md", "report.md.j2"),
                  "answers.md": ("md", "answers.md.j2"), "evidence.md": ("md", "evidence.md.j2")}

@@ -45,7 +45,7 @@ from ..machine.scratch import scratch
 from ..measure.compiling import pin_ptxas
 from ..measure.timing import is_out_of_memory, release_memory, summarize, thaw
 from ..records.provenance import provenance
-from ..records.store import SCHEMA, load, now_iso, save, whole_step
+from ..records.store import SCHEMA, ResultError, check_data, load, now_iso, save, whole_step
 from ..student.resolve import with_verdicts
 
 _cells_run = 0  # cells this process has run (started) so far
@@ -111,8 +111,12 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         "finished_at": now_iso(),
         "wall_s": time.perf_counter() - t0,
     }
+    try:
+        check_data(record, out)
+    except ResultError as exc:  # data not of its declared shape: a failed cell, which keeps what it measured
+        record.update(status="error", error=f"ResultError: {exc}")
     save(record, out)
-    print(f"[cs336report] {experiment}/{name}: {status} in {record['wall_s']:.1f} s", file=sys.stderr, flush=True)
+    print(f"[cs336report] {experiment}/{name}: {record['status']} in {record['wall_s']:.1f} s", file=sys.stderr, flush=True)
     return record
 
 

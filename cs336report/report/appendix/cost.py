@@ -9,10 +9,12 @@ import pandas as pd
 
 from ... import editions
 from ...records.job_timing import benchmark_of, job_of
+from ..handout_tests import frame as test_frame
+from ..record_frame import record_frame
 from ..tables import Cell, Table, fmt_bytes, fmt_seconds
 from ..targets import COST_TARGET_S
 from .cost_parts import parts_table
-from .run_time import forecast, gpus_needed, run_span, too_large
+from .run_time import clock_frame, forecast, run_span, too_large
 from .timed_steps import timed_seconds
 
 
@@ -62,12 +64,16 @@ def _section_of(record: dict, edition: editions.Edition) -> str:
     """The section a record's job is costed under. A handout-tests suite serves the problems its
     tests grade: it goes to the first of them in the report's order (the ddp suite to naive_ddp)."""
     titles = _section_titles(edition.id)
-    if record.get("experiment") == "handout_tests":
-        graded = {t.get("problem") for t in (record.get("data") or {}).get("tests") or []}
+    if record["experiment"] == "handout_tests":
+        graded = set(test_frame([record])["problem"])
         first = next((p.title for p in edition.problems if p.id in graded), None)
         if first:
             return first
-    return titles.get(record.get("experiment"), "–")
+    return titles.get(record["experiment"], "–")
+
+
+# The fields of a record the cost reads: column -> dotted path (record_frame)
+CELL_FIELDS = {"status": "status", "wall_s": "wall_s", "cells_before": "process.cells_before"}
 
 
 def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1,
@@ -80,17 +86,19 @@ def cost_of(records: list[dict], gpu_run: bool = False, host_gpus: int = 1,
     edition = edition or editions.get(editions.DEFAULT)
 
     rows = []
-    for i, r in enumerate(records):
+    cells = record_frame(records, CELL_FIELDS, defaults={"wall_s": 0.0, "cells_before": 0}, exact=True)
+    gpus = clock_frame(records)["needed"]
+    for i, (r, cell) in enumerate(zip(records, cells.itertuples())):
         job = job_of(r)
-        bench = r.get("benchmark") if "benchmark" in r else benchmark_of(r["_path"], job=job)
-        steps, compiled = timed_seconds(r.get("data"))
-        rows.append({"rule": r["experiment"], "section": _section_of(r, edition), "not_run": r.get("status") == "not_run",
+        bench = r["benchmark"] if "benchmark" in r else benchmark_of(r["_path"], job=job)
+        steps, compiled = timed_seconds(r["data"])
+        rows.append({"rule": r["experiment"], "section": _section_of(r, edition), "not_run": cell.status == "not_run",
                      "job": f"{r['experiment']}/{job}" if job else f"record {i}",
-                     "job_s": (bench or {}).get("wall_s", r.get("wall_s", 0.0)),
+                     "job_s": (bench or {}).get("wall_s", cell.wall_s),
                      "shared_s": (bench or {}).get("job_wall_s"),
                      "from_benchmark": bool(bench), "peak": peak_bytes(r),
-                     "warm": bool(((r.get("process") or {}).get("cells_before") or 0) > 0) and job is None,
-                     "steps_s": steps, "compile_s": compiled, "gpus": gpus_needed(r)})
+                     "warm": bool(cell.cells_before > 0) and job is None,
+                     "steps_s": steps, "compile_s": compiled, "gpus": int(gpus[i])})
     if not rows:
         return {"table": None, "total": "0 s"}
     df = pd.DataFrame(rows)

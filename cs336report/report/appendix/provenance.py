@@ -4,20 +4,32 @@ they ran) and the table of every experiment cell with its status and settings.
 
 from __future__ import annotations
 
+import pandas as pd
+
 from ...records.store import portable_path, record_status
+from ..record_frame import record_frame
 from ..tables import Cell, Table, status_cell
+
+SUMMARY_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "python", "platform", "cpu", "cpu_model", "git_commit",
+                "git_dirty")
+# The fields of a record's provenance the appendix reads: column -> dotted path (record_frame)
+PROVENANCE_FIELDS = {
+    **{k: f"provenance.{k}" for k in SUMMARY_KEYS}, "hostname": "provenance.hostname",
+    "cpu_count": "provenance.cpu_count", "slots": "provenance.placement.of",
+    "code_matches_commit": "published.code_matches_commit",
+}
+
+
+def provenance_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record: where and with what it ran (None where its provenance does not say)."""
+    return record_frame(records, PROVENANCE_FIELDS, exact=True)
 
 
 def provenance_summary(records: list[dict]) -> dict:
-    keys = ("gpu", "driver", "cuda", "torch", "triton", "python", "platform", "cpu", "cpu_model", "git_commit", "git_dirty")
-    seen: dict[str, list] = {k: [] for k in keys}
-    for r in records:
-        for k in keys:
-            v = r["provenance"].get(k)
-            if v not in seen[k]:
-                seen[k].append(v)
-    # a value missing on some records (e.g. no GPU for the CPU-side cells) is shown only when no record has one
-    out = {k: ", ".join(str(v) for v in vals if v is not None) or "–" for k, vals in seen.items()}
+    df = provenance_frame(records)
+    # each value in the order first seen; a value missing on some records (e.g. no GPU for the
+    # CPU-side cells) is shown only when no record has one
+    out = {k: ", ".join(str(v) for v in dict.fromkeys(df[k]) if v is not None) or "–" for k in SUMMARY_KEYS}
     out["model"] = _model_provenance(records)
     out["commits"] = _commits(records)
     out["hosts"] = _hosts(records)
@@ -28,11 +40,12 @@ def provenance_summary(records: list[dict]) -> dict:
 def unclean_records(records: list[dict]) -> dict | None:
     """How many records do not come from one clean commit: no commit named, uncommitted changes,
     or code whose hash differs from the commit's (found by publish); None where all do."""
-    commits = {(r.get("provenance") or {}).get("git_commit") for r in records} - {None}
+    df = provenance_frame(records)
+    commits = set(df["git_commit"]) - {None}
     counts = {
-        "no_commit": sum(not (r.get("provenance") or {}).get("git_commit") for r in records),
-        "dirty": sum((r.get("provenance") or {}).get("git_dirty") is True for r in records),
-        "code_differs": sum((r.get("published") or {}).get("code_matches_commit") is False for r in records),
+        "no_commit": sum(not commit for commit in df["git_commit"]),
+        "dirty": sum(dirty is True for dirty in df["git_dirty"]),
+        "code_differs": sum(same is False for same in df["code_matches_commit"]),
         "commits": len(commits),
     }
     parts = [f"{counts['no_commit']} result(s) name no commit" if counts["no_commit"] else "",
@@ -51,10 +64,8 @@ def _hosts(records: list[dict]) -> list[str]:
     share a name), with its GPU slots and, where there are several, how many records it made, the most
     first."""
     hosts: dict = {}
-    for r in records:
-        p = r.get("provenance") or {}
-        key = (p.get("hostname") or "unknown", p.get("cpu_count"))
-        slots = (p.get("placement") or {}).get("of")
+    for p in provenance_frame(records).itertuples():
+        key, slots = (p.hostname or "unknown", p.cpu_count), p.slots
         entry = hosts.setdefault(key, {"n": 0, "slots": 0})
         entry["n"] += 1
         entry["slots"] = max(entry["slots"], int(slots or 0))
@@ -70,13 +81,12 @@ def _hosts(records: list[dict]) -> list[str]:
 def _commits(records: list[dict]) -> str:
     """Each commit the records name, with how many records and whether its tree had uncommitted changes."""
     states: dict = {}
-    for r in records:
-        p = r["provenance"]
-        dirty = p.get("git_dirty")
+    for p in provenance_frame(records).itertuples():
+        dirty = p.git_dirty
         # a tree copied to a GPU node has no .git to ask; publish compared its code with the commit's
-        if dirty is None and (r.get("published") or {}).get("code_matches_commit") is not None:
-            dirty = "same" if r["published"]["code_matches_commit"] else True
-        states.setdefault(p.get("git_commit"), []).append(dirty)
+        if dirty is None and p.code_matches_commit is not None:
+            dirty = "same" if p.code_matches_commit else True
+        states.setdefault(p.git_commit, []).append(dirty)
     parts = []
     for commit, dirty in sorted(states.items(), key=lambda kv: (kv[0] is None, -len(kv[1]))):
         n = len(dirty)

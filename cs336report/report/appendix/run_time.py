@@ -19,30 +19,52 @@ from __future__ import annotations
 import datetime as _dt
 import heapq
 
+import pandas as pd
+
+from ..record_frame import record_frame
+
 # A pause between cells longer than this (s): the records come from more than one run.
 GAP_S = 300.0
 # Jobs that hold no GPU whatever the device (parsers and analytic accounting).
 CPU_ONLY = frozenset({"memory_profiling_parse", "communication_accounting"})
 
 
-def gpus_held(record: dict) -> int:
-    """How many GPUs the cell of ``record`` held: its placement's GPUs, else one per rank of a
+# The fields of a record the clock reads: column -> dotted path (record_frame)
+CLOCK_FIELDS = {
+    "experiment": "experiment", "status": "status", "started_at": "started_at", "wall_s": "wall_s",
+    "device": "provenance.device", "gpus": "provenance.placement.gpus", "slots": "provenance.placement.of",
+    "git_commit": "provenance.git_commit", "backend": "config.backend", "world_size": "config.world_size",
+}
+
+
+def clock_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record: when and how long its cell ran, where, and the GPUs it held and needs."""
+    df = record_frame(records, CLOCK_FIELDS, exact=True)
+    df["held"] = [_held(r) for r in df.itertuples()]
+    # a cell recorded as not run for want of GPUs (which held none) needs one per rank
+    df["needed"] = [int(r.world_size or r.held) if r.status == "not_run" else r.held for r in df.itertuples()]
+    return df
+
+
+def _held(row) -> int:
+    """How many GPUs the cell of a clock_frame row held: its placement's GPUs, else one per rank of a
     NCCL cell, else one for any CUDA cell; none on the CPU, for Gloo, or for a parse."""
-    prov, cell = record.get("provenance") or {}, record.get("config") or {}
-    if record.get("experiment") in CPU_ONLY or prov.get("device") != "cuda" or cell.get("backend") == "gloo":
+    if row.experiment in CPU_ONLY or row.device != "cuda" or row.backend == "gloo":
         return 0
-    gpus = (prov.get("placement") or {}).get("gpus")
-    if isinstance(gpus, list) and gpus:
-        return len(gpus)
-    return int(cell.get("world_size") or 1)
+    if isinstance(row.gpus, list) and row.gpus:
+        return len(row.gpus)
+    return int(row.world_size or 1)
+
+
+def gpus_held(record: dict) -> int:
+    """How many GPUs the cell of ``record`` held (:func:`_held`)."""
+    return int(clock_frame([record])["held"].iloc[0])
 
 
 def gpus_needed(record: dict) -> int:
     """How many GPUs the job of ``record`` needs on a host that runs it: those its cell held, or, for a
     cell recorded as not run for want of GPUs (which held none), one per rank."""
-    if record.get("status") == "not_run":
-        return int((record.get("config") or {}).get("world_size") or gpus_held(record))
-    return gpus_held(record)
+    return int(clock_frame([record])["needed"].iloc[0])
 
 
 def _timestamp(text: str) -> float:
@@ -54,14 +76,15 @@ def run_span(records: list[dict]) -> dict | None:
     slots of that run; ``apart`` lists the indices (in ``records``) of the cells that ran apart
     from it. ``one_run`` is False (with the reason) where no one run holds most of the cells, or
     the records name several commits. None without timestamps."""
+    df = clock_frame(records)
     spans = []
-    for i, r in enumerate(records):
-        if r.get("experiment") in CPU_ONLY or not r.get("started_at"):
+    for i, r in enumerate(df.itertuples()):
+        if r.experiment in CPU_ONLY or not r.started_at:
             continue
-        start = _timestamp(r["started_at"])
+        start = _timestamp(r.started_at)
         # a cell recorded as not run (too few GPUs) held none of the GPUs it asks for
-        held = 0 if r.get("status") == "not_run" else gpus_held(r)
-        spans.append((start, start + float(r.get("wall_s") or 0.0), held, i))
+        held = 0 if r.status == "not_run" else r.held
+        spans.append((start, start + float(r.wall_s or 0.0), held, i))
     if not spans:
         return None
     spans.sort()
@@ -75,9 +98,8 @@ def run_span(records: list[dict]) -> dict | None:
         reach = max(reach, span[1])
     main = max(runs, key=len)
     inside = {i for *_, i in main}
-    commits = {(r.get("provenance") or {}).get("git_commit") for r in records}
-    placements = [(records[i].get("provenance") or {}).get("placement") for i in sorted(inside)]
-    slots = max([int(p.get("of") or 1) for p in placements if isinstance(p, dict)] or [1])
+    commits = set(df["git_commit"])
+    slots = max([int(df["slots"][i] or 1) for i in sorted(inside)] or [1])
     wall = max(end for _, end, _, _ in main) - main[0][0]
     held = sum((end - start) * g for start, end, g, _ in main)
     out = {"wall_s": wall, "gpu_s": held, "slots": slots, "commits": len(commits), "gap_s": gap,

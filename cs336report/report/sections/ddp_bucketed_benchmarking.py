@@ -97,8 +97,8 @@ def build(ctx) -> dict:
 def fit_hint(ctx) -> Hint:
     """What fits the overhead model where it was not fitted: a second bucket size in the grid, or, where
     the grid lists two or more, the sweep run again (a cell failed)."""
-    grid = ctx.config.get("_grid", "cpu")
-    sizes = (((ctx.config.get("grids") or {}).get(grid) or {}).get(EXPERIMENT) or {}).get("bucket_sizes_mb") or []
+    grid = ctx.render_settings.grid
+    sizes = (ctx.render_settings.grid_of(EXPERIMENT) or {}).get("bucket_sizes_mb") or []
     if len(sizes) < 2:
         return Hint("", needs=f"two bucket sizes or more, of different bucket counts, in the config's "
                               f"grids.{grid}.{EXPERIMENT}.bucket_sizes_mb")

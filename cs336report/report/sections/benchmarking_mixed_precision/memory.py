@@ -16,8 +16,7 @@ from .speed import paired, speed_table, transformer_frame
 
 
 def memory_grid(ctx) -> dict | None:
-    grids = ctx.config.get("grids", {})
-    return (grids.get(ctx.config.get("_grid", "cpu")) or {}).get("autocast_memory")
+    return ctx.render_settings.grid_of("autocast_memory")
 
 
 def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = None) -> Table:

@@ -8,6 +8,8 @@ import pandas as pd
 
 from ....accounting import transformer as accounting
 from ....names.spec import ModelSpec
+from ....records.shapes import typed
+from ...record_frame import record_frame
 from ...tables import sig
 
 MODE_ORDER = ("forward_no_grad", "forward", "forward_backward", "train_step")
@@ -39,39 +41,57 @@ MiB = 2**20
 GiB = 2**30
 
 
-def _label(config: dict) -> str:
-    return "forward_no_grad" if config.get("grad") == "no_grad" else config.get("mode", "forward")
+# A memory cell's fields a row holds: column -> dotted path (record_frame); the capture's are under
+# data.capture in a parse record, under data in a capture record
+CELL_FIELDS = {
+    "cell": "cell", "status": "status", "error": "error", "implementation": "config.implementation",
+    "precision": "config.precision", "size": "config.size", "context": "config.context", "mode": "config.mode",
+    "grad": "config.grad", "batch": "config.batch_size", "max_entries": "config.max_entries",
+    "stacks": "config.stacks", "warmup": "config.warmup_steps", "steps": "config.measured_steps", "tf32": "config.tf32",
+    "capability": "provenance.gpu_capability", "source": "_path",
+}
+CELL_DEFAULTS = {"implementation": "naive", "precision": "fp32", "size": "?", "context": 0, "mode": "forward",
+                 "grad": "enabled"}
+CAPTURE_FIELDS = {
+    "peak_alloc": "peak_memory.allocated_bytes", "peak_reserved": "peak_memory.reserved_bytes",
+    "before": "allocated_before_bytes", "device_bytes": "device_memory_bytes", "snapshot_file_bytes": "snapshot.bytes",
+    "dump_s": "snapshot.dump_s",
+}
+PARSE_FIELDS = {"parse_file_bytes": "data.parse.file_bytes", "parse_s": "data.parse.seconds",
+                "parse_rss": "data.parse.peak_rss_bytes"}
+COLUMNS = [
+    "cell", "status", "error", "implementation", "precision", "size", "context", "label", "mode", "grad", "batch",
+    "model", "saved_matrices", "peak_alloc", "peak_reserved", "before", "device_bytes", "snap", "snap_peak",
+    "snap_reserved", "snapshot_bytes", "dump_s", "max_entries", "stacks", "warmup", "steps", "tf32", "parse_s",
+    "parse_rss", "capability", "source",
+]
+
+
+def _cells(records: list[dict], capture_at: str, parsed: bool) -> pd.DataFrame:
+    """The rows of parse records (``parsed``) or of capture records, their capture's fields under
+    ``capture_at``."""
+    fields = {**CELL_FIELDS, **{k: f"{capture_at}.{path}" for k, path in CAPTURE_FIELDS.items()},
+              **PARSE_FIELDS}
+    df = record_frame(records, fields, defaults=CELL_DEFAULTS, exact=True)
+    df["context"] = [int(c) for c in df["context"]]
+    df["label"] = ["forward_no_grad" if g == "no_grad" else m for g, m in zip(df["grad"], df["mode"])]
+    df["model"] = [r["config"].get("model") for r in records]
+    captures = [typed(r).capture for r in records] if parsed else [{"status": r["status"], **r["data"]} for r in records]
+    df["saved_matrices"] = [accounting.saved_matrices_of(c, r["provenance"]) for c, r in zip(captures, records)]
+    df["snap"] = [typed(r).snapshot for r in records] if parsed else None
+    df["snap_peak"] = [snap["peak"]["bytes"] if snap else None for snap in df["snap"]]
+    df["snap_reserved"] = [snap["reserved"]["peak_bytes"] if snap else None for snap in df["snap"]]
+    df["snapshot_bytes"] = [p or c for p, c in zip(df["parse_file_bytes"], df["snapshot_file_bytes"])]
+    return df[COLUMNS]
 
 
 def frame(parse_records: list[dict], capture_records: list[dict]) -> pd.DataFrame:
     """One row per cell: its status, peaks from torch's counters and from the snapshot, and the parse."""
-    rows = []
     parsed_cells = {r["cell"] for r in parse_records}
-    records = [(r, (r["data"] or {}).get("capture") or {}, (r["data"] or {}).get("snapshot"),
-                (r["data"] or {}).get("parse") or {}) for r in parse_records]
-    records += [(r, {"status": r["status"], **(r["data"] or {})}, None, {}) for r in capture_records
-                if r["cell"] not in parsed_cells]
-    for r, cap, snap, parse in records:
-        c = r["config"]
-        peaks = cap.get("peak_memory") or {}
-        snapshot_info = cap.get("snapshot") or {}
-        rows.append({
-            "cell": r["cell"], "status": r["status"], "error": r.get("error"),
-            "implementation": c.get("implementation", "naive"), "precision": c.get("precision", "fp32"),
-            "size": c.get("size", "?"), "context": int(c.get("context", 0)), "label": _label(c),
-            "mode": c.get("mode", "forward"), "grad": c.get("grad", "enabled"),
-            "batch": c.get("batch_size"), "model": c.get("model"),
-            "saved_matrices": accounting.saved_matrices_of(cap, r.get("provenance")),
-            "peak_alloc": peaks.get("allocated_bytes"), "peak_reserved": peaks.get("reserved_bytes"),
-            "before": cap.get("allocated_before_bytes"), "device_bytes": cap.get("device_memory_bytes"),
-            "snap": snap, "snap_peak": snap["peak"]["bytes"] if snap else None,
-            "snap_reserved": snap["reserved"]["peak_bytes"] if snap else None,
-            "snapshot_bytes": parse.get("file_bytes") or snapshot_info.get("bytes"),
-            "dump_s": snapshot_info.get("dump_s"), "max_entries": c.get("max_entries"), "stacks": c.get("stacks"),
-            "warmup": c.get("warmup_steps"), "steps": c.get("measured_steps"), "tf32": c.get("tf32"),
-            "parse_s": parse.get("seconds"), "parse_rss": parse.get("peak_rss_bytes"),
-            "capability": (r.get("provenance") or {}).get("gpu_capability"), "source": r["_path"],
-        })
+    captures = [r for r in capture_records if r["cell"] not in parsed_cells]
+    parts = [_cells(parse_records, "data.capture", True)] if parse_records else []
+    parts += [_cells(captures, "data", False)] if captures else []
+    rows = [row for part in parts for row in part.to_dict("records")]
     df = pd.DataFrame(rows)
     if df.empty:
         return df

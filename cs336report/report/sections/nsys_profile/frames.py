@@ -8,6 +8,8 @@ import pandas as pd
 
 from ....parsers.kernel_ranges import LAUNCH_API
 from ....parsers.kernel_records import kernel_frame as record_kernels
+from ....records.shapes import typed
+from ...record_frame import record_frame
 from ...tables import sig
 
 MODE_LABELS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
@@ -50,49 +52,62 @@ def _cv(stats: dict) -> float | None:
     return stats["std"] / stats["mean"] if is_number(stats.get("std")) and stats.get("mean") else None
 
 
+# A profiled cell's fields a row holds: column -> dotted path (record_frame); and those of its
+# plain benchmarking record
+CELL_FIELDS = {
+    "cell": "cell", "size": "config.size", "context": "config.context", "mode": "config.mode", "status": "status",
+    "error": "error", "source": "data.source", "tool_source": "data.tool.source", "activity": "data.activity",
+    "tool_activity": "data.tool.activity", "nsys_version": "data.tool.nsys_version",
+    "torch_version": "data.tool.torch_version", "exact": "data.exact", "measured_steps": "data.measured_steps",
+    "empty_reason": "data.empty_reason", "step_wall_ns": "data.phases.step.wall_ns_per_step",
+    "step_kernel_ns": "data.phases.step.kernel_ns_per_step", "forward_kernel_ns": "data.phases.forward.kernel_ns_per_step",
+    "fwd_range_med_ns": "data.ranges.forward.med_ns", "step_range_med_ns": "data.ranges.step.med_ns",
+    "timer_mean_s": "data.python_timer.stats_s.mean", "timer_std_s": "data.python_timer.stats_s.std",
+    "timer_med_s": "data.python_timer.stats_s.median",
+    "fwd_timer_med_s": "data.python_timer.phase_stats_s.forward.median",
+    "fwd_timer_min_s": "data.python_timer.phase_stats_s.forward.min",
+    "fwd_timer_max_s": "data.python_timer.phase_stats_s.forward.max",
+    "profile_wall_s": "data.tool.profile_wall_s", "export_wall_s": "data.tool.export_wall_s",
+    "batch": "config.batch_size", "precision": "config.precision", "gpu": "provenance.gpu", "path": "_path",
+}
+PLAIN_FIELDS = {
+    "plain_status": "status", "plain_mean_s": "data.stats_s.mean", "plain_std_s": "data.stats_s.std",
+    "plain_fwd_med_s": "data.phase_stats_s.forward.median", "plain_fwd_min_s": "data.phase_stats_s.forward.min",
+    "plain_fwd_max_s": "data.phase_stats_s.forward.max", "plain_fwd_n": "data.phase_stats_s.forward.n",
+    "plain_wall_s": "wall_s", "plain_path": "_path",
+}
+CELL_COLUMNS = [
+    "cell", "size", "context", "mode", "status", "error", "source", "activity", "nsys_version", "torch_version",
+    "exact", "measured_steps", "warnings", "empty_reason", "step_wall_ns", "step_kernel_ns", "forward_kernel_ns",
+    "fwd_range_med_ns", "step_range_med_ns", "timer_mean_s", "timer_std_s", "timer_med_s", "fwd_timer_med_s",
+    "fwd_timer_min_s", "fwd_timer_max_s", "fwd_timer_cv", "launches_per_step", "launch_ns_per_step",
+    "launches_exact", "plain_status", "plain_mean_s", "plain_std_s", "plain_fwd_med_s", "plain_fwd_min_s",
+    "plain_fwd_max_s", "plain_fwd_cv", "plain_fwd_n", "plain_wall_s", "plain_path", "profile_wall_s",
+    "export_wall_s", "checks", "model", "batch", "precision", "gpu", "path",
+]
+
+
 def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
     """One row per profiled cell: timings, sources, checks."""
     plain = {r["cell"]: r for r in bench}
-    rows = []
-    for r in records:
-        c, d = r["config"], r["data"] or {}
-        phases = d.get("phases") or {}
-        ranges = d.get("ranges") or {}
-        same_run = d.get("python_timer") or {}
-        timer = same_run.get("stats_s") or {}
-        fwd_timer = _forward_timer(same_run)
-        tool = d.get("tool") or {}
-        b = plain.get(r["cell"])
-        b_data = (b or {}).get("data") or {}
-        b_stats = b_data.get("stats_s") or {}
-        b_fwd = _forward_timer(b_data)
-        launches, launch_ns, launches_exact = _launches(d)
-        rows.append({
-            "cell": r["cell"], "size": c.get("size"), "context": c.get("context"), "mode": c.get("mode"),
-            "status": r["status"], "error": r.get("error"), "source": d.get("source") or tool.get("source"),
-            "activity": d.get("activity") or tool.get("activity"), "nsys_version": tool.get("nsys_version"),
-            "torch_version": tool.get("torch_version"), "exact": d.get("exact", True),
-            "measured_steps": d.get("measured_steps"), "warnings": d.get("warnings") or [],
-            "empty_reason": d.get("empty_reason"),
-            "step_wall_ns": (phases.get("step") or {}).get("wall_ns_per_step"),
-            "step_kernel_ns": (phases.get("step") or {}).get("kernel_ns_per_step"),
-            "forward_kernel_ns": (phases.get("forward") or {}).get("kernel_ns_per_step"),
-            "fwd_range_med_ns": (ranges.get("forward") or {}).get("med_ns"),
-            "step_range_med_ns": (ranges.get("step") or {}).get("med_ns"),
-            "timer_mean_s": timer.get("mean"), "timer_std_s": timer.get("std"), "timer_med_s": timer.get("median"),
-            "fwd_timer_med_s": fwd_timer.get("median"), "fwd_timer_min_s": fwd_timer.get("min"),
-            "fwd_timer_max_s": fwd_timer.get("max"), "fwd_timer_cv": _cv(fwd_timer),
-            "launches_per_step": launches, "launch_ns_per_step": launch_ns, "launches_exact": launches_exact,
-            "plain_status": b["status"] if b else None,
-            "plain_mean_s": b_stats.get("mean"), "plain_std_s": b_stats.get("std"),
-            "plain_fwd_med_s": b_fwd.get("median"), "plain_fwd_min_s": b_fwd.get("min"),
-            "plain_fwd_max_s": b_fwd.get("max"), "plain_fwd_cv": _cv(b_fwd), "plain_fwd_n": b_fwd.get("n"),
-            "plain_wall_s": b.get("wall_s") if b else None, "plain_path": b.get("_path") if b else None,
-            "profile_wall_s": tool.get("profile_wall_s"), "export_wall_s": tool.get("export_wall_s"),
-            "checks": d.get("checks") or {}, "model": c.get("model"), "batch": c.get("batch_size"),
-            "precision": c.get("precision"), "gpu": (r.get("provenance") or {}).get("gpu"),
-            "path": r.get("_path", ""),
-        })
+    if not records:
+        return pd.DataFrame()
+    df = record_frame(records, CELL_FIELDS, defaults={"exact": True})
+    df["source"] = df["source"].where(df["source"].notna(), df.pop("tool_source"))
+    df["activity"] = df["activity"].where(df["activity"].notna(), df.pop("tool_activity"))
+    df["warnings"] = [typed(r).warnings or [] for r in records]
+    df["checks"] = [typed(r).checks or {} for r in records]
+    df["model"] = [r["config"].get("model") for r in records]
+    df["fwd_timer_cv"] = [_cv(_forward_timer(typed(r).python_timer or {})) for r in records]
+    df["launches_per_step"], df["launch_ns_per_step"], df["launches_exact"] = zip(*(_launches(r["data"]) for r in records))
+    matched = [plain.get(r["cell"]) for r in records]
+    found = [b for b in matched if b]
+    b_df = record_frame(found, PLAIN_FIELDS).set_index(pd.Index([i for i, b in enumerate(matched) if b]))
+    b_df = b_df.reindex(range(len(records))).astype(object)
+    b_df = b_df.where(b_df.notna(), None)
+    b_df["plain_fwd_cv"] = [_cv(_forward_timer(b["data"])) if b else None for b in matched]
+    df = pd.concat([df, b_df], axis=1)
+    rows = df[CELL_COLUMNS].astype(object).where(df[CELL_COLUMNS].notna(), None).to_dict("records")
     df = pd.DataFrame(rows)
     if not df.empty:
         df["size"] = pd.Categorical(df["size"], categories=_order(records), ordered=True)

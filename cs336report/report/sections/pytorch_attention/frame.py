@@ -8,6 +8,7 @@ import pandas as pd
 
 from ....accounting import transformer as accounting
 from ....records.store import other_processes_bytes, record_status
+from ...record_frame import record_frame
 
 VARIANTS = ("naive", "compiled", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "sdpa_math")
 LABELS = {
@@ -28,17 +29,21 @@ FRAME_COLUMNS = [
 ]
 
 
-def _stat(data: dict, key: str, field: str) -> float:
-    return (data.get(key) or {}).get(field, math.nan)
-
-
-def _bytes(value) -> float:
-    return math.nan if value is None else float(value)
-
-
-def _own(value, baseline: float) -> float:
-    """Allocator bytes less what the process held before the cell began."""
-    return math.nan if value is None else float(value) - baseline
+# The fields of an attention record a row holds: column -> dotted path (record_frame)
+FIELDS = {
+    "dtype": "config.dtype", "d": "config.d_head", "seq": "config.seq", "batch": "config.batch_size",
+    "causal": "config.causal", "error": "error", "oom_phase": "data.oom_phase",
+    "fwd_mean_s": "data.forward_stats_s.mean", "fwd_std_s": "data.forward_stats_s.std",
+    "fwd_median_s": "data.forward_stats_s.median", "bwd_mean_s": "data.backward_stats_s.mean",
+    "bwd_std_s": "data.backward_stats_s.std", "bwd_median_s": "data.backward_stats_s.median",
+    "before_bwd_bytes": "data.memory_before_backward_bytes", "activation_bytes": "data.activation_bytes_before_backward",
+    "peak_bytes": "data.peak.allocated_bytes", "fwd_peak_bytes": "data.forward_peak.allocated_bytes",
+    "saved_bytes": "data.saved_activation_bytes", "matrix_bytes": "data.matrix_bytes",
+    "baseline_bytes": "data.memory_baseline_bytes", "first_call_s": "data.compile.first_call_s",
+    "setup_s": "data.compile.setup_s", "cache_hits": "data.compile.inductor_cache_hits",
+    "graph_breaks": "data.compile.graph_breaks", "gpu_memory_bytes": "provenance.gpu_memory_bytes",
+    "gpu": "provenance.gpu", "source": "_path",
+}
 
 
 def frame(records: list[dict]) -> pd.DataFrame:
@@ -46,39 +51,23 @@ def frame(records: list[dict]) -> pd.DataFrame:
     peak are the cell's own: less the bytes its process still held from earlier cells
     (``baseline_bytes``). An out-of-memory cell that ran while other processes held part of the
     card has status "oom_shared" (``others_bytes``: what they held)."""
-    rows = []
-    for r in records:
-        c, d = r["config"], r["data"] or {}
-        variant = c["implementation"] + (f"_{c['backend']}" if c.get("backend") else "")
-        peak = d.get("peak") or {}
-        compile_info = d.get("compile") or {}
-        baseline = float(d.get("memory_baseline_bytes") or 0)
-        rows.append({
-            "variant": variant, "dtype": c["dtype"], "d": int(c["d_head"]), "seq": int(c["seq"]),
-            "batch": int(c["batch_size"]), "causal": bool(c["causal"]), "status": record_status(r),
-            "error": r.get("error"), "oom_phase": d.get("oom_phase"),
-            "fwd_mean_s": _stat(d, "forward_stats_s", "mean"), "fwd_std_s": _stat(d, "forward_stats_s", "std"),
-            "fwd_median_s": _stat(d, "forward_stats_s", "median"),
-            "bwd_mean_s": _stat(d, "backward_stats_s", "mean"), "bwd_std_s": _stat(d, "backward_stats_s", "std"),
-            "bwd_median_s": _stat(d, "backward_stats_s", "median"),
-            "before_bwd_bytes": _own(d.get("memory_before_backward_bytes"), baseline),
-            "saved_matrices": accounting.saved_matrices_of(d, r.get("provenance")),
-            "activation_bytes": _bytes(d.get("activation_bytes_before_backward")),
-            "peak_bytes": _own(peak.get("allocated_bytes"), baseline),
-            "fwd_peak_bytes": _own((d.get("forward_peak") or {}).get("allocated_bytes"), baseline),
-            "saved_bytes": _bytes(d.get("saved_activation_bytes")),
-            "matrix_bytes": _bytes(d.get("matrix_bytes")),
-            "baseline_bytes": baseline, "others_bytes": float(other_processes_bytes(r.get("error"))),
-            "first_call_s": compile_info.get("first_call_s", math.nan),
-            "setup_s": compile_info.get("setup_s", math.nan),
-            "cache_hits": compile_info.get("inductor_cache_hits") or 0,
-            "graph_breaks": compile_info.get("graph_breaks"),
-            "gpu_memory_bytes": _bytes(r["provenance"].get("gpu_memory_bytes")),
-            "gpu": r["provenance"].get("gpu"), "source": r["_path"],
-        })
-    df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
-    if df.empty:
-        return df
+    if not records:
+        return pd.DataFrame(columns=FRAME_COLUMNS)
+    nan = dict.fromkeys(("fwd_mean_s", "fwd_std_s", "fwd_median_s", "bwd_mean_s", "bwd_std_s", "bwd_median_s",
+                         "first_call_s", "setup_s"), math.nan)
+    df = record_frame(records, FIELDS, defaults={**nan, "cache_hits": 0, "baseline_bytes": 0})
+    baseline = df["baseline_bytes"].astype(float)
+    for column in ("before_bwd_bytes", "peak_bytes", "fwd_peak_bytes"):  # the cell's own bytes
+        df[column] = df[column].astype(float) - baseline
+    for column in ("activation_bytes", "saved_bytes", "matrix_bytes", "gpu_memory_bytes"):
+        df[column] = df[column].astype(float)
+    df["baseline_bytes"] = baseline
+    df["variant"] = [r["config"]["implementation"] + (f"_{r['config']['backend']}" if r["config"].get("backend") else "")
+                     for r in records]
+    df["status"] = [record_status(r) for r in records]
+    df["others_bytes"] = [float(other_processes_bytes(r.get("error"))) for r in records]
+    df["saved_matrices"] = [accounting.saved_matrices_of(r["data"], r["provenance"]) for r in records]
+    df = df.astype({"d": int, "seq": int, "batch": int, "causal": bool})[FRAME_COLUMNS]
     df["variant"] = pd.Categorical(df["variant"], categories=[v for v in VARIANTS], ordered=True)
     return df.sort_values(["variant", "dtype", "d", "seq"]).reset_index(drop=True)
 

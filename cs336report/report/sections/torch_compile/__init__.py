@@ -63,7 +63,7 @@ def build(ctx) -> dict:
         out["model"] = model_analysis(pairs, checks.host_bound_sources(checks.timing_flags(bench)))
     # (c)
     out["optimized"] = optimized(ctx.records("optimized_step"), ctx.records("benchmarking"), ctx.records("roofline"),
-                                 ctx.config.get("run", {}).get("implementation", "naive"))
+                                 (ctx.render_settings.config.get("run") or {}).get("implementation", "naive"))
     out["peak_measured"] = not math.isnan(bf16_peak(ctx.records("roofline")))
     out["answer"] = {"attention": answer_table(out.get("attention_table"))}
     return out

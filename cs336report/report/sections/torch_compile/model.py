@@ -7,7 +7,9 @@ import math
 
 import pandas as pd
 
+from ....records.shapes import OptimizedStep, typed
 from ...bench_frame import phase_method
+from ...record_frame import record_frame
 from ...tables import Cell, Table, fmt_mean_std, sig, status_cell, with_source
 from .first_call import CACHE_NOTE, JOB_NOTE, first_call_cell, first_call_summary, from_cache, setup_seconds
 
@@ -20,39 +22,56 @@ def _key(config: dict) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in ("compile", "compile_scope")}, sort_keys=True)
 
 
+# The fields of a model record a row holds: column -> dotted path (record_frame)
+FIELDS = {
+    "compiled": "config.compile", "fused": "config.fused_adamw", "cuda_graphs": "config.cuda_graphs",
+    "implementation": "config.implementation", "precision": "config.precision", "size": "config.size",
+    "context": "config.context", "mode": "config.mode", "batch": "config.batch_size", "status": "status",
+    "error": "error", "mean_s": "data.stats_s.mean", "std_s": "data.stats_s.std", "flops": "data.flops_per_step",
+    "tflops": "data.tflops", "first_call_s": "data.compile.first_call_s",
+    "cache_hits": "data.compile.inductor_cache_hits", "graph_breaks": "data.compile.graph_breaks",
+    "graphs": "data.compile.graphs", **{f"{p}_mean_s": f"data.phase_stats_s.{p}.mean" for p, _, _ in PHASES},
+    "params": "data.params", "kernel_steps": "data.kernel_steps", "whole_mean_s": "data.whole_step_stats_s.mean",
+    "source": "_path", "gpu": "provenance.gpu",
+}
+COLUMNS = [
+    "key", "compiled", "fused", "cuda_graphs", "phase_method", "scope", "master_weights", "implementation",
+    "precision", "size", "context", "mode", "batch", "status", "error", "mean_s", "std_s", "flops", "tflops",
+    "first_call_s", "first_calls", "setup_s", "cache_hits", "graph_breaks", "graphs",
+    *[f"{p}_mean_s" for p, _, _ in PHASES], "params", "d_model", "spec", "kernels", "kernel_steps", "idle",
+    "whole_mean_s", "whole_steps", "source", "gpu",
+]
+
+
 def model_frame(records: list[dict]) -> pd.DataFrame:
-    rows = []
-    for r in records:
-        c, d = r["config"], r["data"] or {}
-        stats, phases = d.get("stats_s") or {}, d.get("phase_stats_s") or {}
-        compile_info = d.get("compile") or {}
-        earlier = compile_info.get("earlier_first_calls") or []  # a job's earlier cells' first calls
-        rows.append({
-            "key": _key(c), "compiled": bool(c.get("compile")), "fused": bool(c.get("fused_adamw")),
-            "cuda_graphs": c.get("cuda_graphs") or False,  # True: forward and backward graphs; "step": the whole step
-            "phase_method": phase_method(r),  # how the phases were timed: events, wall clock or synchronized
-            # what was compiled: the whole model, or each repeated block in place (records before
-            # compile_scope existed compiled the whole model)
-            "scope": ((d.get("model") or {}).get("compiled") or {"scope": "model"}) if c.get("compile") else None,
-            "master_weights": (d.get("model") or {}).get("master_weights"),  # its description, where the step had them
-            "implementation": c["implementation"], "precision": c["precision"], "size": c["size"],
-            "context": c["context"], "mode": c["mode"], "batch": c["batch_size"], "status": r["status"],
-            "error": r.get("error"), "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
-            "flops": d.get("flops_per_step"), "tflops": d.get("tflops", math.nan),
-            # the whole step's compilation: in a job, earlier cells' first calls compiled part of it
-            "first_call_s": compile_info.get("first_call_s", math.nan) + sum(c["first_call_s"] for c in earlier),
-            "first_calls": 1 + len(earlier),
-            "setup_s": setup_seconds([compile_info, *earlier]),
-            "cache_hits": compile_info.get("inductor_cache_hits") or 0,
-            "graph_breaks": compile_info.get("graph_breaks"), "graphs": compile_info.get("graphs"),
-            **{f"{p}_mean_s": phases.get(p, {}).get("mean", math.nan) for p, _, _ in PHASES},
-            "params": d.get("params"), "d_model": c["model"]["d_model"] * c["model"]["num_layers"],
-            "spec": c["model"], "kernels": d.get("kernels"), "kernel_steps": d.get("kernel_steps"), "idle": d.get("idle"),
-            "whole_mean_s": (d.get("whole_step_stats_s") or {}).get("mean", math.nan),
-            "whole_steps": len(d.get("whole_steps_s") or []),
-            "source": r["_path"], "gpu": (r.get("provenance") or {}).get("gpu"),
-        })
-    return pd.DataFrame(rows)
+    if not records:
+        return pd.DataFrame()
+    nan = dict.fromkeys(["mean_s", "std_s", "tflops", "first_call_s", "whole_mean_s",
+                         *[f"{p}_mean_s" for p, _, _ in PHASES]], math.nan)
+    df = record_frame(records, FIELDS, defaults={**nan, "compiled": False, "fused": False, "cuda_graphs": False,
+                                                 "cache_hits": 0}, exact=True)
+    shapes = [typed(r, OptimizedStep) for r in records]  # a compiled or plain step
+    compiles = [s.compile or {} for s in shapes]
+    earlier = [c.get("earlier_first_calls") or [] for c in compiles]  # a job's earlier cells' first calls
+    df["compiled"], df["fused"] = df["compiled"].astype(bool), df["fused"].astype(bool)
+    df["cuda_graphs"] = [g or False for g in df["cuda_graphs"]]  # True: forward and backward graphs; "step": the whole step
+    df["key"] = [_key(r["config"]) for r in records]
+    df["phase_method"] = [phase_method(r) for r in records]  # how the phases were timed: events, wall clock or synchronized
+    # what was compiled: the whole model, or each repeated block in place (records before
+    # compile_scope existed compiled the whole model)
+    df["scope"] = [((s.model or {}).get("compiled") or {"scope": "model"}) if c else None
+                   for s, c in zip(shapes, df["compiled"])]
+    df["master_weights"] = [(s.model or {}).get("master_weights") for s in shapes]  # its description, where the step had them
+    # the whole step's compilation: in a job, earlier cells' first calls compiled part of it
+    df["first_call_s"] = [first + sum(c["first_call_s"] for c in e) for first, e in zip(df["first_call_s"], earlier)]
+    df["first_calls"] = [1 + len(e) for e in earlier]
+    df["setup_s"] = [setup_seconds([c, *e]) for c, e in zip(compiles, earlier)]
+    df["cache_hits"] = [hits or 0 for hits in df["cache_hits"]]
+    df["d_model"] = [r["config"]["model"]["d_model"] * r["config"]["model"]["num_layers"] for r in records]
+    df["spec"] = [r["config"]["model"] for r in records]
+    df["kernels"], df["idle"] = [s.kernels for s in shapes], [s.idle for s in shapes]
+    df["whole_steps"] = [len(s.whole_steps_s or []) for s in shapes]
+    return pd.DataFrame(df[COLUMNS].to_dict("records"), columns=COLUMNS)
 
 
 def same_card(a, b) -> bool:

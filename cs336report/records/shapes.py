@@ -1,0 +1,426 @@
+"""The declared shape of each experiment's ``data``: one frozen dataclass per kind of record.
+
+A field without a default is in every ``ok`` record of its experiment; a field with a default
+(``None``) is optional: records written before it existed lack it, or only some cells write it.
+An annotation says which JSON values the field may hold (``int`` admits no bool, ``float`` admits
+an int, ``| None`` admits null); a nested object is a ``dict`` and a JSON array a ``list``.
+
+:func:`check` compares a record's ``data`` with its experiment's shape; records.store checks every
+record it saves and loads with it. A record that failed (any status but ``ok``) keeps what it measured
+before failing: its fields are checked where declared, none is required and others may be present.
+:func:`typed` reads ``data`` into its dataclass, the absent optional fields ``None``:
+
+    shape = typed(record)          # e.g. StepTimes(stats_s={...}, repeats=None, ...)
+    shape.stats_s["mean"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+
+class ShapeError(ValueError):
+    """A record's ``data`` that does not have its experiment's declared shape; ``field`` names the field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"data.{field}: {message}" if field else message)
+        self.field = field
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTimes:
+    """A timed Transformer step (benchmarking_script's cells and those that time a step as it does): its
+    statistics, and what a run of today's code records beside them."""
+
+    stats_s: dict
+    flop_formula: str | None = None
+    flops_per_step: float | None = None
+    grad_mode: str | None = None
+    model: dict | None = None
+    params: int | None = None
+    params_expected: int | None = None
+    phase_stats_s: dict | None = None
+    tflops: float | None = None
+    times_s: dict | None = None
+    attention_saved_matrices: int | None = None
+    host: dict | None = None
+    spent_s: dict | None = None
+    timing: str | None = None
+    phased_step_stats_s: dict | None = None
+    phase_times_s: dict | None = None
+    casts: dict | None = None
+    compile: dict | None = None
+    cuda_graph: dict | None = None
+    peak_memory: dict | None = None
+    repeats: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizedStep(StepTimes):
+    """The optimized train step: a step's times, and the whole steps with their kernels and idle time."""
+
+    whole_step_stats_s: dict | None = None
+    whole_steps_s: list | None = None
+    idle: dict | None = None
+    kernel_steps: int | None = None
+    kernels: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceRun:
+    """A numerical experiment's run: the device and torch it ran with, and its rows."""
+
+    device: str
+    device_type: str
+    experiment: str
+    rows: list
+    torch_version: str
+    device_name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutocastDtypes(DeviceRun):
+    autocast_dtype: str
+    autocast_enabled: bool
+    batch: int
+    error: str | None
+    in_features: int
+    out_features: int
+    requested_dtype: str
+    status: str
+    warnings: list
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accumulation(DeviceRun):
+    n: int
+    step: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormSensitivity(DeviceRun):
+    eps: float
+    reference_dtype: str
+    rows_per_case: int
+    seed: int
+    summary: list
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedTensors:
+    cases: list
+    grad_mode: str
+    model: dict
+    param_bytes: int
+    params: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommunicationAccounting:
+    a: list
+    b: list
+    c: list
+    d: list
+    setting: dict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attention:
+    """An attention layer timed forward and backward, with its memory (pytorch_attention, compiled_attention)."""
+
+    backward_s: dict
+    backward_stats_s: dict
+    flops_forward: int
+    forward_s: dict
+    forward_stats_s: dict
+    matrix_bytes: int
+    saved_activation_bytes: int
+    saved_input_bytes: int
+    saved_tensors: int
+    activation_bytes_before_backward: int | None = None
+    attention_saved_matrices: int | None = None
+    backward_graph: str | None = None
+    compile: dict | None = None
+    forward_peak: dict | None = None
+    memory_after_inputs_bytes: int | None = None
+    memory_baseline_bytes: int | None = None
+    memory_before_backward_bytes: int | None = None
+    memory_before_forward_bytes: int | None = None
+    oom_phase: str | None = None
+    peak: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPTraining:
+    """A DDP training loop's ranks and step times (the DDP benchmarking problems)."""
+
+    grad_bytes: int
+    link: dict
+    model: dict
+    params: int
+    ranks: list
+    stats_s: dict
+    provenance: str | None = None
+    wrapper: str | None = None
+    allreduce_calls: int | None = None
+    profile: dict | list | None = None
+    profile_note: str | None = None
+    repeats: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPOverlapProfile:
+    """The DDP training loop profiled under nsys, and its ranks' timelines once parsed."""
+
+    allreduce_calls: int
+    grad_bytes: int
+    ranks: dict | list
+    columns: list | None = None
+    tool: str | None = None
+    link: dict | None = None
+    model: dict | None = None
+    params: int | None = None
+    profile: dict | None = None
+    profile_note: str | None = None
+    provenance: str | None = None
+    stats_s: dict | None = None
+    wrapper: str | None = None
+    export_wall_s: float | None = None
+    nsys_version: str | None = None
+    profile_command: list | None = None
+    profile_wall_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collectives:
+    link: dict
+    sizes: list
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashTimes:
+    implementation: str
+    label: str
+    notes: dict
+    passes: list
+    provenance: str
+    shapes: list
+    spent_s: dict
+    timer: str
+    cudnn_version: int | None = None
+    device_memory_bytes: int | None = None
+    reference_check: dict | None = None  # a student's function against the reference, before it is timed
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashLeaderboard:
+    harness: str
+    rows: list
+    timer: str
+    cudnn_version: int | None = None
+    device_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandoutTests:
+    tests: list
+    checkout: str | None = None
+    command: list | None = None
+    environment: dict | None = None
+    implementation: str | None = None
+    outcomes: dict | None = None
+    pytest_exit_code: int | None = None
+    suite: str | None = None
+    tests_source: dict | None = None  # whose tests ran: the course's clone, the student's copies or ours
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryCapture:
+    allocated_after_bytes: int
+    allocated_before_bytes: int
+    attention_saved_matrices: int
+    grad_mode: str
+    model: dict
+    params: int
+    params_expected: int
+    peak_memory: dict
+    recorded_steps: int
+    snapshot: dict
+    step_times_s: list
+    device_memory_bytes: int | None = None
+    step_times_note: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryParse:
+    """A memory snapshot parsed: its capture record's fields (None for a snapshot with no capture
+    record), the parse, and what the snapshot holds (None where it did not parse)."""
+
+    capture: dict | None
+    parse: dict
+    snapshot: dict | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NsysProfile:
+    """A profiled step: its run (model, timer) and, once parsed, its kernels, ranges and checks (every
+    field optional: what a profiled run records depends on its profiler and its parse step)."""
+
+    model: dict | None = None
+    params: int | None = None
+    activity: str | None = None
+    api: list | None = None
+    checks: dict | None = None
+    classes: list | None = None
+    empty_reason: str | None = None
+    exact: bool | None = None
+    exports: list | None = None
+    flops_per_step: float | None = None
+    grad_mode: str | None = None
+    kernels: list | dict | None = None
+    launches: dict | None = None
+    measured_steps: int | None = None
+    peak_memory: dict | None = None
+    phase_stats_s: dict | None = None
+    phases: dict | None = None
+    profiler: str | None = None
+    python_timer: dict | None = None
+    range_names: list | None = None
+    ranges: dict | None = None
+    source: str | None = None
+    stats_s: dict | None = None
+    timeline_s: dict | None = None
+    times_s: dict | None = None
+    tool: dict | None = None
+    trace: str | None = None
+    warmup_in_export: int | None = None
+    warnings: list | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerSharding:
+    analytic: dict
+    backend: str
+    batch_per_rank: int
+    global_batch: int
+    model: dict
+    params: int
+    params_expected: int
+    ranks: list
+    world_size: int
+    optimizer_class: str | None = None
+    provenance: str | None = None
+    interconnect: str | None = None
+    nccl_version: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Roofline:
+    copy: dict
+    matmul: dict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """The GPUs' interconnect a distributed cell recorded (``data.link``): nvidia-smi's raw topology and
+    NVLink status, the link it names and its peak, the NCCL version and the devices."""
+
+    backend: str | None = None
+    devices: list | None = None
+    interconnect: str | None = None
+    link_peak_gb_s: float | None = None
+    nccl_version: str | None = None
+    nvlink_status: str | None = None
+    topology: str | None = None
+    world_size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Derivation:
+    """A calculation problem of the 2026 handout derived in code (cs336report.accounting.parallelism)."""
+
+    problem: str
+    section: str
+    setting: dict
+    parts: list
+
+
+# experiment (a record's "experiment") -> the shape of its data
+SHAPES: dict[str, type] = {
+    "benchmarking": StepTimes, "benchmarking_bf16": StepTimes, "benchmarking_warmup": StepTimes,
+    "autocast_memory": StepTimes, "compiled_model": StepTimes, "optimized_step": OptimizedStep,
+    "autocast_dtypes": AutocastDtypes, "mixed_precision_accumulation": Accumulation,
+    "norm_sensitivity": NormSensitivity, "autocast_saved_tensors": SavedTensors,
+    "communication_accounting": CommunicationAccounting,
+    "pytorch_attention": Attention, "compiled_attention": Attention,
+    "naive_ddp_benchmarking": DDPTraining, "minimal_ddp_flat_benchmarking": DDPTraining,
+    "ddp_overlap_individual_parameters_benchmarking": DDPTraining, "ddp_bucketed_benchmarking": DDPTraining,
+    "ddp_overlap_profile": DDPOverlapProfile, "distributed_communication_single_node": Collectives,
+    "flash_benchmarking": FlashTimes, "flash_leaderboard": FlashLeaderboard, "handout_tests": HandoutTests,
+    "memory_profiling": MemoryCapture, "memory_profiling_parse": MemoryParse, "nsys_profile": NsysProfile,
+    "optimizer_state_sharding_accounting": OptimizerSharding, "roofline": Roofline,
+    "parallelism_calcs": Derivation,
+}
+
+_JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,),
+               "dict": (dict,), "None": (type(None),), "Any": (object,)}
+
+
+def _allowed(annotation) -> tuple[tuple[type, ...], tuple[str, ...]]:
+    """The Python types a JSON value of a field annotated ``annotation`` may have, and their names."""
+    args = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    names = tuple("None" if a is type(None) else getattr(a, "__name__", str(a)) for a in args)
+    return tuple(t for name in names for t in _JSON_TYPES[name]), names
+
+
+def _hints(shape: type) -> dict[str, Any]:
+    return typing.get_type_hints(shape)
+
+
+def _fields(shape: type) -> dict[str, bool]:
+    """Each field of ``shape`` and whether it is required."""
+    return {f.name: f.default is dataclasses.MISSING for f in dataclasses.fields(shape)}
+
+
+def check(experiment: str, status: str, data) -> None:
+    """Raise :class:`ShapeError` where ``data`` does not have ``experiment``'s declared shape."""
+    shape = SHAPES.get(experiment)
+    if shape is None:
+        raise ShapeError("", f"no declared shape for experiment {experiment!r} (cs336report/records/shapes.py)")
+    if not isinstance(data, dict):
+        raise ShapeError("", f"data is {type(data).__name__}, expected an object")
+    fields, hints = _fields(shape), _hints(shape)
+    if status == "ok":
+        missing = [name for name, required in fields.items() if required and name not in data]
+        if missing:
+            raise ShapeError(missing[0], f"missing (required in a {shape.__name__} record)")
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ShapeError(unknown[0], f"not a field of {shape.__name__} (declare it in cs336report/records/shapes.py)")
+    for name, value in data.items():
+        if name not in hints:
+            continue
+        allowed, names = _allowed(hints[name])
+        is_bool = isinstance(value, bool)
+        if not isinstance(value, allowed) or (is_bool and bool not in allowed and object not in allowed):
+            raise ShapeError(name, f"is {type(value).__name__}, expected {' | '.join(names)}")
+
+
+def read_as(shape: type, value: dict | None):
+    """A nested object of a record (``data.link``) as its dataclass ``shape``; the fields it lacks,
+    or all where it is absent, None."""
+    value = value or {}
+    return shape(**{name: value.get(name) for name in _fields(shape)})
+
+
+def typed(record: dict, shape: type | None = None):
+    """``record``'s data as its experiment's dataclass, or as ``shape`` (one that extends it, for a
+    reader of records of several experiments); the optional fields it lacks are None (and of a
+    record that failed, every field it lacks)."""
+    shape = shape or SHAPES[record["experiment"]]
+    data = record.get("data") or {}
+    return shape(**{name: data.get(name) for name in _fields(shape)})
