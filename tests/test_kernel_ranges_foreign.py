@@ -67,7 +67,7 @@ def test_sanity_table_says_when_the_per_step_check_failed():
     nvtx.loc[nvtx["range"] == "computing softmax", "instances"] = 5.0
     frames["nvtx_sum"] = nvtx
     cell = {"mode": "forward", "size": "small", "context": 128, "model": {"num_layers": 2}}
-    record = {"cell": "c", "status": "ok", "config": cell, "_path": "c.json",
+    record = {"experiment": "nsys_profile", "cell": "c", "status": "ok", "config": cell, "_path": "c.json",
               "data": kernel_ranges.summarise(frames, cell=cell)}
     table, _ = checks_table(cell_frame([record], []))
     assert any("softmax 5/6" in c.text for c in table.rows[0])

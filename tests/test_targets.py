@@ -43,6 +43,10 @@ def test_on_an_h100_the_verdicts_are_the_targets_own(tmp_path):
 
 def test_on_another_card_the_verdict_is_marked_indicative_and_missing_cells_are_named(tmp_path):
     config = json.loads((FIXTURES / "cards/config-gpu.json").read_text())  # the published GPU grid
+    # the default config's grids, which the report rule passes beside it (the report reads no config file)
+    from cs336report.config import reference_grids
+
+    config["_reference_grids"] = reference_grids()
     rows = target_rows(H200, tmp_path, config=config)
     whole = "The whole report (gpu grid)"  # the records of several runs: forecast for the goal's 4 GPUs
     assert set(rows) == {"FlashAttention-2 leaderboard row", "Optimized train step", whole,

@@ -207,13 +207,13 @@ class FlashTimes:
     label: str
     notes: dict
     passes: list
-    provenance: str
     shapes: list
-    spent_s: dict
     timer: str
+    spent_s: dict | None = None  # where the cell's time went (records of today's code)
     cudnn_version: int | None = None
     device_memory_bytes: int | None = None
     reference_check: dict | None = None  # a student's function against the reference, before it is timed
+    provenance: str | None = None  # whose function: ours (built-in) or the student's module
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -366,7 +366,8 @@ SHAPES: dict[str, type] = {
     "parallelism_calcs": Derivation,
 }
 
-_JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,),
+# a JSON array is a list; a tuple is one before it is written (dataclasses.asdict keeps tuples)
+_JSON_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list, tuple),
                "dict": (dict,), "None": (type(None),), "Any": (object,)}
 
 

@@ -112,6 +112,19 @@ def html_record_link(value, base: Path | None = None):
     return Markup('<a class="rec" href="{}">{}</a>').format(record_href(source, base), str(value))
 
 
+def heading_of(section, letter: str) -> str:
+    """A sub-question's heading: the section's (``headings``, from the edition the report answers), or,
+    for a section dict made without them (a partial rendered alone), the default edition's."""
+    headings = section.get("headings") if isinstance(section, dict) else None
+    if headings and letter in headings:
+        return headings[letter]
+    edition = editions.get(editions.DEFAULT)
+    problem = section.get("id") if isinstance(section, dict) else None
+    if problem in edition.order:
+        return next((p.heading for p in edition.problem(problem).parts if p.letter == letter), letter)
+    return letter
+
+
 def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment]:
     """Both environments escape every value; Markdown's filters add Markdown's own escaping. A value
     that carries its record (a :class:`~.tables.Num`) is written as a link to that record's file,
@@ -144,6 +157,7 @@ def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment
         env.tests["numeric"] = is_numeric
         env.globals["rerun"] = rerun_command
         env.globals["snakemake"] = snakemake_command
+        env.globals["heading_of"] = heading_of
     envs["html"].filters.update(mdcell=linked(escape, html_link), mdtext=linked(escape, html_link), mdcode=escape,
                                 fence=escape)
     return envs
