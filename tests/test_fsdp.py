@@ -195,7 +195,10 @@ def _order_rank(rank, world_size, device):
         return sum(w.full_alive() for w in model.weights)
 
     for i, layer in enumerate(chain.layers):  # registered first: they run before FSDP's hooks
-        layer.register_forward_pre_hook(lambda m, a, i=i: (log.append(("start", i)), peak.append(alive())) and None)
+        # the gathered weights alive as the layer starts (the previous layer's, which a Gloo worker thread
+        # may hold a moment after its collective, given that moment)
+        layer.register_forward_pre_hook(
+            lambda m, a, i=i: (log.append(("start", i)), peak.append(_settled(alive, 2))) and None)
         layer.register_forward_hook(lambda m, a, o, i=i: log.append(("end", i)) and None)
     real_gather, real_scatter = fsdp_weight._all_gather, fsdp_weight._reduce_scatter
 
@@ -225,11 +228,11 @@ def _order_rank(rank, world_size, device):
     return out
 
 
-def _settled(count) -> int:
-    """``count()`` once it reaches 0, or after a second: a finished collective's worker thread may
-    still hold its buffer for a moment, but nothing may hold one lastingly."""
+def _settled(count, target: int = 0) -> int:
+    """``count()`` once it is at most ``target``, or after a second: a finished collective's worker
+    thread may still hold its buffer for a moment, but nothing may hold one lastingly."""
     deadline = time.monotonic() + 1.0
-    while count() and time.monotonic() < deadline:
+    while count() > target and time.monotonic() < deadline:
         time.sleep(0.01)
     return count()
 
