@@ -1,7 +1,9 @@
 """Sentences of the published answers that the records and the accounting answer without a new run:
 each figure recomputed here from the records it comes from, apart from the code that rendered it."""
 
+import math
 import re
+import statistics
 
 import pytest
 
@@ -97,3 +99,102 @@ def test_flash_benchmarking_states_its_settings():
     causal = "causal" if {r["config"]["causal"] for r in ok} == {True} else "not causal"
     timer = ", ".join(sorted({r["data"]["timer"] for r in ok}))
     assert f"Settings: batch {batch}, {causal}, `{timer}`" in answer("flash_benchmarking")
+
+
+def _slowest_steps(record: dict) -> list[float]:
+    """A DDP cell's per-step times of its first run: the slowest rank's, step by step."""
+    ranks = record["data"]["ranks"]
+    return [max(rank["measured"][i]["step"] for rank in ranks) for i in range(len(ranks[0]["measured"]))]
+
+
+def _phase_median(record: dict, phase: str) -> float:
+    """A DDP cell's median of one phase; over fresh-process repeats, the median of the runs' medians."""
+    runs = (record["data"].get("repeats") or {}).get("runs") or []
+    if len(runs) > 1:
+        return statistics.median(r["stats_s"][phase]["median"] for r in runs)
+    return record["data"]["stats_s"][phase]["median"]
+
+
+def _link_rates(world: int) -> tuple[float, float]:
+    """(w bytes/s at the largest size, o s: the smallest size's time less its bytes at w) of NCCL."""
+    rec = next(r for r in records("distributed_communication_single_node")
+               if r["config"]["backend"] == "nccl" and r["config"]["world_size"] == world)
+    sizes = sorted(rec["data"]["sizes"], key=lambda s: s["bytes"])
+    w = sizes[-1]["bytes"] / sizes[-1]["latency_stats_s"]["median"]
+    return w, sizes[0]["latency_stats_s"]["median"] - sizes[0]["bytes"] / w
+
+
+def test_ddp_bucketed_a_states_ties_within_the_noise_and_backward_as_the_cause():
+    timed = [r for r in records("ddp_bucketed_benchmarking") + records("ddp_overlap_individual_parameters_benchmarking")
+             if r["status"] == "ok"]
+    noise = math.sqrt(statistics.mean(statistics.stdev(_slowest_steps(r)) ** 2 for r in timed))
+    text = answer("ddp_bucketed_benchmarking", "a")
+    assert f"Steps closer than {sig(noise * 1e3)} ms are a tie" in text
+    naive = next(r for r in timed if r["config"]["variant"] == "naive")
+    naive_backward = sig(_phase_median(naive, "backward") * 1e3)
+    assert f"with no all-reduce beside it (naive DDP) backward takes {naive_backward} ms" in text
+    slower = 0
+    for r in timed:
+        if r["config"]["variant"] != "bucketed":
+            continue
+        size = sig(r["config"]["bucket_size_mb"])
+        assert f"{sig(_phase_median(r, 'backward') * 1e3)} ms with {size} MiB buckets" in text
+        is_slower = _phase_median(r, "step") - _phase_median(naive, "step") > noise
+        assert (f"{size} MiB buckets are slower than naive DDP" in text) is is_slower, size
+        slower += is_slower
+    assert slower  # the records hold a bucket size slower than naive DDP beyond the noise
+
+
+def test_ddp_bucketed_b_takes_o_and_w_from_the_all_reduce_records():
+    bucketed = [r for r in records("ddp_bucketed_benchmarking")
+                if r["status"] == "ok" and r["config"]["variant"] == "bucketed"]
+    w, o = _link_rates(bucketed[0]["config"]["world_size"])
+    s = bucketed[0]["data"]["grad_bytes"]
+    n = math.sqrt(s / (w * o))
+    text = answer("ddp_bucketed_benchmarking", "b")
+    assert "overhead(n_b) = n_b·o + s/(n_b·w)" in text and "b* = s/n_b* = √(s·w·o)" in text
+    assert f"Then n_b* = {sig(n)} buckets of b* = {sig(s / n / 2**20)} MiB" in text
+    calls = [r["data"]["allreduce_calls"] for r in bucketed]
+    measured = [_phase_median(r, "sync") for r in bucketed]
+    predicted = [c * o + s / (c * w) for c in calls]
+    error = math.sqrt(statistics.mean((p - m) ** 2 for p, m in zip(predicted, measured)))
+    assert (f"an error of {sig(error * 1e3)} ms (root-mean-square) beside measured times of "
+            f"{sig(min(measured) * 1e3)} ms to {sig(max(measured) * 1e3)} ms") in text
+    for c, p in zip(calls, predicted):
+        assert f"{sig(p * 1e3)} ms for {c} (" in text
+
+
+def test_ddp_overlap_b_gives_hidden_communication_as_transfer_time():
+    profiles = [r for r in records("ddp_overlap_profile") if r["status"] == "ok"]
+    timed = next(r for r in records("ddp_overlap_individual_parameters_benchmarking") if r["status"] == "ok")
+    w, _ = _link_rates(timed["config"]["world_size"])
+    transfer = timed["data"]["grad_bytes"] / w
+    text = answer("ddp_overlap_individual_parameters_benchmarking", "b")
+    assert f"take {sig(transfer * 1e3)} ms at the {sig(w / 1e9)} GB/s" in text
+    naive_seen = False
+    for r in profiles:
+        exposed = r["data"]["ranks"]["0"]["overlap"]["exposed_us"] / 1e6
+        hidden = max(0.0, transfer - exposed)
+        if hidden == 0:
+            naive_seen |= r["config"]["variant"] == "naive"
+            assert f"none ({sig(exposed * 1e3)} ms exposed)" in text
+        else:
+            assert f"{sig(hidden * 1e3)} ms ({sig(100 * hidden / transfer)} %; {sig(exposed * 1e3)} ms exposed)" in text
+    assert naive_seen  # naive DDP all-reduces after backward: nothing of it runs beside compute
+
+
+def test_benchmarking_script_names_the_impossible_orderings():
+    by_cell = {}
+    for r in records("benchmarking"):
+        if r["status"] == "ok":
+            c = r["config"]
+            by_cell.setdefault((c["size"], c["context"], c["precision"]), {})[c["mode"]] = r
+    pairs = [(key, m) for key, m in by_cell.items() if {"forward_backward", "train_step"} <= set(m)
+             and m["train_step"]["data"]["stats_s"]["median"] < m["forward_backward"]["data"]["stats_s"]["median"]]
+    assert pairs
+    host_bound = all(any(m[k]["data"]["host"]["host_bound"] for k in ("forward_backward", "train_step"))
+                     for _, m in pairs)
+    text = answer("benchmarking_script", "b")
+    names = [f"{size} {context}" for (size, context, _), _ in pairs]
+    assert any(f"{len(pairs)}{' host-bound' if host_bound else ''} pairs ({', '.join(order)}) time train steps "
+               "below forward + backward: impossible" in text for order in (names, sorted(names)))

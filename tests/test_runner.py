@@ -64,6 +64,17 @@ def test_noisy_ddp_cells_are_measured_again_like_single_gpu_ones():
     assert whole_step(single) is single and needs_repeats(cell, {"stats_s": single})
 
 
+def test_the_warm_up_study_runs_again_in_fresh_processes_even_host_bound():
+    """The warm-up cells compare processes' first steps: they repeat whatever their spread or host."""
+    from cs336report.run.runner import needs_repeats
+
+    quiet = {"stats_s": {"mean": 0.5, "median": 0.5, "std": 0.0, "cv": 0.0, "n": 10}, "host": {"host_bound": True}}
+    cell = {"repeats": 2, "noisy_cv": 0.05}
+    assert not needs_repeats(cell, quiet)
+    assert needs_repeats({**cell, "repeat_always": True}, quiet)
+    assert not needs_repeats({**cell, "repeat_always": True, "repeats": 0}, quiet)
+
+
 def test_ddp_rows_of_a_repeated_cell_take_the_spread_across_runs():
     from cs336report.report.ddp import steps_frame
 
@@ -129,3 +140,18 @@ def test_a_noisy_cell_frees_its_processs_cached_memory_before_its_repeats(tmp_pa
     record = run_cell("benchmarking", "x", {"device": "cuda:0", "repeats": 2, "noisy_cv": 0.05}, tmp_path / "x.json")
     assert record["status"] == "ok" and record["data"]["repeats"] == {"runs": []}
     assert calls == [("release", "cuda:0"), ("repeats",)]
+
+
+def test_warm_up_cells_ask_to_repeat_on_a_gpu_only():
+    from types import SimpleNamespace
+
+    from cs336report.experiments.benchmarking_script import warmup_cells
+
+    grid = {"size": "tiny", "context": 16, "mode": "forward_backward", "warmups": [0, 5]}
+    run = {"batch_size": 2, "warmup_steps": 1, "measured_steps": 3, "implementation": "naive", "tf32": False,
+           "seed": 0, "repeats": 2, "noisy_cv": 0.05}
+    for device, repeated in (("cuda", True), ("cpu", False)):
+        cfg = SimpleNamespace(grid=lambda name: grid, run=run, device=device, size=lambda s: {"d_model": 8},
+                              model_source=None)
+        cells = warmup_cells(cfg).values()
+        assert len(cells) == 2 and all(bool(c.get("repeat_always")) is repeated for c in cells)

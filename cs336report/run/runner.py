@@ -137,7 +137,11 @@ def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]
 def needs_repeats(cell: dict, data: dict) -> bool:
     """True where the cell asks for repeats and its whole-step times vary more than ``noisy_cv``,
     unless its steps were host-bound (``data.host``): their time is the host's, which the report
-    flags and compares with nothing, so measuring them again would make no comparison possible."""
+    flags and compares with nothing, so measuring them again would make no comparison possible.
+    A cell that studies a process's first steps (``repeat_always``, the warm-up study) is measured
+    again whenever it asks for repeats: what it compares is one process against another."""
+    if cell.get("repeat_always") and cell.get("repeats"):
+        return True
     cv = (whole_step((data or {}).get("stats_s")) or {}).get("cv")
     if ((data or {}).get("host") or {}).get("host_bound"):
         return False

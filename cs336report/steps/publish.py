@@ -29,7 +29,7 @@ PUBLISHED_SUFFIX = ".json.gz"
 MACHINE_RESOLVED = {"nsys_profile": frozenset({"profiler"}), "ddp_overlap_profile": frozenset({"profiler"})}
 # How a cell is measured again when noisy, not what it measures: a record made without repeats
 # is a record of the same cell.
-MEASUREMENT_POLICY = frozenset({"repeats", "noisy_cv"})
+MEASUREMENT_POLICY = frozenset({"repeats", "noisy_cv", "repeat_always"})
 
 
 def provenance_problems(record: dict, commit_hashes: dict[str, str | None] | None = None) -> list[str]:

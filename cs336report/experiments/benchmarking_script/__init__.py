@@ -93,6 +93,8 @@ def warmup_cells(cfg) -> dict[str, dict]:
     for warmup in grid["warmups"]:
         cell = transformer_cell(cfg, grid["size"], grid["context"], grid["mode"], "fp32", cfg.run["implementation"])
         cell.update(warmup_steps=warmup, warmup_study=True)
+        if cell.get("repeats"):  # each setting in 1 + repeats fresh processes: their first steps are the study
+            cell["repeat_always"] = True
         out[cell_name(cell)] = cell
     return out
 

@@ -282,6 +282,25 @@ def answer_part(df: pd.DataFrame) -> dict:
     return {"table": table, "context": int(context)}
 
 
+def impossible_orderings(df: pd.DataFrame, flags: list[dict]) -> dict | None:
+    """Cells of one size, context and precision whose train step's median is below forward +
+    backward's: a step that does more work cannot take less time, so where one of the two was
+    host-bound the order is the host's pace between processes, not the GPU's. None where none is."""
+    ok = df[(df["status"] == "ok") & df["mode"].isin(["forward_backward", "train_step"])]
+    host_bound = checks.host_bound_sources(flags)
+    cells = []
+    for (size, context, precision), g in ok.groupby(["size", "context", "precision"], sort=False):
+        by_mode = g.set_index("mode")
+        if {"forward_backward", "train_step"} <= set(by_mode.index):
+            fb, ts = by_mode.loc["forward_backward"], by_mode.loc["train_step"]
+            if ts["median_s"] < fb["median_s"]:
+                cells.append({"cell": f"{size} {context}",
+                              "train_step": Num(fmt_seconds(ts["median_s"]), ts["source"]),
+                              "forward_backward": Num(fmt_seconds(fb["median_s"]), fb["source"]),
+                              "host_bound": bool({fb["source"], ts["source"]} & host_bound)})
+    return {"cells": cells, "n": len(cells), "all_host_bound": all(c["host_bound"] for c in cells)} if cells else None
+
+
 def build(ctx) -> dict:
     df = frame(ctx.records("benchmarking"))
     wf = frame(ctx.records("benchmarking_warmup"))
@@ -310,4 +329,5 @@ def build(ctx) -> dict:
     out["analysis"] = analysis(df, wf, flags)
     out["answer"] = answer_part(df)
     out["over_h100"] = checks.over_h100(ctx.records("benchmarking"))
+    out["impossible"] = impossible_orderings(df, flags)
     return out

@@ -11,7 +11,8 @@ import math
 from ...accounting import bucket_model
 from ...names.handout import Hint, rerun_command
 from ..ddp import (allreduce_frame, by_step, ddp_records, fmt_bytes, ms, setting, step_numbers, steps_frame,
-                   steps_table)
+                   steps_table, variant_label)
+from ..ddp_rates import link_rates, step_noise
 from ..headlines import GAP
 from ..student_rows import student_rows
 from ..tables import Num, fmt_seconds, sig
@@ -21,6 +22,7 @@ EXPERIMENTS = (EXPERIMENT, "ddp_overlap_individual_parameters_benchmarking")
 # Sub-questions answered without a record (the report shows them where the cells did not run): the model
 ANALYTIC = {"b": {"title": "The overhead model", "template": "answers/_bucket_model.j2"}}
 MIB = 2**20
+SWEEP = ("bucketed", "torch_ddp", "naive", "individual")  # the variants (a) orders; a student's are apart
 
 
 def model_fit(df) -> dict | None:
@@ -37,6 +39,8 @@ def model_fit(df) -> dict | None:
     best = measured.iloc[0] if len(measured) else None
     return {"s": fmt_bytes(s), "t_b": ms(t_b), "o": fmt_seconds(fit["o_s"]), "o_s": float(fit["o_s"]),
             "w": f"{sig(fit['w_bytes_s'] / 1e9)} GB/s", "rmse": ms(fit["rmse_s"]),
+            "measured_lo": ms(float(pts["sync_median"].min())), "measured_hi": ms(float(pts["sync_median"].max())),
+            "rmse_beyond": bool(fit["rmse_s"] > pts["sync_median"].max()),
             "points": [{"n_b": int(n), "measured": Num(ms(m), src), "predicted": ms(p)}
                        for n, m, p, src in zip(pts["calls"], pts["sync_median"], fit["predicted_s"], pts["source"])],
             "best_n": sig(pick["n_buckets"]), "best_size": f"{sig(pick['bucket_bytes'] / MIB)} MiB",
@@ -44,6 +48,61 @@ def model_fit(df) -> dict | None:
             "measured_best": {"size": f"{sig(best['bucket_mb'])} MiB",
                               "step": Num(ms(best["step_median"]), best["source"]),
                               "sync": Num(ms(best["sync_median"]), best["source"])} if best is not None else None}
+
+
+def noise_and_order(df, records: list[dict]) -> dict | None:
+    """(a)'s reading of the sweep: the noise of one step (:func:`step_noise`), the cells whose step
+    lies within it of the fastest (ties), and backward's time in each bucketed cell against naive
+    DDP's, whose backward runs with no all-reduce beside it; the bucket sizes slower than naive DDP
+    by more than the noise. None without naive DDP's cell or without the noise."""
+    noise, naive = step_noise(records), step_numbers(df, "naive")
+    ran = df[(df["status"] == "ok") & df["variant"].isin(SWEEP)]
+    if not noise or not naive or ran.empty:
+        return None
+    ran = ran.sort_values("step_median")
+    best = ran.iloc[0]
+    ties = [{"label": variant_label(r), "step": Num(ms(r["step_median"]), r["source"])}
+            for _, r in ran.iloc[1:].iterrows() if r["step_median"] - best["step_median"] <= noise["s"]]
+    rows, slower = [], []
+    for _, r in by_step(df, "bucketed").sort_values("bucket_mb", ascending=False).iterrows():
+        longer = r["backward_median"] - naive["backward_s"]
+        row = {"size": f"{sig(r['bucket_mb'])} MiB", "calls": int(r["calls"]),
+               "backward": Num(ms(r["backward_median"]), r["source"]), "longer": ms(longer)}
+        rows.append(row)
+        if r["step_median"] - naive["step_s"] > noise["s"]:
+            slower.append({**row, "step": Num(ms(r["step_median"]), r["source"]),
+                           "sync": Num(ms(r["sync_median"]), r["source"]), "fewer_calls": r["calls"] < naive["calls"],
+                           "longer_than_sync": longer > naive["sync_s"]})
+    return {"noise": ms(noise["s"]), "noise_s": noise["s"], "cells": noise["cells"], "best": variant_label(best),
+            "best_step": Num(ms(best["step_median"]), best["source"]), "ties": ties, "rows": rows,
+            "slower": slower, "naive": naive}
+
+
+def handout_model(df, comm_records: list[dict]) -> dict | None:
+    """(b) in the handout's terms: overhead(n_b) = n_b·o + s/(n_b·w) with o and w measured by
+    distributed_communication_single_node at the sweep's world size, its optimum, and its
+    prediction at each bucket count of the sweep beside the measured time after backward, with the
+    root-mean-square error. None without the all-reduce records or the bucketed cells."""
+    pts = df[(df["status"] == "ok") & (df["variant"] == "bucketed")]
+    if pts.empty:
+        return None
+    rates = link_rates(comm_records, int(pts["world_size"].iloc[0]))
+    if not rates or not rates["o_s"]:
+        return None
+    s, w, o = float(pts["grad_bytes"].iloc[0]), rates["w_bytes_s"], rates["o_s"]
+    n_best = math.sqrt(s / (w * o))
+    predicted = pts["calls"] * o + s / (pts["calls"] * w)
+    error = float(((predicted - pts["sync_median"]) ** 2).mean() ** 0.5)
+    return {"s": fmt_bytes(s), "w": Num(f"{sig(w / 1e9)} GB/s", rates["w_source"]),
+            "w_size": f"{sig(rates['w_size_mb'])} MB", "o": fmt_seconds(o), "o_size": f"{sig(rates['o_size_mb'])} MB",
+            "o_latency": Num(ms(rates["o_latency_s"]), rates["o_source"]), "world": rates["world"],
+            "n_best": sig(n_best), "b_best": f"{sig(s / n_best / MIB)} MiB", "overhead": ms(2 * math.sqrt(s * o / w)),
+            "points": [{"n_b": int(n), "measured": Num(ms(m), src), "predicted": ms(p)}
+                       for n, m, p, src in zip(pts["calls"], pts["sync_median"], predicted, pts["source"])],
+            "error": ms(error), "error_s": error,
+            # the formula counts every call's fixed cost: where the most buckets took less, backward hid them
+            "over_counts": bool(predicted.iloc[pts["calls"].argmax()] > pts["sync_median"].iloc[pts["calls"].argmax()]),
+            "measured_lo": ms(float(pts["sync_median"].min())), "measured_hi": ms(float(pts["sync_median"].max()))}
 
 
 def build(ctx) -> dict:
@@ -85,13 +144,28 @@ def build(ctx) -> dict:
         individual = step_numbers(df, "individual")
         if individual:
             out["individual"] = individual
+        timed = [r for e in EXPERIMENTS for r in ctx.records(e) if r["config"].get("variant") in SWEEP]
+        out["order"] = order = noise_and_order(sweep_and_naive(df), timed)
+        noise = order["noise_s"] if order else 0.0
+        # the lowest median is not the fastest where another bucket size lies within the noise of it
+        out["best"]["within_noise"] = bool(order) and len(ok) > 1 and (
+            ok.iloc[1]["step_median"] - best["step_median"] <= noise)
+        if "torch" in out:
+            gap = abs(best["step_median"] - ref.iloc[0]["step_median"])
+            out["torch"]["within_noise"] = bool(order) and gap <= noise
     out["fit"] = model_fit(df)
+    out["handout_model"] = handout_model(df, ctx.records("distributed_communication_single_node"))
     if not out["fit"]:
         out["fit_hint"] = fit_hint(ctx)
     if out["fit"]:
         out["fit"]["o_check"] = o_check(ctx.records("distributed_communication_single_node"), out["fit"]["o_s"],
                                         int(sweep["world_size"].iloc[0]))
     return out
+
+
+def sweep_and_naive(df):
+    """The sweep's cells and naive DDP's cell timed beside them (not a student's rows)."""
+    return df[df["variant"].isin(SWEEP)]
 
 
 def fit_hint(ctx) -> Hint:
@@ -136,7 +210,9 @@ def headline(d: dict) -> list[str]:
         out = [f"the bucket sizes cannot be told apart: their steps run from {b['step']}{GAP}to {b['worst_step']}"]
     else:
         only = "" if b["several"] else " (the only one that ran)"
-        out = [f"the fastest bucket size{only} is {b['size']}: {b['step']} a step with {b['sync']} left after backward"]
+        lead = (f"the lowest median step is {b['size']}'s" if b.get("within_noise")
+                else f"the fastest bucket size{only} is {b['size']}")
+        out = [f"{lead}: {b['step']} a step with {b['sync']} left after backward"]
     if d.get("fit"):
         out.append(f"o = {d['fit']['o']}, w = {d['fit']['w']}")
     return out

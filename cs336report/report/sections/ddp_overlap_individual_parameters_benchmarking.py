@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 
-from ..ddp import (by_step, ddp_records, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame,
+from ..ddp import (by_step, ddp_records, fmt_bytes, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame,
                    steps_table, timeline_plot, variant_label)
+from ..ddp_rates import link_rates
 from ..headlines import GAP
 from ..student_rows import student_rows
-from ..tables import Num
+from ..tables import Num, sig
 
 PROFILE = "ddp_overlap_profile"  # the profiled steps (problem 16 (b)); the others are timed
 EXPERIMENT = "ddp_overlap_individual_parameters_benchmarking"  # the rule of the problem's own name
@@ -64,6 +65,30 @@ def _profiles(ctx, df) -> tuple[str | None, list]:
     return ("torch.profiler" if older else None), older
 
 
+def transfer_hidden(df, overlap: list[dict], comm_records: list[dict]) -> dict | None:
+    """(b) as transfer time: the step's gradient bytes over the all-reduce bandwidth measured at the
+    largest size on as many GPUs (distributed_communication_single_node), and per profiled variant
+    how much of it at least ran beside compute: that time less the NCCL kernel time the profile
+    found with no compute kernel beside it (an upper bound of the exposed transfer, as a kernel
+    also runs while it waits for the other rank). None without the all-reduce records."""
+    ran = df[df["status"] == "ok"]
+    if ran.empty or not overlap:
+        return None
+    rates = link_rates(comm_records, int(ran["world_size"].iloc[0]))
+    if not rates:
+        return None
+    s = float(ran["grad_bytes"].iloc[0])
+    transfer = s / rates["w_bytes_s"]
+    views = []
+    for o in overlap:
+        hidden = max(0.0, transfer - o["exposed_s"])
+        views.append({"label": o["label"], "exposed": o["exposed"], "hidden": ms(hidden),
+                      "share": fmt_pct(hidden / transfer), "none": hidden == 0.0})
+    return {"s": fmt_bytes(s), "w": Num(f"{sig(rates['w_bytes_s'] / 1e9)} GB/s", rates["w_source"]),
+            "w_size": f"{sig(rates['w_size_mb'])} MB", "world": rates["world"], "transfer": ms(transfer),
+            "views": views}
+
+
 def build(ctx) -> dict:
     records = ddp_records(ctx, TIMED)
     df = steps_frame(records)
@@ -91,7 +116,7 @@ def build(ctx) -> dict:
         # each profile's numbers link to the record that holds it
         out["overlap"].append({"label": label, "comm": Num(ms(h["comm_us"] / 1e6), source),
                                "hidden": Num(ms(h["hidden_us"] / 1e6), source),
-                               "exposed": Num(ms(h["exposed_us"] / 1e6), source),
+                               "exposed": Num(ms(h["exposed_us"] / 1e6), source), "exposed_s": h["exposed_us"] / 1e6,
                                "step": Num(ms(h["step_us"] / 1e6), source),
                                "fraction": Num(fmt_pct(h["hidden_fraction"]), source)
                                if h["hidden_fraction"] is not None else "–",
@@ -102,6 +127,7 @@ def build(ctx) -> dict:
                                "range": (f"{fmt_pct(min(fractions))}–{fmt_pct(max(fractions))}"
                                          if len(fractions) > 1 and min(fractions) != max(fractions) else None),
                                "source": source})
+    out["transfer"] = transfer_hidden(df, out["overlap"], ctx.records("distributed_communication_single_node"))
     drawn = {source for *_, source in profiled}
     # a profile cell that gave no kernels beside ones that did: named under the drawing, with its error
     out["profile_failed"] = [
