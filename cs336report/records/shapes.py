@@ -226,6 +226,26 @@ class FlashLeaderboard:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LeaderboardRow:
+    """One implementation's row of the leaderboard harness (``data.rows``): its times and check, and
+    where it ran them, its kernels, tiles and memory."""
+
+    implementation: str | None = None
+    label: str | None = None
+    status: str | None = None
+    error: str | None = None
+    notes: dict | None = None
+    compiled: bool | None = None
+    compile_error: str | None = None
+    check: dict | None = None
+    times_s: list | None = None
+    stats_s: dict | None = None
+    tiles: dict | None = None
+    kernels: list | None = None
+    memory: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HandoutTests:
     tests: list
     checkout: str | None = None
@@ -340,6 +360,69 @@ class Link:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Where a record ran (its ``provenance``), the fields the report reads: the GPU and its memory and
+    capability, the device, the commit."""
+
+    gpu: str | None = None
+    device: str | None = None
+    git_commit: str | None = None
+    gpu_capability: str | None = None
+    gpu_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepConfig:
+    """The cell of a Transformer step (a record's ``config``), the fields the report reads: the model and
+    its size, batch, context and mode, and how the step ran (None where the cell does not set one)."""
+
+    size: str | None = None
+    model: dict | None = None
+    batch_size: int | None = None
+    context: int | None = None
+    mode: str | None = None
+    grad: str | None = None
+    precision: str | None = None
+    implementation: str | None = None
+    compile: bool | None = None
+    compile_mode: str | None = None
+    master_weights: bool | None = None
+    fused_adamw: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats:
+    """A timing's statistics (``stats_s`` and the phases of ``phase_stats_s``), in seconds."""
+
+    mean: float | None = None
+    std: float | None = None
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    n: int | None = None
+    cv: float | None = None
+    noisy: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelInfo:
+    """Which model a cell ran (``data.model``): its kind, object and file, their hashes, its parameters."""
+
+    kind: str | None = None
+    object: str | None = None
+    factory: str | None = None
+    implementation: str | None = None
+    file: str | None = None
+    sha256_16: str | None = None
+    package: dict | None = None
+    functions: dict | None = None
+    params: int | None = None
+    params_expected: int | None = None
+    compiled: dict | None = None
+    master_weights: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Derivation:
     """A calculation problem of the 2026 handout derived in code (cs336report.accounting.parallelism)."""
 
@@ -416,6 +499,11 @@ def read_as(shape: type, value: dict | None):
     or all where it is absent, None."""
     value = value or {}
     return shape(**{name: value.get(name) for name in _fields(shape)})
+
+
+def phase_stats(phase_stats_s: dict | None, phase: str) -> Stats:
+    """The statistics of one phase of a ``phase_stats_s`` object (each None where it has none)."""
+    return read_as(Stats, (phase_stats_s or {}).get(phase))
 
 
 def typed(record: dict, shape: type | None = None):
