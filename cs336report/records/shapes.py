@@ -173,6 +173,15 @@ class DDPTraining:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DDPCell:
+    """A DDP cell (a record's ``config``), the fields the report reads that not every cell sets."""
+
+    variant: str | None = None
+    bucket_size_mb: float | None = None
+    profile_steps: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class DDPOverlapProfile:
     """The DDP training loop profiled under nsys, and its ranks' timelines once parsed."""
 
@@ -223,6 +232,51 @@ class FlashLeaderboard:
     timer: str
     cudnn_version: int | None = None
     device_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashCell:
+    """A flash_benchmarking cell (a record's ``config``), the fields the report reads."""
+
+    implementation: str | None = None
+    dtype: str | None = None
+    tf32: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashShape:
+    """One (seq, d_head) shape of a flash_benchmarking record (``data.shapes``): its passes, memory and tiles."""
+
+    seq: int | None = None
+    d: int | None = None
+    passes: dict | None = None
+    memory: dict | None = None
+    tiles: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashPass:
+    """One pass of a shape (``passes``): its status, times and the kernels' share of them."""
+
+    status: str | None = None
+    error: str | None = None
+    stats_s: dict | None = None
+    kernel_s: float | None = None
+    overhead_s: float | None = None
+    tflops: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceCheck:
+    """A student's FlashAttention-2 checked against the reference (``data.reference_check``)."""
+
+    status: str | None = None
+    dtype: str | None = None
+    seq: int | None = None
+    d: int | None = None
+    max_abs_error: float | None = None
+    tolerance: float | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,6 +340,24 @@ class MemoryParse:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """What a memory snapshot holds once parsed (``data.snapshot`` of a memory_profiling_parse record), the
+    fields the report reads; those a parse of older code did not write are None."""
+
+    n_events: int | None = None
+    baseline: dict | None = None
+    peak: dict | None = None
+    accounting: dict | None = None
+    phases: list | None = None
+    n_steps: int | None = None
+    top_allocations: list | None = None
+    per_category: dict | None = None
+    by_size: list | None = None
+    ramps: dict | None = None
+    timeline: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class NsysProfile:
     """A profiled step: its run (model, timer) and, once parsed, its kernels, ranges and checks (every
     field optional: what a profiled run records depends on its profiler and its parse step)."""
@@ -319,6 +391,17 @@ class NsysProfile:
     trace: str | None = None
     warmup_in_export: int | None = None
     warnings: list | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NsysChecks:
+    """The parse step's sanity checks of a profile (``data.checks``); a check it could not make is None."""
+
+    phases_over_step_wall: dict | None = None
+    kernels_outside_measured_steps: dict | None = None
+    range_instances: dict | None = None
+    forward_kernel_instances: dict | None = None
+    per_step: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -377,6 +460,7 @@ class StepConfig:
     its size, batch, context and mode, and how the step ran (None where the cell does not set one)."""
 
     size: str | None = None
+    device: str | None = None
     model: dict | None = None
     batch_size: int | None = None
     context: int | None = None

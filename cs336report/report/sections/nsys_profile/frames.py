@@ -8,7 +8,7 @@ import pandas as pd
 
 from ....parsers.kernel_ranges import LAUNCH_API
 from ....parsers.kernel_records import kernel_frame as record_kernels
-from ....records.shapes import NsysProfile, Stats, read_as, typed
+from ....records.shapes import NsysProfile, Stats, StepConfig, read_as, typed
 from ...record_frame import record_frame
 from ...tables import sig
 
@@ -98,7 +98,7 @@ def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
     df["activity"] = df["activity"].where(df["activity"].notna(), df.pop("tool_activity"))
     df["warnings"] = [typed(r).warnings or [] for r in records]
     df["checks"] = [typed(r).checks or {} for r in records]
-    df["model"] = [r["config"].get("model") for r in records]
+    df["model"] = [read_as(StepConfig, r["config"]).model for r in records]
     df["fwd_timer_cv"] = [_cv(_forward_timer((typed(r).python_timer or {}).get("phase_stats_s"))) for r in records]
     df["launches_per_step"], df["launch_ns_per_step"], df["launches_exact"] = zip(*(_launches(typed(r)) for r in records))
     matched = [plain.get(r["cell"]) for r in records]
