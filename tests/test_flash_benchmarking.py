@@ -673,7 +673,8 @@ def test_the_report_sets_kernel_time_beside_do_bench_time():
                       "tflops": {"kernels": 1e-12 / kernel}} for p in ("forward", "backward", "forward_backward")}
         return {"d": 64, "seq": seq, "passes": passes}
 
-    record = {"status": "ok", "_path": "r.json", "config": {"implementation": "triton", "dtype": "bf16"},
+    record = {"experiment": "flash_benchmarking", "status": "ok", "_path": "r.json",
+              "config": {"implementation": "triton", "dtype": "bf16"},
               "data": {"shapes": [shape(128, 9e-5, 1e-5), shape(16384, 2e-3, 1.9e-3)]}}
     t = kernel_overhead.table([record], 64)
     assert [r[1].text for r in t.rows] == ["128", "16384"]
@@ -697,7 +698,7 @@ def test_the_triton_row_names_the_backward_its_records_ran():
 
     from cs336report.report.sections.flash_benchmarking import BACKWARDS, triton_backward
 
-    two_pass = {"config": {"implementation": "triton"},
+    two_pass = {"experiment": "flash_benchmarking", "config": {"implementation": "triton"},
                 "data": {"shapes": [{"tiles": {"fwd": {}, "bwd_dkdv": {}, "bwd_dq": {}}}]}}
     fused = copy.deepcopy(two_pass)
     fused["data"]["shapes"][0]["tiles"] = {"fwd": {}, "bwd": {}}

@@ -262,7 +262,7 @@ def test_weight_copies_count_bf16_casts_outside_backward():
     by_size = [{"size": 2 * d * d, "count": 300, "categories": {"AttnProj": 256, "Gradient": 44}},
                {"size": 2 * f * d, "count": 192, "categories": {"FFN": 192}},
                {"size": 4 * d * d, "count": 10, "categories": {"Gradient": 10}}]
-    row = {"model": model, "batch": 4, "context": 512, "steps": 2, "label": "forward",
+    row = {"model": model, "batch": 4, "context": 512, "steps": 2, "label": "forward", "source": "m.json",
            "snap": {"by_size": by_size, "n_steps": 2}}
     w = section.weight_copies(row)
     assert w["per_step"] == sig((256 + 192) / 2, 3)

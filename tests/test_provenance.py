@@ -104,8 +104,8 @@ def test_the_appendix_tells_apart_machines_that_share_a_name():
     from cs336report.report.appendix.provenance import provenance_summary
 
     def record(cores, of):
-        return {"provenance": {"hostname": "vm", "cpu_count": cores, "gpu": "NVIDIA H200",
-                               **({"placement": {"of": of, "gpus": ["0"]}} if of else {})}}
+        return {"config": {}, "data": {}, "provenance": {"hostname": "vm", "cpu_count": cores, "gpu": "NVIDIA H200",
+                                                       **({"placement": {"of": of, "gpus": ["0"]}} if of else {})}}
 
     grid = [record(64, 4) for _ in range(5)] + [record(64, None)]  # a parse job holds no GPU slot
     assert provenance_summary(grid)["hosts"] == ["vm (64 cores, 4 GPU slots)"]

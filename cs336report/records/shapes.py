@@ -173,6 +173,15 @@ class DDPTraining:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DDPCell:
+    """A DDP cell (a record's ``config``), the fields the report reads that not every cell sets."""
+
+    variant: str | None = None
+    bucket_size_mb: float | None = None
+    profile_steps: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class DDPOverlapProfile:
     """The DDP training loop profiled under nsys, and its ranks' timelines once parsed."""
 
@@ -226,6 +235,71 @@ class FlashLeaderboard:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FlashCell:
+    """A flash_benchmarking cell (a record's ``config``), the fields the report reads."""
+
+    implementation: str | None = None
+    dtype: str | None = None
+    tf32: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashShape:
+    """One (seq, d_head) shape of a flash_benchmarking record (``data.shapes``): its passes, memory and tiles."""
+
+    seq: int | None = None
+    d: int | None = None
+    passes: dict | None = None
+    memory: dict | None = None
+    tiles: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashPass:
+    """One pass of a shape (``passes``): its status, times and the kernels' share of them."""
+
+    status: str | None = None
+    error: str | None = None
+    stats_s: dict | None = None
+    kernel_s: float | None = None
+    overhead_s: float | None = None
+    tflops: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceCheck:
+    """A student's FlashAttention-2 checked against the reference (``data.reference_check``)."""
+
+    status: str | None = None
+    dtype: str | None = None
+    seq: int | None = None
+    d: int | None = None
+    max_abs_error: float | None = None
+    tolerance: float | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaderboardRow:
+    """One implementation's row of the leaderboard harness (``data.rows``): its times and check, and
+    where it ran them, its kernels, tiles and memory."""
+
+    implementation: str | None = None
+    label: str | None = None
+    status: str | None = None
+    error: str | None = None
+    notes: dict | None = None
+    compiled: bool | None = None
+    compile_error: str | None = None
+    check: dict | None = None
+    times_s: list | None = None
+    stats_s: dict | None = None
+    tiles: dict | None = None
+    kernels: list | None = None
+    memory: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HandoutTests:
     tests: list
     checkout: str | None = None
@@ -266,6 +340,24 @@ class MemoryParse:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """What a memory snapshot holds once parsed (``data.snapshot`` of a memory_profiling_parse record), the
+    fields the report reads; those a parse of older code did not write are None."""
+
+    n_events: int | None = None
+    baseline: dict | None = None
+    peak: dict | None = None
+    accounting: dict | None = None
+    phases: list | None = None
+    n_steps: int | None = None
+    top_allocations: list | None = None
+    per_category: dict | None = None
+    by_size: list | None = None
+    ramps: dict | None = None
+    timeline: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class NsysProfile:
     """A profiled step: its run (model, timer) and, once parsed, its kernels, ranges and checks (every
     field optional: what a profiled run records depends on its profiler and its parse step)."""
@@ -299,6 +391,17 @@ class NsysProfile:
     trace: str | None = None
     warmup_in_export: int | None = None
     warnings: list | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NsysChecks:
+    """The parse step's sanity checks of a profile (``data.checks``); a check it could not make is None."""
+
+    phases_over_step_wall: dict | None = None
+    kernels_outside_measured_steps: dict | None = None
+    range_instances: dict | None = None
+    forward_kernel_instances: dict | None = None
+    per_step: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -337,6 +440,70 @@ class Link:
     nvlink_status: str | None = None
     topology: str | None = None
     world_size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Where a record ran (its ``provenance``), the fields the report reads: the GPU and its memory and
+    capability, the device, the commit."""
+
+    gpu: str | None = None
+    device: str | None = None
+    git_commit: str | None = None
+    gpu_capability: str | None = None
+    gpu_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepConfig:
+    """The cell of a Transformer step (a record's ``config``), the fields the report reads: the model and
+    its size, batch, context and mode, and how the step ran (None where the cell does not set one)."""
+
+    size: str | None = None
+    device: str | None = None
+    model: dict | None = None
+    batch_size: int | None = None
+    context: int | None = None
+    mode: str | None = None
+    grad: str | None = None
+    precision: str | None = None
+    implementation: str | None = None
+    compile: bool | None = None
+    compile_mode: str | None = None
+    master_weights: bool | None = None
+    fused_adamw: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats:
+    """A timing's statistics (``stats_s`` and the phases of ``phase_stats_s``), in seconds."""
+
+    mean: float | None = None
+    std: float | None = None
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    n: int | None = None
+    cv: float | None = None
+    noisy: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelInfo:
+    """Which model a cell ran (``data.model``): its kind, object and file, their hashes, its parameters."""
+
+    kind: str | None = None
+    object: str | None = None
+    factory: str | None = None
+    implementation: str | None = None
+    file: str | None = None
+    sha256_16: str | None = None
+    package: dict | None = None
+    functions: dict | None = None
+    params: int | None = None
+    params_expected: int | None = None
+    compiled: dict | None = None
+    master_weights: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -416,6 +583,11 @@ def read_as(shape: type, value: dict | None):
     or all where it is absent, None."""
     value = value or {}
     return shape(**{name: value.get(name) for name in _fields(shape)})
+
+
+def phase_stats(phase_stats_s: dict | None, phase: str) -> Stats:
+    """The statistics of one phase of a ``phase_stats_s`` object (each None where it has none)."""
+    return read_as(Stats, (phase_stats_s or {}).get(phase))
 
 
 def typed(record: dict, shape: type | None = None):

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ..records.shapes import typed
+from ..records.shapes import StepConfig, StepTimes, read_as, typed
 from .record_frame import record_frame
 
 MODE_COLUMNS = {"forward": "forward", "forward_backward": "forward + backward", "train_step": "train step"}
@@ -16,9 +16,9 @@ def phase_method(record: dict) -> str:
     """How a record's phases were timed: "events" (CUDA events inside its timed steps, which wait for
     nothing), "wall clock" (the same steps on a CPU, which runs what it issues), or "synchronized"
     (records from before the split moved inside the timed steps: a synchronize around every phase)."""
-    if "between events" not in ((record.get("data") or {}).get("timing") or ""):
+    if "between events" not in (typed(record, StepTimes).timing or ""):
         return "synchronized"
-    return "events" if str((record.get("config") or {}).get("device", "")).startswith("cuda") else "wall clock"
+    return "events" if str(read_as(StepConfig, record["config"]).device or "").startswith("cuda") else "wall clock"
 
 
 def phase_timing(frame: pd.DataFrame) -> str:

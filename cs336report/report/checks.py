@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from ..records.shapes import StepTimes, typed
+from ..records.shapes import Stats, StepConfig, StepTimes, read_as, typed
 from ..records.store import host_bound_beside_jobs
 from .record_frame import record_frame
 from .settings import RenderSettings
@@ -66,8 +66,8 @@ def _timed(records: list[dict]) -> list[dict]:
 
 
 def _name(r: dict) -> str:
-    c = r["config"]
-    return f"{r['experiment']} {c.get('implementation', '')} {c.get('precision', '')} {c['size']}, context {c['context']}, {c['mode']}"
+    c = read_as(StepConfig, r["config"])
+    return f"{r['experiment']} {c.implementation or ''} {c.precision or ''} {c.size}, context {c.context}, {c.mode}"
 
 
 def _clearly_below(a: dict, b: dict) -> bool:
@@ -92,7 +92,7 @@ def timing_flags(records: list[dict], noisy_cv: float = NOISY_CV) -> list[dict]:
             flag("shared", r)
         if mark.host_bound:
             flag("host_bound_beside_jobs" if host_bound_beside_jobs(r) else "host_bound", r)
-        if _stats(r).get("cv", 0.0) > noisy_cv:
+        if (read_as(Stats, _stats(r)).cv or 0.0) > noisy_cv:
             flag("noisy", r)
     groups: dict[tuple, list[dict]] = {}
     for r in timed:
@@ -216,20 +216,17 @@ def over_h100(records: list[dict]) -> dict | None:
     """The cells of ``records`` whose measured peak exceeds an 80 GB H100, measured on a larger card:
     which (precision, sizes, context), how many, and the range of their peaks in GB (10⁹ bytes), each
     end linked to its record; None where there are none."""
-    over = []
-    for r in records:
-        peak = ((r.get("data") or {}).get("peak_memory") or {}).get("allocated_bytes")
-        card = (r.get("provenance") or {}).get("gpu_memory_bytes")
-        if r.get("status") == "ok" and peak and card and card > H100_BYTES and peak > H100_BYTES:
-            over.append((r.get("config") or {}, peak, card, r.get("_path")))
+    df = record_frame(records, {**PEAK_FIELDS, "path": "_path"}, defaults={"precision": "", "context": ""}, exact=True)
+    over = [r for r in df.itertuples()
+            if r.status == "ok" and r.peak and r.card and r.card > H100_BYTES and r.peak > H100_BYTES]
     if not over:
         return None
     groups: dict[tuple, list] = {}
-    for c, *_ in over:
-        sizes = groups.setdefault((c.get("precision", ""), c.get("context", "")), [])
-        if c.get("size") not in sizes:
-            sizes.append(c.get("size"))
-    lo, hi = min(over, key=lambda o: o[1]), max(over, key=lambda o: o[1])
+    for r in over:
+        sizes = groups.setdefault((r.precision, r.context), [])
+        if r.size not in sizes:
+            sizes.append(r.size)
+    lo, hi = min(over, key=lambda o: o.peak), max(over, key=lambda o: o.peak)
     return {"cells": "; ".join(f"{p} {' and '.join(map(str, s))} at context {t}".strip() for (p, t), s in groups.items()),
-            "n": len(over), "lo": Num(sig(lo[1] / 1e9), lo[3]), "hi": Num(sig(hi[1] / 1e9), hi[3]),
-            "card": fmt_bytes(max(o[2] for o in over))}
+            "n": len(over), "lo": Num(sig(lo.peak / 1e9), lo.path), "hi": Num(sig(hi.peak / 1e9), hi.path),
+            "card": fmt_bytes(max(o.card for o in over))}

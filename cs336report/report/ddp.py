@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 
 from ..accounting.interconnect import link_between, nvlink_peak  # noqa: E402
 from ..accounting.overlap import hidden_fraction  # noqa: E402
-from ..records.shapes import DDPTraining, Link, read_as, typed  # noqa: E402
+from ..records.shapes import DDPCell, DDPTraining, Link, read_as, typed  # noqa: E402
 from ..records.store import host_bound_beside_jobs  # noqa: E402
 from .tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell  # noqa: E402
 
@@ -38,7 +38,7 @@ VARIANT_LABELS = {"naive": "naive (all-reduce per gradient after backward)",
 
 def link_of(record: dict) -> dict:
     """Interconnect and its bandwidth per direction (GB/s), from the record's raw nvidia-smi text."""
-    link = read_as(Link, (record["data"] or {}).get("link"))
+    link = read_as(Link, typed(record).link)
     topo = link.topology
     return {"interconnect": (link_between(topo, 0, 1) if topo else None) or link.interconnect,
             "peak_gb_s": nvlink_peak(topo, link.nvlink_status) if topo else None,
@@ -158,7 +158,8 @@ def steps_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         c, d = r["config"], typed(r, DDPTraining)  # a DDP cell's, or a profiled one's
-        base = {"experiment": r["experiment"], "variant": c["variant"], "bucket_mb": c.get("bucket_size_mb"),
+        base = {"experiment": r["experiment"], "variant": c["variant"],
+                "bucket_mb": read_as(DDPCell, c).bucket_size_mb,
                 "size": c["size"], "context": c["context"], "batch": c["batch_size"], "world_size": c["world_size"],
                 "backend": c["backend"], "status": r["status"], "error": r.get("error") or "",
                 "source": r["_path"], "profile": d.profile, **link_of(r)}
@@ -215,7 +216,7 @@ def steps_table(df: pd.DataFrame, title: str) -> Table:
         src = r["source"]  # every number of the row is this cell's
         rows.append([Cell(variant_label(r)),
                      Cell(f"{ms('step_median')} ({ms('step_mean')} ± {sig(r['step_std'] * 1e3, 2)})"
-                          + (f" {int(r['runs'])} runs" if r.get("runs", 1) > 1 else "")
+                          + (f" {int(r['runs'])} runs" if r["runs"] > 1 else "")
                           + (" noisy" if r["step_noisy"] else ""), source=src),
                      Cell(ms("forward_median"), source=src), Cell(ms("backward_median"), source=src),
                      Cell(ms("sync_median"), source=src), Cell(fmt_pct(r["sync_share"]), source=src),

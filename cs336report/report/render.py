@@ -15,7 +15,7 @@ import io
 import os
 import re
 import shutil
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -27,6 +27,7 @@ from markupsafe import Markup, escape
 from .. import editions
 from ..names.handout import RERUN_HOST, RERUN_OPTIONS, RerunHost, grid_option, rerun_command, snakemake_command
 from ..records.coverage import coverage as cell_coverage, gpus_short, not_run_reason
+from ..records.shapes import Provenance, read_as
 from ..records.store import load, record_status, write_atomic
 from .appendix.cost import cost_of
 from .appendix.provenance import experiments_table, provenance_summary
@@ -282,12 +283,8 @@ def _section(problem: editions.Problem, module, ctx: RenderContext, coverage: di
 
 def _run_line(records: list[dict], provenance: dict) -> dict:
     """The run in one line: the card, torch, and the commit most records ran at."""
-    commits: dict = {}
-    for r in records:
-        c = r["provenance"].get("git_commit")
-        if c:
-            commits[c] = commits.get(c, 0) + 1
-    top = max(commits, key=commits.get) if commits else None
+    commits = Counter(c for c in (read_as(Provenance, r["provenance"]).git_commit for r in records) if c)
+    top = commits.most_common(1)[0][0] if commits else None
     gpu = provenance["gpu"] if provenance["gpu"] != "–" else f"CPU ({provenance['cpu']})"
     return {"card": gpu, "torch": provenance["torch"], "commit": (top or "not recorded")[:10],
             "n_commits": len(commits), "n_records": len(records)}
@@ -331,7 +328,7 @@ def build_context(records: list[dict], settings: RenderSettings, figures_dir: Pa
         "points": {"total": sum(s["points"] for s in sections),
                    "answered": sum(s["points"] for s in sections if s["ran"]),
                    "with_gaps": [{"number": s["number"], "points": s["points"], **s["gaps"]} for s in sections
-                                 if s["ran"] and s.get("gaps") and any(s["gaps"].values())]},
+                                 if s["ran"] and s["gaps"] and any(s["gaps"].values())]},
         "appendix_table": experiments_table(records, expected, coverage),
         "n_not_run": n_not_run,
         "cost": cost, "config_yaml": yaml.safe_dump(dict(settings.config), sort_keys=False),

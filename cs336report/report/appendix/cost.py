@@ -21,7 +21,7 @@ from .timed_steps import timed_seconds
 def peak_bytes(record: dict) -> float | None:
     """The allocator's peak allocated bytes the record holds: its step's (``peak_memory``), an
     attention cell's (``peak``), or the largest of a FlashAttention job's shapes (``memory``)."""
-    data = record.get("data") or {}
+    data = record["data"]
     for key in ("peak_memory", "peak"):
         if isinstance(data.get(key), dict) and data[key].get("allocated_bytes") is not None:
             return data[key]["allocated_bytes"]

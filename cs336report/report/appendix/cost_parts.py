@@ -40,7 +40,7 @@ def parts_frame(records: list[dict]) -> pd.DataFrame:
     """One row per rule and part (seconds summed over the rule's cells), of the records with ``spent_s``."""
     rows = []
     for r in records:
-        data = r.get("data") or {}
+        data = r["data"]
         spent = data.get("spent_s")
         if not isinstance(spent, dict) or not spent:
             continue
@@ -53,7 +53,7 @@ def parts_frame(records: list[dict]) -> pd.DataFrame:
                 continue
             if part == "do_bench":  # the timed calls are among its calls
                 seconds = max(seconds - steps, 0.0)
-            rows.append({"rule": rule, "part": part, "s": float(seconds), "cell": r.get("cell")})
+            rows.append({"rule": rule, "part": part, "s": float(seconds), "cell": r["cell"]})
         repeats = data.get("repeats")
         runs = [run for run in (repeats or {}).get("runs") or [] if isinstance(run, dict)]
         if any(isinstance(run.get("wall_s"), (int, float)) for run in runs):
@@ -61,9 +61,9 @@ def parts_frame(records: list[dict]) -> pd.DataFrame:
             rep_steps, rep_compiled = timed_seconds({"repeats": repeats})  # what the cost table counts as timed
             named += wall
             rows.append({"rule": rule, "part": "repeats", "s": max(wall - rep_steps - rep_compiled, 0.0),
-                         "cell": r.get("cell")})
+                         "cell": r["cell"]})
         rows.append({"rule": rule, "part": "unnamed", "s": max(float(r.get("wall_s") or 0.0) - named, 0.0),
-                     "cell": r.get("cell")})
+                     "cell": r["cell"]})
     return pd.DataFrame(rows, columns=["rule", "part", "s", "cell"])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...records.shapes import ModelInfo, StepConfig, read_as
 from ...records.store import portable_path, record_status
 from ..record_frame import record_frame
 from ..tables import Cell, Table, status_cell
@@ -107,22 +108,22 @@ def _model_provenance(records: list[dict]) -> dict:
     models: dict[tuple, dict] = {}
     params: dict[str, dict] = {}
     for r in records:
-        info = (r.get("data") or {}).get("model")
-        if not isinstance(info, dict):
+        raw = r["data"].get("model")
+        if not isinstance(raw, dict):
             continue
-        package = info.get("package") or {}
-        key = (info.get("kind"), info.get("object"), info.get("sha256_16"), package.get("sha256_16"),
-               info.get("implementation"))
+        info = read_as(ModelInfo, raw)
+        package = info.package or {}
+        key = (info.kind, info.object, info.sha256_16, package.get("sha256_16"), info.implementation)
         models.setdefault(key, {
-            "kind": info.get("kind"), "object": info.get("object"), "factory": info.get("factory"),
-            "implementation": info.get("implementation"),
-            "file": portable_path(info.get("file"), (info.get("object") or "").split(":")[0] or None) or "unknown",
-            "sha256_16": info.get("sha256_16") or "unknown", "package": package or None,
-            "functions": {role: f.get("path") for role, f in (info.get("functions") or {}).items()},
+            "kind": info.kind, "object": info.object, "factory": info.factory, "implementation": info.implementation,
+            "file": portable_path(info.file, (info.object or "").split(":")[0] or None) or "unknown",
+            "sha256_16": info.sha256_16 or "unknown", "package": package or None,
+            "functions": {role: f.get("path") for role, f in (info.functions or {}).items()},
         })
-        measured = info.get("params", r["data"].get("params"))
-        expected = info.get("params_expected", r["data"].get("params_expected"))
-        size = r["config"].get("size")
+        # the model's own counts, else those of the record's data (records written before they moved)
+        counts = {**r["data"], **raw}
+        measured, expected = (counts[k] if k in counts else None for k in ("params", "params_expected"))
+        size = read_as(StepConfig, r["config"]).size
         if size is None or measured is None or expected is None or size in params:
             continue
         diff = measured - expected
@@ -152,6 +153,6 @@ def experiments_table(records: list[dict], expected: dict[str, dict] | None = No
             continue
         status = status_cell(record_status(r))
         rows.append([Cell(r["experiment"]), Cell(r["cell"]), status, Cell(f"{r.get('wall_s', 0):.1f}"),
-                     Cell(r.get("error") or ""), Cell(_config_text(r.get("config") or {})), Cell(r["_path"])])
+                     Cell(r.get("error") or ""), Cell(_config_text(r["config"])), Cell(r["_path"])])
     return Table(title="Experiments", columns=["rule", "cell", "status", "wall time", "error", "config", "result file"],
                  units=["", "", "", "s", "", "", ""], rows=rows, sources=[r["_path"] for r in records])

@@ -65,7 +65,7 @@ def timing_table(df: pd.DataFrame, title: str, flags: list[dict] | None = None,
                          + "), while the forward column is a forward-only step timed apart" if has_bwd else "")
                       + (f"; {flagged}" if (flagged := checks.note(flags or [], df["source"])) else "")
                       + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
-                                                                      if r.get("_path") in set(df["source"])])) else ""))
+                                                                      if r["_path"] in set(df["source"])])) else ""))
 
 
 def throughput_table(df: pd.DataFrame, peaks: dict[str, float]) -> Table:

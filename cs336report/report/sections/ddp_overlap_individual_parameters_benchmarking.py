@@ -12,6 +12,7 @@ import math
 from ..ddp import (by_step, ddp_records, fmt_bytes, fmt_pct, ms, overlap_of, setting, step_numbers, steps_frame,
                    steps_table, timeline_plot, variant_label)
 from ..ddp_rates import link_rates
+from ...records.shapes import DDPCell, read_as, typed
 from ..headlines import GAP
 from ..student_rows import student_rows
 from ..tables import Num, sig
@@ -48,14 +49,20 @@ def _hidden_shares(df, naive: dict | None) -> list[dict]:
     return out
 
 
+def _label(record: dict) -> str:
+    """The variant of a profiled cell, with its bucket size where it has one."""
+    cell = read_as(DDPCell, record["config"])
+    return variant_label({"variant": cell.variant, "bucket_mb": cell.bucket_size_mb})
+
+
 def _profiles(ctx, df) -> tuple[str | None, list]:
     """(tool, [(label, rank 0's kernels, every rank's overlap)]) from the ddp_overlap_profile records,
     else from the timed records' own torch.profiler profiles (records made before those)."""
     found = []
     for r in ctx.records(PROFILE):
-        ranks = (r.get("data") or {}).get("ranks") or {}
+        ranks = typed(r).ranks or {}
         if r["status"] == "ok" and ranks.get("0", {}).get("kernels"):
-            label = variant_label({"variant": r["config"]["variant"], "bucket_mb": r["config"].get("bucket_size_mb")})
+            label = _label(r)
             found.append((r["data"]["tool"], label, {"kernels": ranks["0"]["kernels"]},
                           [ranks[k]["overlap"] for k in sorted(ranks)], r["_path"]))
     if found:
@@ -131,7 +138,7 @@ def build(ctx) -> dict:
     drawn = {source for *_, source in profiled}
     # a profile cell that gave no kernels beside ones that did: named under the drawing, with its error
     out["profile_failed"] = [
-        {"label": variant_label({"variant": r["config"]["variant"], "bucket_mb": r["config"].get("bucket_size_mb")}),
+        {"label": _label(r),
          "why": f"{r['status']}, {r.get('error') or 'no kernels'}", "source": r["_path"]}
         for r in ctx.records(PROFILE) if r["_path"] not in drawn] if profiled else []
     if profiled:
@@ -144,7 +151,7 @@ def build(ctx) -> dict:
     elif failed := [r for r in ctx.records(PROFILE) if r["status"] != "ok"]:
         out["profile_note"] = "the profiled cells did not complete (" + "; ".join(
             f"{r['cell']}: {r['status']}, {r.get('error') or 'no kernels'}" for r in failed) + ")"
-    elif any(r["config"].get("profile_steps") for r in records):
+    elif any(read_as(DDPCell, r["config"]).profile_steps for r in records):
         out["profile_note"] = "the profiles are CUDA only: this run's cells ran on the CPU"
     else:
         out["profile_note"] = "no profile was configured (profile_steps: 0, or no CUDA device)"

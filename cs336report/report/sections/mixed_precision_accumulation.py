@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ...records.shapes import typed  # noqa: E402
 from ..plots import legend_outside  # noqa: E402
 from ..tables import Cell, Num, Table, fmt_pct, sig  # noqa: E402
 
@@ -31,12 +32,12 @@ def frame(records: list[dict]) -> pd.DataFrame:
     for r in records:
         if r["status"] != "ok":
             continue
-        d = r["data"]
-        for row in d["rows"]:
+        d = typed(r)
+        for row in d.rows:
             rows.append({
                 **{k: v for k, v in row.items() if k != "trajectory"},
-                "device": d["device_type"], "device_name": d.get("device_name") or d["device_type"],
-                "n": d["n"], "step": d["step"], "trajectory": row.get("trajectory", []), "source": r["_path"],
+                "device": d.device_type, "device_name": d.device_name or d.device_type,
+                "n": d.n, "step": d.step, "trajectory": row.get("trajectory", []), "source": r["_path"],
             })
     df = pd.DataFrame(rows)
     if df.empty:

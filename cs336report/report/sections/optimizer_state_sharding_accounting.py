@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 
+from ...records.shapes import phase_stats, typed
 from ..tables import STATUS_TEXT, Cell, Num, Table, fmt_bytes, fmt_mean_std, fmt_pct, sig, status_cell, with_source
 
 EXPERIMENTS = ("optimizer_state_sharding_accounting",)
@@ -45,9 +46,9 @@ def frame(records: list[dict]) -> pd.DataFrame:
                 **{f"t_{n}": v for n, v in k["tensors"].items()},
                 "mean_s": k["stats_s"]["mean"], "std_s": k["stats_s"]["std"], "median_s": k["stats_s"]["median"],
                 "noisy": k["stats_s"]["noisy"], "measured_s": k["times_s"]["measured_s"],
-                "optimizer_s": k["phase_stats_s"].get("optimizer_step", {}).get("mean"),
-                "all_reduce_s": k["phase_stats_s"].get("all_reduce", {}).get("mean"),
-                "forward_backward_s": k["phase_stats_s"].get("forward_backward", {}).get("mean"),
+                "optimizer_s": phase_stats(k["phase_stats_s"], "optimizer_step").mean,
+                "all_reduce_s": phase_stats(k["phase_stats_s"], "all_reduce").mean,
+                "forward_backward_s": phase_stats(k["phase_stats_s"], "forward_backward").mean,
                 "issued_all_reduce": k["issued_bytes"]["all_reduce"], "issued_broadcast": k["issued_bytes"]["broadcast"],
                 "issued_broadcast_owned": k["issued_bytes"]["broadcast_owned"], "checksum": k["param_checksum"],
                 "analytic": d["analytic"], "source": r["_path"],
@@ -229,12 +230,12 @@ def targets(out: dict) -> list[dict]:
 
 def student_run(records: list[dict]) -> dict | None:
     """The student's cell: its status, why it did not run, the optimizer's class and whose code it is."""
-    mine = [r for r in records if r["config"].get("optimizer") == "student"]
+    mine = [r for r in records if r["config"]["optimizer"] == "student"]
     if not mine:
         return None
-    r, d = mine[0], mine[0].get("data") or {}
+    r, d = mine[0], typed(mine[0])
     return {"status": r["status"], "status_text": STATUS_TEXT.get(r["status"], r["status"]), "error": r.get("error"),
-            "optimizer_class": d.get("optimizer_class"), "provenance": d.get("provenance"), "adapter": STUDENT_ADAPTER}
+            "optimizer_class": d.optimizer_class, "provenance": d.provenance, "adapter": STUDENT_ADAPTER}
 
 
 def build(ctx) -> dict:
@@ -248,7 +249,7 @@ def build(ctx) -> dict:
     return {"ok": True, "analysis": out, "memory_table": memory_table(df), "time_table": time_table(df, missing),
             "comms_table": comms_table(df), "targets": targets(out), "student": student,
             "failed": [r["cell"] + ": " + (r.get("error") or r["status"]) for r in records
-                       if r["status"] != "ok" and r["config"].get("optimizer") != "student"]}  # the student's: a row
+                       if r["status"] != "ok" and r["config"]["optimizer"] != "student"]}  # the student's: a row
 
 
 def headline(data: dict) -> list[str]:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ...editions import Problem
 from ...names.parallelism import RULE
+from ...records.shapes import typed
 from ..tables import Num, sig, table_from_frame
 
 TEMPLATE = "parallelism_calcs"  # templates/answers/parallelism_calcs.j2, templates/sections/parallelism_calcs.j2
@@ -50,7 +51,7 @@ def _table(letter: str, steps: list[dict], answers: list[dict], source: str) -> 
 
 def record_of(ctx, problem_id: str) -> dict | None:
     """The problem's ok record of this run, or None."""
-    found = [r for r in ctx.records(RULE) if r["status"] == "ok" and (r.get("data") or {}).get("problem") == problem_id]
+    found = [r for r in ctx.records(RULE) if r["status"] == "ok" and typed(r).problem == problem_id]
     return found[0] if found else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ....records.shapes import typed
 from ...tables import Cell, Table, status_cell
 
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
@@ -35,15 +36,15 @@ def dtypes_part(records: list[dict]) -> dict | None:
         return None
     columns, observed = [], []
     for r in records:
-        d = r["data"] or {}
+        d = typed(r)
         device = r["config"]["device"]
-        name = d.get("device_name")
+        name = d.device_name
         columns.append(f"{device} {r['config']['dtype']} autocast")
         observed.append({
             "device": device, "device_label": f"{device} ({name})" if name else device, "dtype": r["config"]["dtype"],
-            "status": r["status"] if r["status"] != "ok" else d.get("status", "ok"), "error": r.get("error") or d.get("error"),
-            "values": {label: _dtypes_of(d.get("rows", []), kind, comp) for label, kind, comp in COMPONENTS},
-            "autocast_dtype": d.get("autocast_dtype"), "source": r["_path"],
+            "status": r["status"] if r["status"] != "ok" else d.status or "ok", "error": r.get("error") or d.error,
+            "values": {label: _dtypes_of(d.rows or [], kind, comp) for label, kind, comp in COMPONENTS},
+            "autocast_dtype": d.autocast_dtype, "source": r["_path"],
         })
     rows = []
     for label, _, _ in COMPONENTS:

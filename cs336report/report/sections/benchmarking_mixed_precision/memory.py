@@ -45,7 +45,7 @@ def memory_table(pairs: pd.DataFrame, title: str, records: list[dict] | None = N
                  note=f"{PEAK_ALLOCATED}: torch.cuda.max_memory_allocated over the warm-up and measured steps, model "
                       f"and batch included; change = bf16 {PEAK_ALLOCATED} / fp32 {PEAK_ALLOCATED} − 1"
                       + (f"; {beyond}" if (beyond := checks.h100_note([r for r in records or []
-                                                                      if r.get("_path") in set(sources)])) else ""))
+                                                                      if r["_path"] in set(sources)])) else ""))
 
 
 def predicted(record: dict) -> dict | None:
@@ -116,7 +116,7 @@ def memory_time_table(pairs: pd.DataFrame, title: str, records: list[dict] | Non
     records = records or []
     flags = checks.timing_flags(records) if records else None
     t = speed_table(pairs.assign(size=pairs["implementation"] + " " + pairs["size"].astype(str)), title, flags,
-                    {r.get("_path"): r for r in records} if records else None)
+                    {r["_path"]: r for r in records} if records else None)
     t.columns[0] = "implementation, size"
     return t
 

@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ....records.shapes import typed  # noqa: E402
 from ...plots import legend_outside  # noqa: E402
 from ...tables import Cell, Num, Table, sig  # noqa: E402
 from .dtypes import short  # noqa: E402
@@ -167,7 +168,7 @@ def norms_part(records: list[dict], ctx) -> dict | None:
     r = ok[0]
     data = r["data"]
     overflow, errors = norm_tables(data, r["_path"])
-    device = data.get("device_name") or data["device"]
+    device = typed(r).device_name or data["device"]
     fig = ctx.figure("norm_sensitivity", norm_plot(pd.DataFrame(data["rows"])),
                      f"LayerNorm and RMSNorm statistics in low precision on {device}: worst relative error of the "
                      "normalised output against float64 (left, cases without overflow) and share of cases with an "

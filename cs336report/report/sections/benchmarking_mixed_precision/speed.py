@@ -15,6 +15,7 @@ from ... import checks  # noqa: E402
 from ...bench_frame import MODE_COLUMNS  # noqa: E402
 from ...bench_frame import frame as bench_frame  # noqa: E402
 from ...plots import legend_outside  # noqa: E402
+from ...record_frame import record_frame  # noqa: E402
 from ...tables import Cell, Table, fmt_mean_std, sig, status_cell  # noqa: E402
 
 KEY = ["implementation", "size", "context", "mode"]
@@ -45,7 +46,8 @@ def transformer_frame(ctx, experiments: tuple[str, ...]) -> pd.DataFrame:
     df = bench_frame(records)
     if df.empty:
         return df
-    peaks = {r["_path"]: ((r["data"] or {}).get("peak_memory") or {}).get("allocated_bytes") for r in records}
+    peaks = dict(record_frame(records, {"path": "_path", "peak": "data.peak_memory.allocated_bytes"},
+                              exact=True).itertuples(index=False))
     df["peak_bytes"] = df["source"].map(peaks).astype(float)
     df["experiment"] = [r["experiment"] for r in records]
     df["context"] = df["context"].astype(int)
@@ -247,7 +249,7 @@ def speed_part(ctx) -> dict | None:
     pairs = pairs.sort_values(["implementation", "size", "context"])
     timed = [r for e in ("benchmarking", "benchmarking_bf16") for r in ctx.records(e)]
     flags = checks.timing_flags(timed)
-    by_path = {r.get("_path"): r for r in timed}
+    by_path = {r["_path"]: r for r in timed}
     tables = [speed_table(g, f"Step time, fp32 against bf16 autocast ({impl} implementation)", flags, by_path)
               for impl, g in pairs.groupby("implementation")]
     figures = [ctx.figure(f"mixed_precision_speedup_{impl}", speedup_plot(g, flags),

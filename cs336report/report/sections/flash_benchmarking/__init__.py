@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import kernel_overhead
 from ....names.flash import IMPLEMENTATIONS, PASSES
+from ....records.shapes import FlashCell, FlashShape, read_as, typed
 from ...tables import fmt_bytes
 from .analysis import FIT_POINTS, analysis, first_oom, memory_exponents, speedups
 from .figures import latency_figure, memory_figure
@@ -53,7 +54,7 @@ def _settings(records: list[dict]) -> list[dict]:
         handout = {"batch": "1", "causal": "True"}.get(key, "")
         items.append({"label": label, "value": ", ".join(values), "handout": handout,
                       "differs": bool(handout) and values != [handout]})
-    tuned = [(r["data"] or {}).get("notes", {}) for r in records if r["config"].get("implementation") == "triton"]
+    tuned = [typed(r).notes or {} for r in records if _implementation(r) == "triton"]
     for key, label in (("warmup", "autotuner warm-up per candidate config (ms)"),
                        ("rep", "autotuner repetition per candidate config (ms)")):
         if tuned:  # a record from before the setting existed was tuned with Triton's default
@@ -69,17 +70,23 @@ def settings_line(records: list[dict], timer: str) -> dict | None:
     if not cells:
         return None
     values = lambda key: ", ".join(sorted({str(c[key]) for c in cells if key in c})) or "–"  # noqa: E731
-    forward = sorted({(t["Q_TILE_SIZE"], t["K_TILE_SIZE"]) for r in records if r["status"] == "ok"
-                      and r["config"].get("implementation") == "triton"
-                      for shape in r["data"].get("shapes") or [] for k, t in (shape.get("tiles") or {}).items()
-                      if k == "fwd"})
-    tuned = {bool((r["data"].get("notes") or {}).get("autotune")) for r in records
-             if r["status"] == "ok" and r["config"].get("implementation") == "triton"}
+    triton = [r for r in records if r["status"] == "ok" and _implementation(r) == "triton"]
+    forward = sorted({(t["Q_TILE_SIZE"], t["K_TILE_SIZE"]) for r in triton
+                      for shape in _shapes(r) for k, t in (shape.tiles or {}).items() if k == "fwd"})
+    tuned = {bool((typed(r).notes or {}).get("autotune")) for r in triton}
     return {"batch": values("batch"), "causal": values("causal") == "True", "timer": timer,
             "warmup_ms": values("warmup_ms"), "rep_ms": values("rep_ms"),
             "tiles": (None if not forward else f"{forward[0][0]}×{forward[0][1]}" if len(forward) == 1
                       else f"from {forward[0][0]}×{forward[0][1]} to {forward[-1][0]}×{forward[-1][1]}"),
             "autotuned": tuned == {True}}
+
+
+def _implementation(record: dict) -> str | None:
+    return read_as(FlashCell, record["config"]).implementation
+
+
+def _shapes(record: dict) -> list[FlashShape]:
+    return [read_as(FlashShape, shape) for shape in typed(record).shapes or []]
 
 
 def skip_reason(ctx) -> str:
@@ -99,10 +106,10 @@ def triton_backward(records: list[dict]) -> str:
     fused kernel (``bwd``), two-pass where they name its two kernels, both where they differ."""
     kinds = set()
     for r in records:
-        if (r.get("config") or {}).get("implementation") not in ("triton", "triton_fixed"):
+        if _implementation(r) not in ("triton", "triton_fixed"):
             continue
-        for shape in (r.get("data") or {}).get("shapes") or []:
-            tiles = shape.get("tiles") or {}
+        for shape in _shapes(r):
+            tiles = shape.tiles or {}
             kinds |= {"fused"} if "bwd" in tiles else {"two_pass"} if "bwd_dkdv" in tiles else set()
     return " or ".join(BACKWARDS[k] for k in sorted(kinds)) or BACKWARDS["fused"]
 
@@ -129,9 +136,9 @@ def build(ctx) -> dict:
     triton_fp32 = df[df["implementation"].astype(str).isin(["triton", "triton_fixed"]) & (df["dtype"] == "fp32")]
     out["tf32_caveat"] = bool((triton_fp32["status"] == "ok").any())
     # the TF32 setting the PyTorch rows ran with (Triton's fp32 dots use TF32 whatever it is)
-    out["pytorch_tf32"] = sorted({bool(r["config"].get("tf32")) for r in records
-                                  if r["config"].get("implementation") not in ("triton", "triton_fixed")
-                                  and r["config"].get("dtype") == "fp32" and "tf32" in r["config"]})
+    cells = [read_as(FlashCell, r["config"]) for r in records if "tf32" in r["config"]]
+    out["pytorch_tf32"] = sorted({bool(c.tf32) for c in cells
+                                  if c.implementation not in ("triton", "triton_fixed") and c.dtype == "fp32"})
     timers = sorted(set(df["timer"].dropna()))
     out["timer"] = ", ".join(timers)
     out["cpu_timer"] = any("CPU" in t for t in timers)
@@ -153,8 +160,8 @@ def build(ctx) -> dict:
                                              sorted(set(df["source"])))
     if not mem.empty:
         d = a["focus_d"]
-        device_bytes = next((r["data"].get("device_memory_bytes") for r in records
-                             if r["status"] == "ok" and r["data"].get("device_memory_bytes")), None)
+        device_bytes = next((typed(r).device_memory_bytes for r in records
+                             if r["status"] == "ok" and typed(r).device_memory_bytes), None)
         out["memory_tables"] = [memory_table(mem, dtype, d) for dtype in sorted(set(mem["dtype"]))]
         out["memory_figure"] = ctx.figure(
             "flash_memory", memory_figure(mem, d, device_bytes),

@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from ....names.flash import IMPLEMENTATIONS, PASSES
+from ....records.shapes import FlashPass, FlashShape, Stats, read_as, typed
 
 PASS_LABELS = {"forward": "forward", "backward": "backward", "forward_backward": "forward + backward"}
 
@@ -17,9 +18,9 @@ def frame(records: list[dict]) -> pd.DataFrame:
     """One row per (implementation, dtype, d, seq, pass) with its status and time statistics."""
     rows = []
     for r in records:
-        c, data = r["config"], r["data"]
+        c, data = r["config"], typed(r)
         base = {"implementation": c["implementation"], "dtype": c["dtype"], "source": r["_path"],
-                "timer": data.get("timer")}
+                "timer": data.timer}
         if r["status"] != "ok":
             for d in c["d_heads"]:
                 for seq in c["seqs"]:
@@ -27,14 +28,15 @@ def frame(records: list[dict]) -> pd.DataFrame:
                         rows.append({**base, "d": d, "seq": seq, "pass": p, "status": r["status"],
                                      "error": r.get("error")})
             continue
-        for shape in data["shapes"]:
-            for p, v in shape["passes"].items():
-                stats = v.get("stats_s") or {}
-                rows.append({**base, "d": shape["d"], "seq": shape["seq"], "pass": p, "status": v["status"],
-                             "error": v.get("error"), "median_s": stats.get("median", math.nan),
-                             "mean_s": stats.get("mean", math.nan), "std_s": stats.get("std", math.nan),
-                             "n": stats.get("n", 0), "noisy": stats.get("noisy", False),
-                             "kernel_s": v.get("kernel_s") if v.get("kernel_s") is not None else math.nan})
+        for shape in data.shapes:
+            for p, raw in shape["passes"].items():
+                v = read_as(FlashPass, raw)
+                stats = read_as(Stats, v.stats_s)
+                rows.append({**base, "d": shape["d"], "seq": shape["seq"], "pass": p, "status": raw["status"],
+                             "error": v.error, "median_s": _or(stats.median, math.nan),
+                             "mean_s": _or(stats.mean, math.nan), "std_s": _or(stats.std, math.nan),
+                             "n": _or(stats.n, 0), "noisy": _or(stats.noisy, False),
+                             "kernel_s": _or(v.kernel_s, math.nan)})
     df = pd.DataFrame(rows)
     if df.empty:
         return df
@@ -53,7 +55,7 @@ def memory_frame(records: list[dict]) -> pd.DataFrame:
             continue
         c = r["config"]
         for shape in r["data"]["shapes"]:
-            mem = shape.get("memory")
+            mem = read_as(FlashShape, shape).memory
             if not mem or "peak_bytes" not in mem:
                 continue
             rows.append({"implementation": c["implementation"], "dtype": c["dtype"], "d": shape["d"],
@@ -74,11 +76,16 @@ def tiles_frame(records: list[dict]) -> pd.DataFrame:
         if r["status"] != "ok" or r["config"]["implementation"] != "triton":
             continue
         for shape in r["data"]["shapes"]:
-            for kernel, t in (shape.get("tiles") or {}).items():
+            for kernel, t in (read_as(FlashShape, shape).tiles or {}).items():
                 rows.append({"dtype": r["config"]["dtype"], "d": shape["d"], "seq": shape["seq"], "kernel": kernel,
                              "text": f"{t['Q_TILE_SIZE']}×{t['K_TILE_SIZE']}, {t['num_warps']} warps, "
                                      f"{t['num_stages']} stages", "source": r["_path"]})
     return pd.DataFrame(rows)
+
+
+def _or(value, default):
+    """``value``, or ``default`` where the record has none."""
+    return default if value is None else value
 
 
 def focus_d(ds) -> int:

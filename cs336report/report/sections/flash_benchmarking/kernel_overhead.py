@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ....records.shapes import FlashCell, FlashPass, FlashShape, Stats, read_as, typed
 from ...tables import Cell, Table, sig, status_cell
 
 PASS_COLUMNS = (("forward", "forward"), ("forward_backward", "forward + backward"))
@@ -19,15 +20,15 @@ PASS_COLUMNS = (("forward", "forward"), ("forward_backward", "forward + backward
 def frame(records: list[dict], implementation: str = "triton") -> pd.DataFrame:
     rows = []
     for r in records:
-        if r.get("status") != "ok" or r["config"].get("implementation") != implementation:
+        if r["status"] != "ok" or read_as(FlashCell, r["config"]).implementation != implementation:
             continue
-        for shape in r["data"].get("shapes", []):
-            for p, v in shape.get("passes", {}).items():
-                if v.get("status") != "ok" or v.get("kernel_s") is None:
+        for shape in (read_as(FlashShape, s) for s in typed(r).shapes or []):
+            for p, v in ((p, read_as(FlashPass, v)) for p, v in (shape.passes or {}).items()):
+                if v.status != "ok" or v.kernel_s is None:
                     continue
-                rows.append({"dtype": r["config"]["dtype"], "d": shape["d"], "seq": shape["seq"], "pass": p,
-                             "bench_s": (v.get("stats_s") or {}).get("median"), "kernel_s": v["kernel_s"],
-                             "overhead_s": v.get("overhead_s"), "tflops": (v.get("tflops") or {}).get("kernels"),
+                rows.append({"dtype": r["config"]["dtype"], "d": shape.d, "seq": shape.seq, "pass": p,
+                             "bench_s": read_as(Stats, v.stats_s).median, "kernel_s": v.kernel_s,
+                             "overhead_s": v.overhead_s, "tflops": (v.tflops or {}).get("kernels"),
                              "source": r["_path"]})
     return pd.DataFrame(rows)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ....names.flash import IMPLEMENTATIONS, KERNEL_PROFILE_STEPS
+from ....records.shapes import LeaderboardRow, Provenance, read_as, typed
 from ...tables import Cell, Table, sig, status_cell
 from ...targets import LEADERBOARD_TARGET_MS, on_target_card
 from .frames import ORDER
@@ -27,24 +28,25 @@ def leaderboard(records: list[dict]) -> dict | None:
         return None
     if not ok:
         r = records[0]
-        return {"failed": f"{r['status']}: {r.get('error') or ''}", "sources": [r["_path"]]}
+        return {"failed": f"{r['status']}: {r['error'] or ''}", "sources": [r["_path"]]}
     r = ok[0]
-    c, data = r["config"], r["data"]
+    c, data = r["config"], typed(r)
+    board = [read_as(LeaderboardRow, row) for row in data.rows]
     rows, numbers = [], {}
-    for row in data["rows"]:
-        label = Cell(row["label"])
-        if row["status"] != "ok":
-            rows.append([label] + [status_cell(row["status"])] * 6)
+    for row in board:
+        label = Cell(row.label)
+        if row.status != "ok":
+            rows.append([label] + [status_cell(row.status)] * 6)
             continue
-        stats, check = row["stats_s"], row["check"]
-        numbers[row["implementation"]] = stats["mean"]
+        stats, check = row.stats_s, row.check
+        numbers[row.implementation] = stats["mean"]
         worst = max(check["worst_ratio"], key=check["worst_ratio"].get)
         rows.append([
-            label, Cell("yes" if row["compiled"] else "no (eager)"),
+            label, Cell("yes" if row.compiled else "no (eager)"),
             Cell(("passed" if check["passed"] else "FAILED")
                  + f" (closest to the bound: {worst}, error {sig(check['max_abs_error'][worst], 2)})"),
             Cell(sig(stats["mean"] * 1e3)), Cell(sig(stats["median"] * 1e3)), Cell(str(stats["n"])),
-            Cell(sig(row["memory"]["peak_bytes"] / 2**20) if row.get("memory") else "–"),
+            Cell(sig(row.memory["peak_bytes"] / 2**20) if row.memory else "–"),
         ])
     table = Table(
         title=f"Leaderboard harness: q, k, v of shape ({c['heads']}, {c['seq']}, {c['d']}), {c['dtype']}, "
@@ -55,18 +57,19 @@ def leaderboard(records: list[dict]) -> dict | None:
         note=f"the leaderboard ranks the do_bench mean; check: first {c['check_heads']} heads, "
              f"|x − ref| ≤ {c['tolerance']} + {c['tolerance']}·|ref| for o, dq, dk, dv",
     )
-    gpu = r["provenance"].get("gpu") or r["provenance"].get("device")
+    where = read_as(Provenance, r["provenance"])
+    gpu = where.gpu or where.device
     out = {"table": table, "gpu": gpu, "on_target_card": on_target_card(gpu),
            "rep_ms": c["rep_ms"], "warmup_ms": c["warmup_ms"], "compile": c["compile"],
            "short": c["rep_ms"] < LEADERBOARD_HARNESS["rep_ms"] or c["warmup_ms"] < LEADERBOARD_HARNESS["warmup_ms"],
            "harness": LEADERBOARD_HARNESS, "top_ms": LEADERBOARD_TOP_MS, "target_ms": LEADERBOARD_TARGET_MS,
-           "compile_errors": [{"impl": row["label"], "error": row["compile_error"]} for row in data["rows"]
-                              if row.get("status") == "ok" and row.get("compile_error")]}
-    tuning = autotune_breakdown(data["rows"], r["_path"], numbers.get("triton"))
+           "compile_errors": [{"impl": row.label, "error": row.compile_error} for row in board
+                              if row.status == "ok" and row.compile_error]}
+    tuning = autotune_breakdown(data.rows, r["_path"], numbers.get("triton"))
     if tuning:
         out["tuning"] = tuning
     entry = c["implementations"][0]
-    kernels = kernel_breakdown(data["rows"], r["_path"], entry)
+    kernels = kernel_breakdown(data.rows, r["_path"], entry)
     if kernels:
         out["kernels"] = kernels
     if entry in numbers:
@@ -81,9 +84,9 @@ def leaderboard(records: list[dict]) -> dict | None:
         if "triton_fixed" in numbers and entry == "triton":
             out["autotune_gain"] = sig(numbers["triton_fixed"] / ours)
             # where the autotuner chose the default tiles, the two rows run the same kernels: no gain to show
-            tiles = {row.get("implementation"): row.get("tiles") for row in data["rows"]}
-            out["same_tiles"] = bool(tiles.get("triton") and _launch_tiles(tiles.get("triton")) ==
-                                     _launch_tiles(tiles.get("triton_fixed")))
+            tiles = {row.implementation: row.tiles for row in board}
+            out["same_tiles"] = bool(tiles["triton"] and _launch_tiles(tiles["triton"]) ==
+                                     _launch_tiles(tiles["triton_fixed"]))
     return out
 
 
@@ -105,8 +108,8 @@ def kernel_frame(rows: list[dict]) -> pd.DataFrame:
     ``own`` is False for the harness's kernels: those every such implementation runs under the
     same name (the sum, its gradient, stacking and accumulating q, k, v's gradients).
     """
-    recs = [{"implementation": row["implementation"], **k} for row in rows
-            if row.get("status") == "ok" for k in row.get("kernels") or ()]
+    board = [read_as(LeaderboardRow, row) for row in rows]
+    recs = [{"implementation": row.implementation, **k} for row in board if row.status == "ok" for k in row.kernels or ()]
     df = pd.DataFrame(recs, columns=["implementation", "name", "ms", "calls", "pass"]).rename(columns={"pass": "phase"})
     n_impl = df["implementation"].nunique()
     shared = df.groupby("name")["implementation"].nunique()
@@ -186,8 +189,8 @@ def autotune_breakdown(rows: list[dict], source: str, measured_s: float | None) 
     The times are the tuner's own (median of ``do_bench`` on each kernel alone, in ms); their sum
     at the chosen configs is set against the harness's measured mean.
     """
-    tiles = next((row.get("tiles") for row in rows if row.get("implementation") == "triton"
-                  and row.get("status") == "ok"), None)
+    tiles = next((row.tiles for row in (read_as(LeaderboardRow, row) for row in rows)
+                  if row.implementation == "triton" and row.status == "ok"), None)
     if not tiles or not any(t.get("candidates") for t in tiles.values()):
         return None
     def launch(c: dict) -> tuple:

@@ -8,6 +8,7 @@ Each record of a student's row carries ``data.reference_check`` (the experiment'
 from __future__ import annotations
 
 from ....names.flash import IMPLEMENTATIONS
+from ....records.shapes import ReferenceCheck, read_as, typed
 
 VERDICTS = {
     "not_causal": "ignores is_causal: in causal cells its output matches attention without the causal mask",
@@ -21,15 +22,16 @@ def reference_checks(records: list[dict]) -> list[dict]:
     (``verdict``), the shape checked and the largest deviation."""
     found = []
     for r in records:
-        check = (r.get("data") or {}).get("reference_check") or {}
-        if not check or check.get("status") == "ok":
+        raw = typed(r).reference_check
+        check = read_as(ReferenceCheck, raw)
+        if not raw or check.status == "ok":
             continue
         impl = r["config"]["implementation"]
-        error = check.get("max_abs_error")
-        found.append({"key": impl, "label": IMPLEMENTATIONS[impl], "dtype": check["dtype"], "status": check["status"],
-                      "verdict": VERDICTS[check["status"]], "seq": check["seq"], "d": check["d"],
+        error = check.max_abs_error
+        found.append({"key": impl, "label": IMPLEMENTATIONS[impl], "dtype": check.dtype, "status": check.status,
+                      "verdict": VERDICTS[check.status], "seq": check.seq, "d": check.d,
                       "max_abs_error": f"{error:.3g}" if error is not None else None,
-                      "tolerance": check["tolerance"], "message": check.get("message")})
+                      "tolerance": check.tolerance, "message": check.message})
     return sorted(found, key=lambda c: (c["key"], c["dtype"]))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ....accounting import transformer as accounting, peak as accounting_peak
+from ....records.shapes import Snapshot, read_as
 from ...tables import Num, fmt_bytes, fmt_pct, fmt_seconds, sig
 from .frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, is_measured, model_spec
 from .shapes import explain_size, named_shapes
@@ -39,8 +40,8 @@ def phase_summary(row) -> dict:
     peaks = {}
     for p in snap["phases"]:
         peaks[p["phase"]] = max(peaks.get(p["phase"], 0), p["peak_bytes"])
-    return {"peak": _gib(snap["peak"]["bytes"], row.get("source")), "peak_phase": snap["peak"]["phase"],
-            "start": _gib(start, row.get("source")), "allocated": _gib(row.get("peak_alloc"), row.get("source")),
+    return {"peak": _gib(snap["peak"]["bytes"], row["source"]), "peak_phase": snap["peak"]["phase"],
+            "start": _gib(start, row["source"]), "allocated": _gib(row["peak_alloc"], row["source"]),
             "phase_peaks": [{"phase": k, "peak": _gib(v)} for k, v in peaks.items()]}
 
 
@@ -92,8 +93,9 @@ def opening_drop(snap: dict, params: int) -> dict:
 def size_kinds(snap: dict, size: int) -> list[dict]:
     """What the allocations of ``size`` bytes were, per recorded step: one entry per category, most
     first (the snapshot's ``by_size`` table); empty where the table lacks that size."""
-    row = next((r for r in snap.get("by_size") or [] if r["size"] == size), None)
-    if row is None or not snap.get("n_steps"):
+    parsed = read_as(Snapshot, snap)
+    row = next((r for r in parsed.by_size or [] if r["size"] == size), None)
+    if row is None or not parsed.n_steps:
         return []
     kinds = sorted(row["categories"].items(), key=lambda kv: (-kv[1], kv[0]))
     return [{"category": CATEGORY_LABELS.get(c, c)[0].lower() + CATEGORY_LABELS.get(c, c)[1:],
@@ -232,16 +234,17 @@ def weight_copies(row) -> dict | None:
     activations = {n * b for name, n, _, _ in named_shapes(spec, B, T) if name.startswith("B·") for b in (2, 4)}
     sizes = {2 * d * d, 2 * f * d, 2 * V * d} - activations  # sizes an activation could also have are left out
     count = nbytes = 0
-    for s in row["snap"].get("by_size", []):
+    snap = read_as(Snapshot, row["snap"])
+    for s in snap.by_size or []:
         if s["size"] in sizes:
             n = sum(k for c, k in s["categories"].items() if c not in ("Gradient", "OptimizerState"))
             count += n
             nbytes += n * s["size"]
     if not count:
         return None
-    steps = row["steps"] if is_measured(row["steps"]) else row["snap"].get("n_steps") or 1
+    steps = row["steps"] if is_measured(row["steps"]) else snap.n_steps or 1
     return {"label": MODE_LABELS[row["label"]], "per_step": sig(count / steps, 3),
-            "bytes": _gib(nbytes / steps, row.get("source")),
+            "bytes": _gib(nbytes / steps, row["source"]),
             "all_weights": _gib(accounting_peak.autocast_cast_bytes(spec, "bf16")),
             "n_weights": accounting.linear_weight_count(spec), "rank": MODE_ORDER.index(row["label"])}
 

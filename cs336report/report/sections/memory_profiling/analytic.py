@@ -10,6 +10,7 @@ import pandas as pd
 
 from ....accounting import transformer as accounting, peak as accounting_peak
 from ....names.spec import ModelSpec
+from ....records.shapes import ModelInfo, Provenance, StepConfig, StepTimes, read_as, typed
 from ...labels import PEAK_ALLOCATED, PREDICTED, SNAPSHOT_PEAK
 from ...tables import Cell, Table, sig, status_cell
 from .frame import MODE_LABELS, byte_unit, in_unit, is_measured, model_spec
@@ -37,22 +38,23 @@ def prediction_inputs(record: dict) -> dict | None:
     The optimizer: with master weights (``master_weights`` under 16-bit precision) the update runs fused
     where it was compiled (the record's ``model.master_weights.compiled``, else the cell's ``compile``) and
     one tensor at a time where not; otherwise torch's fused AdamW where ``fused_adamw``, else foreach."""
-    c, d = record["config"], record.get("data") or {}
-    if not c.get("model") or not c.get("batch_size") or not c.get("mode"):
+    c, d = read_as(StepConfig, record["config"]), record["data"]
+    if not c.model or not c.batch_size or not c.mode:
         return None
-    precision = c.get("precision", "fp32")
-    compiled = bool(c.get("compile"))
-    master = bool(c.get("master_weights")) and precision != "fp32"
+    precision = "fp32" if c.precision is None else c.precision
+    compiled = bool(c.compile)
+    master = bool(c.master_weights) and precision != "fp32"
     if master:
-        update_compiled = ((d.get("model") or {}).get("master_weights") or {}).get("compiled", compiled)
+        masters = read_as(ModelInfo, typed(record, StepTimes).model).master_weights or {}
+        update_compiled = masters["compiled"] if "compiled" in masters else compiled
         optimizer = "fused" if update_compiled else "per_tensor"
     else:
-        optimizer = "fused" if c.get("fused_adamw") else "foreach"
-    return {"spec": ModelSpec(**c["model"]), "batch": int(c["batch_size"]), "context": int(c["context"]),
-            "mode": c["mode"], "grad": c.get("grad", "enabled"), "impl": _impl(c.get("implementation")),
+        optimizer = "fused" if c.fused_adamw else "foreach"
+    return {"spec": ModelSpec(**c.model), "batch": int(c.batch_size), "context": int(c.context),
+            "mode": c.mode, "grad": "enabled" if c.grad is None else c.grad, "impl": _impl(c.implementation),
             "precision": precision, "optimizer": optimizer,
-            "saved_matrices": accounting.saved_matrices_of(d, record.get("provenance")),
-            "capability": (record.get("provenance") or {}).get("gpu_capability"), "compiled": compiled,
+            "saved_matrices": accounting.saved_matrices_of(d, record["provenance"]),
+            "capability": read_as(Provenance, record["provenance"]).gpu_capability, "compiled": compiled,
             "master_weights": master}
 
 
@@ -60,7 +62,7 @@ def _profiled_inputs(r) -> dict:
     """prediction_inputs of one memory_profiling cell, from its row of the frame (an eager step, foreach AdamW)."""
     return {"spec": model_spec(r), "batch": int(r["batch"]), "context": int(r["context"]), "mode": r["mode"],
             "grad": r["grad"], "impl": _impl(r["implementation"]), "precision": r["precision"], "optimizer": "foreach",
-            "saved_matrices": r["saved_matrices"], "capability": r.get("capability"), "compiled": False,
+            "saved_matrices": r["saved_matrices"], "capability": r["capability"], "compiled": False,
             "master_weights": False}
 
 
@@ -112,10 +114,10 @@ def accounting_table(items: list[dict]) -> Table | None:
     )
 
 
-def _config_label(inputs: dict, c: dict) -> str:
+def _config_label(inputs: dict, c: StepConfig) -> str:
     parts = ["torch.compile" if inputs["compiled"] else "eager"]
-    if c.get("compile_mode") and c["compile_mode"] != "default":
-        parts.append(f"mode {c['compile_mode']}")
+    if c.compile_mode and c.compile_mode != "default":
+        parts.append(f"mode {c.compile_mode}")
     if inputs["master_weights"]:
         parts.append("bf16 working weights from fp32 masters")
     if inputs["optimizer"] == "fused":
@@ -124,12 +126,13 @@ def _config_label(inputs: dict, c: dict) -> str:
 
 
 def _record_row(r: dict) -> dict | None:
-    c, d = r["config"], r["data"] or {}
+    c = read_as(StepConfig, r["config"])
     inputs = prediction_inputs(r)
     if inputs is None or inputs["mode"] != "train_step":
         return None
-    peak = (d.get("peak_memory") or {}).get("allocated_bytes")
-    return {"experiment": r["experiment"], "size": c.get("size", "?"), "implementation": c.get("implementation", "naive"),
+    peak = (typed(r).peak_memory or {}).get("allocated_bytes")
+    return {"experiment": r["experiment"], "size": "?" if c.size is None else c.size,
+            "implementation": "naive" if c.implementation is None else c.implementation,
             "precision": inputs["precision"], "context": inputs["context"], "compiled": inputs["compiled"],
             "configuration": _config_label(inputs, c), "status": r["status"], "inputs": inputs,
             "measured": peak if r["status"] == "ok" and peak else None, "output_held": True, "source": r["_path"]}

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ....accounting import transformer as accounting
 from ....names.spec import ModelSpec
-from ....records.shapes import typed
+from ....records.shapes import StepConfig, read_as, typed
 from ...record_frame import record_frame
 from ...tables import sig
 
@@ -75,7 +75,7 @@ def _cells(records: list[dict], capture_at: str, parsed: bool) -> pd.DataFrame:
     df = record_frame(records, fields, defaults=CELL_DEFAULTS, exact=True)
     df["context"] = [int(c) for c in df["context"]]
     df["label"] = ["forward_no_grad" if g == "no_grad" else m for g, m in zip(df["grad"], df["mode"])]
-    df["model"] = [r["config"].get("model") for r in records]
+    df["model"] = [read_as(StepConfig, r["config"]).model for r in records]
     captures = [typed(r).capture for r in records] if parsed else [{"status": r["status"], **r["data"]} for r in records]
     df["saved_matrices"] = [accounting.saved_matrices_of(c, r["provenance"]) for c, r in zip(captures, records)]
     df["snap"] = [typed(r).snapshot for r in records] if parsed else None

@@ -8,6 +8,7 @@ import statistics
 import pandas as pd
 
 from ....accounting import transformer as accounting
+from ....records.shapes import Snapshot, read_as
 from ...labels import PEAK_ALLOCATED, PEAK_HOST, PEAK_RESERVED, SNAPSHOT_PEAK, legend
 from ...tables import Cell, Table, fmt_bytes, fmt_seconds, sig, status_cell
 from .frame import CATEGORY_LABELS, MODE_LABELS, MODE_ORDER, MiB, byte_unit, in_unit, is_measured, model_spec
@@ -95,8 +96,9 @@ def residual_table(df: pd.DataFrame) -> tuple[Table | None, list[dict]]:
         count = per_step = None
         where = "–"
         if ref is not None and ref["snap"]:
-            hit = next((s for s in ref["snap"].get("by_size", []) if s["size"] == size), None)
-            steps = ref["steps"] if is_measured(ref["steps"]) else ref["snap"].get("n_steps")
+            snap = read_as(Snapshot, ref["snap"])
+            hit = next((s for s in snap.by_size or [] if s["size"] == size), None)
+            steps = ref["steps"] if is_measured(ref["steps"]) else snap.n_steps
             steps = max(1, int(steps or 1))
             count = hit["count"] if hit else 0
             per_step = count / steps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ....records.shapes import NsysChecks, read_as
 from ...tables import Cell, Table, fmt_pct, status_cell
 from .frames import MODE_LABELS, span
 
@@ -17,18 +18,18 @@ def checks_table(cells: pd.DataFrame) -> tuple[Table, dict]:
             rows.append(head + [status_cell(r["status"]) if r["status"] != "ok" else Cell(r["empty_reason"])] * 5)
             continue
         ch = r["checks"]
-        phases = ch.get("phases_over_step_wall") or {}
-        outside = ch.get("kernels_outside_measured_steps") or {}
-        inst = ch.get("range_instances") or {}
+        checks = read_as(NsysChecks, ch)
+        phases, outside = checks.phases_over_step_wall or {}, checks.kernels_outside_measured_steps or {}
+        inst = checks.range_instances or {}
         wrong = [f"{k} {v['observed']}/{v['expected']}" for k, v in inst.items() if not v["ok"]]
         bad_instances += bool(wrong)
-        whole = (ch.get("forward_kernel_instances") or {}).get("share_whole_per_step")
+        whole = (checks.forward_kernel_instances or {}).get("share_whole_per_step")
         rows.append(head + [
             Cell(fmt_pct(phases["ratio"]) if phases else "–"),
             Cell(fmt_pct(outside["share"], 2) if outside else "–"),
             Cell("all as expected" if inst and not wrong else ("; ".join(wrong) if wrong else "–")),
             Cell(fmt_pct(whole) if whole is not None else "–"),
-            Cell(("exact" if r["exact"] else "scaled from warm-up + measured") + ("" if (ch.get("per_step") or {}).get("ok", True) else f"; {ch['per_step']['message']}")),
+            Cell(("exact" if r["exact"] else "scaled from warm-up + measured") + ("" if (checks.per_step or {}).get("ok", True) else f"; {ch['per_step']['message']}")),
         ])
     table = Table(
         title="Sanity checks",

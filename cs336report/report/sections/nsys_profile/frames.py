@@ -8,7 +8,7 @@ import pandas as pd
 
 from ....parsers.kernel_ranges import LAUNCH_API
 from ....parsers.kernel_records import kernel_frame as record_kernels
-from ....records.shapes import typed
+from ....records.shapes import NsysProfile, Stats, StepConfig, read_as, typed
 from ...record_frame import record_frame
 from ...tables import sig
 
@@ -19,37 +19,38 @@ API_TOP = 8
 
 
 def _order(records: list[dict]) -> list[str]:
+    df = record_frame(records, {"size": "config.size", "d_model": "config.model.d_model",
+                                "num_layers": "config.model.num_layers"}, defaults={"d_model": 0, "num_layers": 0})
     sizes = {}
-    for r in records:
-        m = r["config"].get("model") or {}
-        sizes.setdefault(r["config"].get("size"), m.get("d_model", 0) * m.get("num_layers", 0))
+    for size, d_model, num_layers in df.itertuples(index=False):
+        sizes.setdefault(size, d_model * num_layers)
     return [s for s, _ in sorted(sizes.items(), key=lambda kv: kv[1])]
 
 
-def _launches(d: dict) -> tuple[float | None, float | None, bool]:
+def _launches(d: NsysProfile) -> tuple[float | None, float | None, bool]:
     """Kernel launch calls per measured step and their API time per step (ns), and whether exact.
 
     From the record's ``launches`` (the whole CUDA API summary); for a record parsed before
     those existed, from its ``api`` rows when they are the whole summary (fewer than the
     ``API_TOP`` rows kept) and the export held the measured steps only.
     """
-    launches = d.get("launches")
-    if launches:
-        return launches.get("per_step"), launches.get("ns_per_step"), bool(launches.get("exact"))
-    api, n = d.get("api") or [], d.get("measured_steps")
-    outside = ((d.get("checks") or {}).get("kernels_outside_measured_steps") or {}).get("share")
-    rows = [a for a in api if LAUNCH_API.match(str(a.get("name")))]
-    if not rows or not n or len(api) >= API_TOP or not d.get("exact", True) or outside != 0:
+    if d.launches:
+        return d.launches["per_step"], d.launches["ns_per_step"], bool(d.launches["exact"])
+    api, n = d.api or [], d.measured_steps
+    outside = ((d.checks or {}).get("kernels_outside_measured_steps") or {}).get("share")
+    rows = [a for a in api if LAUNCH_API.match(str(a["name"]))]
+    exact = True if d.exact is None else d.exact
+    if not rows or not n or len(api) >= API_TOP or not exact or outside != 0:
         return None, None, False
     return sum(a["instances"] for a in rows) / n, sum(a["total_ns"] for a in rows) / n, True
 
 
-def _forward_timer(data: dict) -> dict:
-    return (data.get("phase_stats_s") or {}).get("forward") or {}
+def _forward_timer(phase_stats_s: dict | None) -> Stats:
+    return read_as(Stats, (phase_stats_s or {}).get("forward"))
 
 
-def _cv(stats: dict) -> float | None:
-    return stats["std"] / stats["mean"] if is_number(stats.get("std")) and stats.get("mean") else None
+def _cv(stats: Stats) -> float | None:
+    return stats.std / stats.mean if is_number(stats.std) and stats.mean else None
 
 
 # A profiled cell's fields a row holds: column -> dotted path (record_frame); and those of its
@@ -97,15 +98,15 @@ def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
     df["activity"] = df["activity"].where(df["activity"].notna(), df.pop("tool_activity"))
     df["warnings"] = [typed(r).warnings or [] for r in records]
     df["checks"] = [typed(r).checks or {} for r in records]
-    df["model"] = [r["config"].get("model") for r in records]
-    df["fwd_timer_cv"] = [_cv(_forward_timer(typed(r).python_timer or {})) for r in records]
-    df["launches_per_step"], df["launch_ns_per_step"], df["launches_exact"] = zip(*(_launches(r["data"]) for r in records))
+    df["model"] = [read_as(StepConfig, r["config"]).model for r in records]
+    df["fwd_timer_cv"] = [_cv(_forward_timer((typed(r).python_timer or {}).get("phase_stats_s"))) for r in records]
+    df["launches_per_step"], df["launch_ns_per_step"], df["launches_exact"] = zip(*(_launches(typed(r)) for r in records))
     matched = [plain.get(r["cell"]) for r in records]
     found = [b for b in matched if b]
     b_df = record_frame(found, PLAIN_FIELDS).set_index(pd.Index([i for i, b in enumerate(matched) if b]))
     b_df = b_df.reindex(range(len(records))).astype(object)
     b_df = b_df.where(b_df.notna(), None)
-    b_df["plain_fwd_cv"] = [_cv(_forward_timer(b["data"])) if b else None for b in matched]
+    b_df["plain_fwd_cv"] = [_cv(_forward_timer(typed(b).phase_stats_s)) if b else None for b in matched]
     df = pd.concat([df, b_df], axis=1)
     rows = df[CELL_COLUMNS].astype(object).where(df[CELL_COLUMNS].notna(), None).to_dict("records")
     df = pd.DataFrame(rows)
@@ -118,29 +119,33 @@ def cell_frame(records: list[dict], bench: list[dict]) -> pd.DataFrame:
 def kernel_frame(records: list[dict]) -> pd.DataFrame:
     """One row per (range, kernel) of every profiled cell that ran, with its size, context and mode."""
     frames = []
-    for r in records:
+    for r, key in zip(records, _cell_keys(records)):
         if r["status"] != "ok":
             continue
-        c = r["config"]
-        kernels = record_kernels((r["data"] or {}).get("kernels"))
+        kernels = record_kernels(typed(r).kernels)
         if kernels.empty:
             continue
-        for column, value in (("mode", c.get("mode")), ("context", c.get("context")), ("size", c.get("size"))):
-            kernels.insert(0, column, value)
-        kernels["path"] = r.get("_path", "")
+        for column in ("mode", "context", "size"):
+            kernels.insert(0, column, key[column])
+        kernels["path"] = r["_path"]
         frames.append(kernels)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def class_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
-    for r in records:
+    for r, key in zip(records, _cell_keys(records)):
         if r["status"] != "ok":
             continue
-        c = r["config"]
-        for k in (r["data"] or {}).get("classes", []):
-            rows.append({"size": c.get("size"), "context": c.get("context"), "mode": c.get("mode"), **k})
+        for k in typed(r).classes or []:
+            rows.append({**key, **k})
     return pd.DataFrame(rows)
+
+
+def _cell_keys(records: list[dict]) -> list[dict]:
+    """Each record's size, context and mode (None where its config lacks one), as its config holds them."""
+    return record_frame(records, {"size": "config.size", "context": "config.context", "mode": "config.mode"},
+                        exact=True).to_dict("records")
 
 
 def fmt_ms(ns) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ....accounting import transformer as accounting
 from ....names.spec import ModelSpec
+from ....records.shapes import Provenance, read_as, typed
 from ...tables import Num, fmt_bytes, fmt_count, sig
 from .frames import fmt_ms, forward_source, is_number, select_kernels
 
@@ -20,9 +21,9 @@ BYTES_PER_SCORE = {"fp32": 4}
 def _bandwidth(roofline: list[dict], gpu: str | None) -> tuple[float, str] | None:
     """(GB/s, record path) of the first ok roofline probe on card ``gpu``."""
     for r in roofline:
-        copy = ((r.get("data") or {}).get("copy") or {}) if r["status"] == "ok" else {}
-        if copy.get("gb_per_s") and (r.get("provenance") or {}).get("gpu") == gpu:
-            return copy["gb_per_s"], r.get("_path")
+        copy = (typed(r).copy or {}) if r["status"] == "ok" else {}
+        if copy.get("gb_per_s") and read_as(Provenance, r["provenance"]).gpu == gpu:
+            return copy["gb_per_s"], r["_path"]
     return None
 
 

@@ -7,6 +7,7 @@ build() puts together the frame, tables, analysis and figure of this package's m
 from __future__ import annotations
 
 from ....accounting import transformer as accounting
+from ....records.shapes import typed
 from ...tables import sig
 from .analysis import analysis, fit_exponent
 from .figure import scaling_figure
@@ -41,7 +42,7 @@ def backward_graphs(records: list[dict]) -> list[str]:
     """How the records' timed backward passes got their graph: "retained" (one forward's graph,
     ``retain_graph=True``) or "fresh" (a fresh, untimed forward before each: records without
     ``backward_graph``)."""
-    return sorted({(r.get("data") or {}).get("backward_graph", "fresh") for r in records if r.get("data")})
+    return sorted({typed(r).backward_graph or "fresh" for r in records if r["data"]})
 
 
 def build(ctx) -> dict:

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from ....records.shapes import OptimizedStep, typed
+from ....records.shapes import ModelInfo, OptimizedStep, read_as, typed
 from ...bench_frame import phase_method
 from ...record_frame import record_frame
 from ...tables import Cell, Table, fmt_mean_std, sig, status_cell, with_source
@@ -59,9 +59,9 @@ def model_frame(records: list[dict]) -> pd.DataFrame:
     df["phase_method"] = [phase_method(r) for r in records]  # how the phases were timed: events, wall clock or synchronized
     # what was compiled: the whole model, or each repeated block in place (records before
     # compile_scope existed compiled the whole model)
-    df["scope"] = [((s.model or {}).get("compiled") or {"scope": "model"}) if c else None
-                   for s, c in zip(shapes, df["compiled"])]
-    df["master_weights"] = [(s.model or {}).get("master_weights") for s in shapes]  # its description, where the step had them
+    models = [read_as(ModelInfo, s.model) for s in shapes]
+    df["scope"] = [(m.compiled or {"scope": "model"}) if c else None for m, c in zip(models, df["compiled"])]
+    df["master_weights"] = [m.master_weights for m in models]  # its description, where the step had them
     # the whole step's compilation: in a job, earlier cells' first calls compiled part of it
     df["first_call_s"] = [first + sum(c["first_call_s"] for c in e) for first, e in zip(df["first_call_s"], earlier)]
     df["first_calls"] = [1 + len(e) for e in earlier]

@@ -9,6 +9,7 @@ import pandas as pd
 from ....accounting import transformer as accounting
 from ....names.spec import ModelSpec
 from ....parsers.kernels import classify, summarise_by_class
+from ....records.shapes import Provenance, read_as
 from ...tables import Cell, Table, fmt_count, fmt_mean_std, fmt_pct, fmt_seconds, sig, status_cell
 from ...targets import OPTIMIZED_TARGET_CELL, OPTIMIZED_TARGET_FRACTION, on_target_card
 from .model import MODE_LABELS, PHASES, model_frame, same_card
@@ -24,7 +25,7 @@ MASTER_TRAFFIC_FORMULA = ("Memory traffic of the AdamW step with master weights 
 def _probe(roofline: list[dict], gpu: str | None) -> dict:
     """The data of the first ok roofline probe on card ``gpu`` (any card when not given), or {}."""
     for r in roofline:
-        if r["status"] == "ok" and same_card((r.get("provenance") or {}).get("gpu"), gpu):
+        if r["status"] == "ok" and same_card(read_as(Provenance, r["provenance"]).gpu, gpu):
             return r["data"]
     return {}
 
