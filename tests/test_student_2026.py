@@ -91,6 +91,7 @@ def test_the_record_says_which_releases_tests_ran(records):
     source = records["fsdp"]["data"]["tests_source"]
     assert source["kind"] == "student_copies" and source["edition"] == 2026
     assert (source["release"], source["tests_release"]) == ("26.1.1", "26.1.1")
+    assert source["label"] == "the student's own copies of the handout's tests (release 26.1.1, graded as the tests of 26.1.1)"
 
 
 def test_the_tests_release_follows_the_changelog(tmp_path):

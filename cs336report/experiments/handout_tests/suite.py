@@ -134,11 +134,12 @@ def tests_source(cell: dict) -> dict:
         return {"kind": "course", "label": course["label"], "release": course["release"],
                 "tests_release": course["tests_release"], "checkout": course["checkout"], **extra}
     if student:
+        label = "the student's own copies of the handout's tests"
         if extra:
             release, tests_release = student_release(cell)
             extra.update(release=release, tests_release=tests_release)
-        return {"kind": "student_copies", "label": "the student's own copies of the handout's tests",
-                "checkout": student["checkout"], **extra}
+            label += f" (release {release or 'not stated'}, graded as the tests of {tests_release})"
+        return {"kind": "student_copies", "label": label, "checkout": student["checkout"], **extra}
     return {"kind": "own_suite", "label": "cs336report's re-written suite of the handout's tests",
             "checkout": None, **extra}
 
