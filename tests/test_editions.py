@@ -83,6 +83,10 @@ def test_2025_headings_are_the_published_reports():
 
 def test_2025_handout_grid_is_the_configs():
     resolved = {k: v for k, v in handout_grid(DEFAULT["grids"]).items() if v is not None}
+    # the config's suites serve both editions: a 2025 run runs those the 2025 edition has
+    has = {s.name for s in E2025.test_suites()}
+    resolved["handout_tests"] = {**resolved["handout_tests"],
+                                 "suites": [s for s in resolved["handout_tests"]["suites"] if s in has]}
     assert E2025.handout_grid == resolved
     assert list(E2025.handout_grid) == list(resolved)
 

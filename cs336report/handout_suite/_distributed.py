@@ -3,7 +3,8 @@ beside a single-process reference trained on the whole batch, and writes how far
 
     run_ranks(tmp_path, "ddp_individual_parameters", "mlp")   # -> max |parameter - reference|
 
-``naive_ddp`` runs cs336report's own naive DDP (the handout gives no adapter for it).
+``ddp`` is the 2026 edition's overlapping DDP (``get_ddp``, ``ddp_on_after_backward``); ``naive_ddp``
+runs cs336report's own naive DDP (the handout gives no adapter for it).
 
 Ranks start with different weights (seeded by rank), so a wrapper that does not broadcast rank 0's
 weights at construction ends up away from the reference (built with rank 0's seed).
@@ -84,6 +85,8 @@ def _ddp_rank(rank: int, piece: str, model_name: str, bucket_size_mb: float | No
         after = lambda wrapped, _optimizer: wrapped.finish_gradient_synchronization()  # noqa: E731
     elif piece == "ddp_individual_parameters":
         ddp, after, start = a.get_ddp_individual_parameters(model), a.ddp_individual_parameters_on_after_backward, None
+    elif piece == "ddp":  # the 2026 edition's names for the same wrapper
+        ddp, after, start = a.get_ddp(model), a.ddp_on_after_backward, None
     else:
         ddp = a.get_ddp_bucketed(model, bucket_size_mb)
         after, start = a.ddp_bucketed_on_after_backward, a.ddp_bucketed_on_train_batch_start

@@ -38,6 +38,7 @@ from torch import nn
 from ..accounting import transformer as accounting
 from ..config.checkout import files_hash, package_files
 from ..measure import annotate
+from . import staff
 from .model import ModelSpec, TransformerLM
 from .model_paths import (  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)
     ModelError,
@@ -273,7 +274,8 @@ def build_model(cell: dict) -> tuple[nn.Module, dict]:
     factory_path = source.get("factory")
     if not factory_path:
         impl = cell.get("implementation", "naive")
-        model = TransformerLM(spec, cell["context"], impl=impl, device=device)
+        layout = staff.semantics(cell.get("edition")).rope_layout  # the staff model of the cell's edition
+        model = TransformerLM(spec, cell["context"], impl=impl, device=device, rope_layout=layout)
         info = {"kind": "builtin", "implementation": impl, **source_info(TransformerLM),
                 "attention_ranges": attention_ranges("builtin", impl)}
         return model, {**info, **param_counts(model, spec)}

@@ -7,7 +7,7 @@ softmax, and scaled dot-product attention with an explicit boolean causal mask.
 
 Architecture: token embedding, ``num_layers`` pre-norm blocks (RMSNorm, causal multi-head
 self-attention with RoPE, RMSNorm, SwiGLU feed-forward), a final RMSNorm and an untied LM
-head. No biases anywhere.
+head. No biases anywhere. ``rope_layout`` follows the edition's staff model (``staff.semantics``).
 
     model = TransformerLM(ModelSpec.named("small"), impl="naive", device="cuda")
     logits = model(tokens)  # (batch, seq) int64 -> (batch, seq, vocab)
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..measure.annotate import region
+from . import staff
 
 IMPLEMENTATIONS = ("naive", "native")
 
@@ -75,10 +76,15 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE: rotates pairs of features of Q and K by position-dependent angles."""
+    """RoPE: rotates pairs of features of Q and K by position-dependent angles; ``layout`` is the
+    edition's output layout (:mod:`cs336report.lm.staff`: 2025 ``interleaved``, 2026 ``halves``)."""
 
-    def __init__(self, context_length: int, d_head: int, theta: float = 10_000.0, device=None):
+    def __init__(self, context_length: int, d_head: int, theta: float = 10_000.0, device=None,
+                 layout: str = "interleaved"):
         super().__init__()
+        if layout not in staff.ROPE_LAYOUTS:
+            raise ValueError(f"RoPE layout must be one of {staff.ROPE_LAYOUTS}, got {layout!r}")
+        self.layout = layout
         inv_freq = theta ** (-torch.arange(0, d_head, 2, device=device, dtype=torch.float32) / d_head)
         angles = torch.outer(torch.arange(context_length, device=device, dtype=torch.float32), inv_freq)
         self.register_buffer("cos", angles.cos(), persistent=False)  # (context, d_head/2)
@@ -87,9 +93,7 @@ class RotaryEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         cos = self.cos[positions].to(x.dtype)  # (seq, d_head/2)
         sin = self.sin[positions].to(x.dtype)
-        x_even, x_odd = x[..., 0::2], x[..., 1::2]
-        rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
-        return rotated.flatten(-2)  # (..., seq, d_head)
+        return staff.rotate(x, cos, sin, self.layout)  # (..., seq, d_head)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -184,13 +188,14 @@ class TransformerLM(nn.Module):
         impl: str = "naive",
         device=None,
         dtype=None,
+        rope_layout: str = "interleaved",
     ):
         super().__init__()
         if impl not in IMPLEMENTATIONS:
             raise ValueError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
         self.spec = spec
         self.context_length = context_length
-        rope = RotaryEmbedding(context_length, spec.d_head, spec.rope_theta, device=device)
+        rope = RotaryEmbedding(context_length, spec.d_head, spec.rope_theta, device=device, layout=rope_layout)
         self.token_embeddings = Embedding(spec.vocab_size, spec.d_model, device, dtype)
         self.layers = nn.ModuleList(
             TransformerBlock(spec, rope, impl, device, dtype) for _ in range(spec.num_layers)

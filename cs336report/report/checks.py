@@ -145,8 +145,12 @@ def cut_down_grid(settings: RenderSettings) -> list[str]:
     """Where the report's grid (gpu, or handout) is smaller than the same grid of the default config
     (``settings.reference_grids``, which the report rule passes): an experiment left out, or a list of
     sizes, contexts, modes, ... that holds only part of the default's. A verdict on the whole report
-    (its cost) holds for that grid only. Nothing is called cut down where the default is not known."""
+    (its cost) holds for that grid only. Nothing is called cut down where the default is not known.
+    The default's handout_tests suites count only where the report's edition has them."""
+    from .. import editions
     from ..config import handout_grid
+
+    has_suites = {s.name for s in editions.get(settings.edition).test_suites()}
 
     name = "handout" if settings.grid == "handout" else "gpu"
     grids = settings.reference_grids or {}
@@ -165,6 +169,8 @@ def cut_down_grid(settings: RenderSettings) -> list[str]:
             out.append(f"{experiment} not run")
             continue
         for key, values in grid.items():
+            if experiment == "handout_tests" and key == "suites" and isinstance(values, list):
+                values = [v for v in values if v in has_suites]
             if isinstance(values, list) and isinstance(mine.get(key), list):
                 kept = [v for v in values if v in mine[key]]
                 if len(kept) < len(values):

@@ -1,7 +1,8 @@
 """The handout's adapter functions (``tests/adapters.py`` of the assignment), returning ours.
 
 These are the built-in implementations under the same names and signatures a student's
-checkout defines, so that the resolver (:mod:`cs336report.student.resolve`) and the handout suite
+checkout defines, for both editions of the handout (2025's names in :data:`NAMES`, 2026's in
+:data:`NAMES_2026`; the two share the FlashAttention-2 and sharded-optimizer adapters), so that the resolver (:mod:`cs336report.student.resolve`) and the handout suite
 (:mod:`cs336report.handout_suite`) reach ours and a student's the same way. The distributed
 pieces are imported when an adapter is called: where their module is missing, the adapter
 raises ``NotImplementedError``, as an unfinished student adapter does.
@@ -27,6 +28,17 @@ NAMES = (
     "get_ddp_bucketed",
     "ddp_bucketed_on_after_backward",
     "ddp_bucketed_on_train_batch_start",
+    "get_sharded_optimizer",
+)
+# The 2026 edition's tests/adapters.py, in its order: one overlapping DDP, and FSDP.
+NAMES_2026 = (
+    "get_flashattention_autograd_function_pytorch",
+    "get_flashattention_autograd_function_triton",
+    "get_ddp",
+    "ddp_on_after_backward",
+    "get_fsdp",
+    "fsdp_on_after_backward",
+    "fsdp_gather_full_params",
     "get_sharded_optimizer",
 )
 
@@ -79,6 +91,32 @@ def ddp_bucketed_on_train_batch_start(ddp_model: torch.nn.Module, optimizer: tor
     start = getattr(ddp_model, "on_train_batch_start", None)
     if start is not None:
         start()
+
+
+def get_ddp(module: torch.nn.Module) -> torch.nn.Module:
+    """2026: DDP that all-reduces each parameter's gradient asynchronously as backward produces it."""
+    return _load("..distributed.ddp", "DDPIndividualParameters", "get_ddp")(module)
+
+
+def ddp_on_after_backward(ddp_model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    """2026: after backward, before the optimizer step: wait for the gradients' all-reduces."""
+    ddp_model.finish_gradient_synchronization()
+
+
+def get_fsdp(module: torch.nn.Module, compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """2026: ``module`` with its Linear and Embedding weights sharded over the ranks; with
+    ``compute_dtype``, gathered and computed in that dtype over fp32 master weights."""
+    return _load("..distributed.fsdp", "FSDP", "get_fsdp")(module, compute_dtype=compute_dtype)
+
+
+def fsdp_on_after_backward(fsdp_model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    """2026: after backward, before the optimizer step: wait for the reduce-scatters and all-reduces."""
+    fsdp_model.finish_gradient_synchronization()
+
+
+def fsdp_gather_full_params(fsdp_model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """2026: every parameter of the wrapped module by name, full (a collective: every rank calls it)."""
+    return fsdp_model.gather_full_params()
 
 
 def get_sharded_optimizer(params, optimizer_cls: type[torch.optim.Optimizer], **kwargs) -> torch.optim.Optimizer:

@@ -39,7 +39,7 @@ from torch import nn
 
 from ..config.checkout import ADAPTERS_FILE, KEY, ModelError, StudentError, checkout_entry, checkout_paths
 from ..machine.time_limit import TimeLimitExceeded, time_limit
-from .resolve import HOOK_ARGS, PIECES, AdapterNotImplemented, call, implementation, load_adapters
+from .resolve import HOOK_ARGS, PIECES, AdapterNotImplemented, call, edition_pieces, implementation, load_adapters
 
 IMPORT_TIMEOUT_S = 60  # the default of student.import_timeout_s
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
@@ -68,6 +68,26 @@ def _check_signature(module, name: str, args: tuple, kwargs: dict) -> None:
                           f"{name}({call_text}) ({exc}); restore the handout's signature") from None
     except ValueError:
         pass  # no signature to read (a builtin): the probe decides
+
+
+def check_signatures_of(module, edition: int) -> None:
+    """Each adapter of ``edition``'s tests/adapters.py (the registry's) accepts the call its tests make."""
+    from .. import editions
+
+    for a in editions.get(edition).adapters:
+        kwargs = {"lr": 0.1} if a.returns == "optimizer" else {k: None for k in a.keywords}
+        _check_signature(module, a.name, a.positional, kwargs)
+
+
+def checkout_edition(root: Path) -> int:
+    """The edition of a checkout's tests/adapters.py (2025 where it tells none: the checks then name
+    2025's adapters)."""
+    from .. import editions
+
+    try:
+        return editions.detect(root)[0].id
+    except editions.DetectionError:
+        return 2025
 
 
 def check_signatures(module) -> None:
@@ -153,8 +173,8 @@ def _can_run_triton(device: str) -> bool:
     return (device.startswith("cuda") and torch.cuda.is_available()) or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _probe(name: str, impl, device: str) -> dict:
-    piece = PIECES[name]
+def _probe(name: str, impl, device: str, pieces: dict | None = None) -> dict:
+    piece = (pieces or PIECES)[name]
     if name == "flash_triton":
         if not _can_run_triton(device):
             return {"probe": "skipped: Triton runs on CUDA (or under TRITON_INTERPRET=1)"}
@@ -168,19 +188,20 @@ def _probe(name: str, impl, device: str) -> dict:
     return {"probe": "ran", **result}
 
 
-def check_pieces(student: dict, device: str) -> dict:
+def check_pieces(student: dict, device: str, pieces: dict | None = None) -> dict:
     """Each piece's verdict: ``implemented`` (with its probe), ``not_implemented`` (with why), or
-    ``error`` (with the probe's ``message``: the cells of that piece record it, the rest runs)."""
+    ``error`` (with the probe's ``message``: the cells of that piece record it, the rest runs).
+    ``pieces``: another edition's (:func:`~cs336report.student.resolve.edition_pieces`); else 2025's."""
     verdicts = {}
-    for name, piece in PIECES.items():
+    for name, piece in (pieces or PIECES).items():
         what = "a forward and backward on CPU tensors of shape (2, 32, 16)" if piece.kind == "autograd_function" \
             else "one training step of a two-layer MLP in a one-process gloo group"
         try:
-            impl = implementation(name, student)
+            impl = implementation(name, student, piece)
             if not impl:
                 verdicts[name] = {"adapter": piece.adapter, "status": "not_implemented", "reason": impl.reason}
                 continue
-            found = _probe(name, impl, device)
+            found = _probe(name, impl, device, pieces)
         except StudentError:
             raise
         except Exception as exc:  # this piece's verdict; the other pieces and the workflow go on
@@ -212,8 +233,13 @@ def check_checkout(student_config: dict | None, device: str = "cpu") -> dict | N
         raise StudentError(f"{KEY}: importing {root / ADAPTERS_FILE} failed: {type(exc).__name__}: {exc}; it runs "
                            f"with {', '.join(checkout_paths(root))} on sys.path: install what it imports in the "
                            f"environment that runs snakemake") from None
-    check_signatures(module)
-    entry["adapters"] = check_pieces(entry, device)
+    edition = checkout_edition(root)
+    if edition == 2025:
+        check_signatures(module)
+        entry["adapters"] = check_pieces(entry, device)
+    else:  # the edition's own adapters (2026: get_ddp, get_fsdp, ...)
+        check_signatures_of(module, edition)
+        entry["adapters"] = check_pieces(entry, device, edition_pieces(edition))
     return entry
 
 

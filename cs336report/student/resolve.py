@@ -92,6 +92,7 @@ class Implementation:
     obj: object
     provenance: str
     hooks: dict = field(default_factory=dict)
+    adapter: str | None = None  # the adapter's name where the edition's differs from PIECES' (2026 get_ddp)
 
     def __iter__(self):
         return iter((self.obj, self.provenance))
@@ -194,11 +195,22 @@ def _wrong_kind(piece: Piece, obj) -> str | None:
     return None
 
 
-def implementation(name: str, student: dict | None = None) -> Implementation | NotImplementedAdapter:
+def edition_pieces(edition: int) -> dict[str, Piece]:
+    """The pieces of ``edition``'s tests/adapters.py, read from the edition registry (2025's are
+    :data:`PIECES`; 2026 reaches the overlapping DDP through ``get_ddp`` and adds ``fsdp``)."""
+    from .. import editions
+
+    return {name: Piece(p.adapter.name, p.problems[0], p.adapter.returns, p.adapter.positional,
+                        tuple(h.name for h in p.hooks)) for name, p in editions.get(edition).pieces.items()}
+
+
+def implementation(name: str, student: dict | None = None, piece: Piece | None = None
+                   ) -> Implementation | NotImplementedAdapter:
     """The implementation of piece ``name``: the student's through their adapters if ``student``
     (a cell's ``student`` entry, from :func:`check_checkout`), else ours. A piece whose verdict in
-    ``student["adapters"]`` (:func:`with_verdicts`) is ``error`` gives a :class:`FailedAdapter`."""
-    piece = PIECES[name]
+    ``student["adapters"]`` (:func:`with_verdicts`) is ``error`` gives a :class:`FailedAdapter`.
+    ``piece``: the piece as another edition names it (:func:`edition_pieces`); else ``PIECES[name]``."""
+    piece = piece or PIECES[name]
     module, who = _adapters_module(student)
     provenance = BUILTIN if who == BUILTIN else f"{who}:{piece.adapter}"
 
@@ -216,27 +228,29 @@ def implementation(name: str, student: dict | None = None) -> Implementation | N
         if getattr(module, hook, None) is None:
             return missing(f"{ADAPTERS_FILE} defines no {hook}")
         hooks[hook] = getattr(module, hook)
-    if piece.kind != "autograd_function":
-        return Implementation(name, adapter, provenance, hooks)  # called with the module/params by the experiment
+    if piece.kind != "autograd_function":  # called with the module/params by the experiment
+        return Implementation(name, adapter, provenance, hooks, piece.adapter)
     try:
         obj = adapter()
     except NotImplementedError as exc:
         return missing(f"raises NotImplementedError{f' ({exc})' if str(exc) else ''}")
     wrong = _wrong_kind(piece, obj)
-    return missing(wrong) if wrong else Implementation(name, obj, provenance, hooks)
+    return missing(wrong) if wrong else Implementation(name, obj, provenance, hooks, piece.adapter)
 
 
 def call(impl: Implementation, *args, **kwargs):
     """Call a wrapping adapter (DDP, sharded optimizer); NotImplementedError or a wrong kind of result
     becomes :class:`AdapterNotImplemented` naming the adapter."""
-    piece = PIECES[impl.piece]
+    piece = PIECES[impl.piece] if impl.piece in PIECES else None
+    adapter = impl.adapter or piece.adapter
+    kind = piece.kind if piece else "module"
     try:
         out = impl.obj(*args, **kwargs)
     except NotImplementedError as exc:
         detail = f": {exc}" if str(exc) else ""
-        raise AdapterNotImplemented(f"{piece.adapter} raises NotImplementedError{detail} ({impl.provenance})") from None
-    if not (acts_as_wrapper(out) if piece.kind == "module" else isinstance(out, torch.optim.Optimizer)):
-        raise AdapterNotImplemented(f"{piece.adapter} returned {type(out).__name__}, not {KINDS[piece.kind]} "
+        raise AdapterNotImplemented(f"{adapter} raises NotImplementedError{detail} ({impl.provenance})") from None
+    if not (acts_as_wrapper(out) if kind == "module" else isinstance(out, torch.optim.Optimizer)):
+        raise AdapterNotImplemented(f"{adapter} returned {type(out).__name__}, not {KINDS[kind]} "
                                     f"({impl.provenance})")
     return out
 

@@ -1,16 +1,20 @@
-# handout_tests: the handout's test cases with pytest, one job per suite (attention, ddp,
-# sharded_optimizer): the student's own tests/ with student.checkout, else cs336report's suite of
-# the same cases through the built-in adapters. Each test's outcome goes into the record, and the
+# handout_tests: the handout's test cases with pytest, one job per suite of the edition (attention,
+# ddp, sharded_optimizer; 2026 adds fsdp): the student's own tests/ with student.checkout, else
+# cs336report's suite of the same cases through the built-in adapters. Each test's outcome goes into the record, and the
 # JUnit XML beside it.
 from pathlib import Path
 
-from cs336report.experiments.handout_tests import OUR_FILES
+from cs336report.experiments.handout_tests import OUR_FILES_BY_EDITION
 
 # pytest runs the suite's test modules without the cell's code importing them: they, and the
-# modules they import, are inputs of their own.
+# modules they import, are inputs of their own (the suite of the edition the report answers).
 HANDOUT_SUITE = code(
     *sorted(
-        {f"handout_suite.{Path(f).stem}" for files in OUR_FILES.values() for f in files}
+        {
+            f"handout_suite.{Path(f).stem}"
+            for files in OUR_FILES_BY_EDITION[EDITION.id].values()
+            for f in files
+        }
     )
 )
 

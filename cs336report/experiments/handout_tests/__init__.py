@@ -1,6 +1,8 @@
 """handout_tests: the handout's test cases, run with pytest, each test's outcome recorded.
 
-One cell per suite (attention, ddp, sharded_optimizer). With ``course.checkout`` (a clone of the
+One cell per suite of the grid that the config's edition has (2025: attention, ddp,
+sharded_optimizer; 2026 adds fsdp, and its ddp suite is the one overlapping DDP of ``get_ddp``); a
+cell of an edition other than 2025 carries its ``edition``. With ``course.checkout`` (a clone of the
 course's repository) the clone's own tests run, isolated in a temporary folder, through the
 adapters of the code under test: ours, or the student's ``tests/adapters.py`` with their
 checkout's folders on PYTHONPATH (:mod:`.course`). Without a clone, with ``student.checkout`` the
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ... import editions
+
 SUITES = ("attention", "ddp", "sharded_optimizer")
 # The handout's test files of each suite (the course's names), and ours.
 STUDENT_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp_individual_parameters.py", "test_ddp.py"],
@@ -33,6 +37,17 @@ STUDENT_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp_individua
 SUITE_PACKAGE = Path(__file__).resolve().parent.parent.parent / "handout_suite"
 OUR_FILES = {"attention": ["test_attention.py"], "ddp": ["test_ddp.py", "test_naive_ddp.py"],
              "sharded_optimizer": ["test_sharded_optimizer.py"]}
+OUR_FILES_BY_EDITION = {
+    2025: OUR_FILES,
+    2026: {"attention": ["test_attention.py"], "ddp": ["test_distributed_data_parallel.py"],
+           "fsdp": ["test_fsdp.py"], "sharded_optimizer": ["test_sharded_optimizer.py"]},
+}
+DEFAULT_EDITION = 2025  # a cell without ``edition`` is of this one (its records predate the key)
+
+
+def edition_of(cell: dict) -> int:
+    """The edition whose tests a cell runs."""
+    return int(cell.get("edition") or DEFAULT_EDITION)
 
 
 def cells(cfg) -> dict[str, dict]:
@@ -40,8 +55,12 @@ def cells(cfg) -> dict[str, dict]:
     grid = cfg.grid("handout_tests")
     if not grid:
         return {}
+    has = {s.name for s in editions.get(cfg.edition).test_suites()}
     cells = {suite: {"suite": suite, "device": cfg.device, "student": cfg.student, "timeout_s": grid["timeout_s"],
-                     "junitxml": f"results/handout_tests/{suite}.xml"} for suite in grid["suites"]}
+                     "junitxml": f"results/handout_tests/{suite}.xml"} for suite in grid["suites"] if suite in has}
+    if cfg.edition != DEFAULT_EDITION:  # a 2025 cell keeps its settings (and its published record)
+        for cell in cells.values():
+            cell["edition"] = cfg.edition
     if cfg.course:  # only then: a cell without a clone keeps its settings (and its published record)
         for cell in cells.values():
             cell["course"] = cfg.course

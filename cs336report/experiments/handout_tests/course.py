@@ -4,7 +4,8 @@ The clone's ``tests/`` folder is copied, as the course wrote it (its conftest, i
 into a temporary folder outside the student's checkout, and its ``adapters.py`` is replaced by the
 adapters of the code under test: a two-line module re-exporting cs336report's adapters
 (:mod:`cs336report.student.adapters`) for ours, or a copy of the student's ``tests/adapters.py``
-for theirs. pytest then runs there (cwd, rootdir and confcutdir that folder, an empty pytest.ini
+for theirs (ours import the model the tests build, ``cs336_basics``, from the clone's
+cs336-basics/ folder). pytest then runs there (cwd, rootdir and confcutdir that folder, an empty pytest.ini
 of its own), so that neither the student's conftest nor their edited test copies decide the
 verdict. The course's conftest runs with the rights of the user running the report.
 
@@ -18,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from ... import editions
+from ...config.checkout import basics_folder
 
 TESTS_DIR = "tests"
 ADAPTERS = "adapters.py"
@@ -55,6 +57,13 @@ def prepare(cell: dict, workdir: Path) -> list[str]:
         raise FileNotFoundError(f"{clone / TESTS_DIR} has none of {', '.join(wanted)}, the handout's tests of "
                                 f"suite {cell['suite']} at release {cell['course']['tests_release']}")
     return files
+
+
+def model_paths(cell: dict) -> list[str]:
+    """Where ours are tested: the clone's own cs336-basics/ folder, whose ``cs336_basics`` the 2026 tests
+    build their models from (as the course's own test run resolves it); none where the clone has none."""
+    found = basics_folder(cell["course"]["checkout"])
+    return [str(found)] if found is not None and found != Path(cell["course"]["checkout"]).resolve() else []
 
 
 def pytest_options(workdir: Path) -> list[str]:

@@ -13,8 +13,9 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ... import editions
 from ...student.resolve import BUILTIN, PIECES, AdapterNotImplemented, checkout_paths
-from . import OUR_FILES, STUDENT_FILES, SUITE_PACKAGE, course as course_tests
+from . import DEFAULT_EDITION, OUR_FILES_BY_EDITION, STUDENT_FILES, SUITE_PACKAGE, course as course_tests, edition_of
 
 MESSAGE_CHARS = 300
 
@@ -63,18 +64,29 @@ def _not_implemented_reason(text: str) -> bool:
     return "NotImplementedError" in text or "AdapterNotImplemented" in text
 
 
+def adapter_name(piece: str | None, edition: int = DEFAULT_EDITION) -> str:
+    """The adapter of ``piece`` in ``edition``'s tests/adapters.py (2026's DDP piece is ``get_ddp``)."""
+    if not piece:
+        return "its adapter"
+    found = editions.get(edition).pieces.get(piece)
+    return found.adapter.name if found else PIECES[piece].adapter
+
+
 def parse_junit(path: str | Path, suite: str, adapters: dict | None = None,
-                cases: dict[str, tuple[str, str, str | None]] | None = None) -> list[dict]:
+                cases: dict[str, tuple[str, str, str | None]] | None = None,
+                edition: int = DEFAULT_EDITION) -> list[dict]:
     """Each <testcase> of a JUnit XML file as a test entry of the record.
 
     ``adapters``: the check's verdicts by piece (:func:`_verdicts`); a test of a piece found not
     implemented there is ``not_implemented`` unless it passed. ``cases``: (problem, sub-question,
-    piece) by test name, from the edition registry; a test it does not name is classified by its name.
+    piece) by test name, from the edition registry, or by test function (the name before its
+    parameters); a test it does not name is classified by its name. ``edition``: whose adapter names
+    the messages use.
     """
-    tests = []
+    tests, cases = [], cases or {}
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "")
-        problem, subquestion, piece = (cases or {}).get(name) or classify(name, suite)
+        problem, subquestion, piece = cases.get(name) or cases.get(name.split("[")[0]) or classify(name, suite)
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
             found = case.find(tag)
@@ -83,7 +95,7 @@ def parse_junit(path: str | Path, suite: str, adapters: dict | None = None,
                 message = found.get("message") or (found.text or "")
                 full = f"{message}\n{found.text or ''}"
                 verdict = (adapters or {}).get(piece) or {}
-                adapter = PIECES[piece].adapter if piece else "its adapter"
+                adapter = adapter_name(piece, edition)
                 if tag != "skipped" and _not_implemented_reason(full):
                     outcome, message = "not_implemented", f"{adapter} raises NotImplementedError"
                 elif tag != "skipped" and verdict.get("status") == "not_implemented":
@@ -99,18 +111,73 @@ def parse_junit(path: str | Path, suite: str, adapters: dict | None = None,
 # ----------------------------------------------------------------------------- the cells
 
 
+def student_release(cell: dict) -> tuple[str | None, str]:
+    """The release of the student's checkout (the newest heading of its CHANGELOG.md, else
+    pyproject.toml's version; None where neither says) and the known release whose tests the
+    registry describes for it (the newest known where the release is unknown or of no known tests)."""
+    edition = editions.get(edition_of(cell))
+    release, _ = editions.read_release(cell["student"]["checkout"])
+    try:
+        return release, edition.tests_release(release)
+    except ValueError:  # no release, one of another edition, or one older than every known release
+        return release, edition.tests_release()
+
+
 def tests_source(cell: dict) -> dict:
     """Whose tests a cell runs, and how the record and the report name them: the course clone's
-    (``course``), the student's own copies (``student_copies``) or cs336report's suite (``own_suite``)."""
+    (``course``), the student's own copies (``student_copies``) or cs336report's suite (``own_suite``).
+    Beside a 2025 cell's fields, a cell of another edition names it, and for the student's copies
+    the checkout's release and the release whose tests the registry describes."""
     course, student = cell.get("course"), cell.get("student")
+    extra = {"edition": cell["edition"]} if "edition" in cell else {}
     if course:
         return {"kind": "course", "label": course["label"], "release": course["release"],
-                "tests_release": course["tests_release"], "checkout": course["checkout"]}
+                "tests_release": course["tests_release"], "checkout": course["checkout"], **extra}
     if student:
-        return {"kind": "student_copies", "label": "the student's own copies of the handout's tests",
-                "checkout": student["checkout"]}
+        label = "the student's own copies of the handout's tests"
+        if extra:
+            release, tests_release = student_release(cell)
+            extra.update(release=release, tests_release=tests_release)
+            label += f" (release {release or 'not stated'}, graded as the tests of {tests_release})"
+        return {"kind": "student_copies", "label": label, "checkout": student["checkout"], **extra}
     return {"kind": "own_suite", "label": "cs336report's re-written suite of the handout's tests",
-            "checkout": None}
+            "checkout": None, **extra}
+
+
+def student_files(cell: dict) -> list[str]:
+    """The handout's test files of the cell's suite, as a student's checkout holds them (2025: the
+    names of every 1.0.x release; another edition: its registry's, at the checkout's release)."""
+    if edition_of(cell) == DEFAULT_EDITION:
+        return STUDENT_FILES[cell["suite"]]
+    return [f.file for f in editions.get(edition_of(cell)).suite(cell["suite"], student_release(cell)[1]).files]
+
+
+def registry_cases(cell: dict) -> dict[str, tuple[str, str, str | None]] | None:
+    """(problem, sub-question, piece) of the cell's tests from the edition registry, by JUnit name and
+    by test function where all of a function's cases grade the same: the course clone's at its
+    release, a student's copies at theirs, our suite at the newest known; None for a 2025 cell
+    without a clone (its tests are classified by name)."""
+    if cell.get("course"):
+        return course_tests.cases(cell)
+    edition = edition_of(cell)
+    if edition == DEFAULT_EDITION:
+        return None
+    release = student_release(cell)[1] if cell.get("student") else None
+    found = editions.get(edition).suite(cell["suite"], release).cases
+    out = {c.name: (c.problem, c.subquestion, c.piece) for c in found}
+    for test in {c.test for c in found}:
+        graded = {(c.problem, c.subquestion, c.piece) for c in found if c.test == test}
+        if len(graded) == 1:
+            out.setdefault(test, graded.pop())
+    return out
+
+
+def edition_verdicts(verdicts: dict | None, edition: int) -> dict | None:
+    """The check's verdicts of the pieces whose adapter ``edition`` names alike (a verdict on 2025's
+    ``get_ddp_individual_parameters`` says nothing of 2026's ``get_ddp``)."""
+    if verdicts is None or edition == DEFAULT_EDITION:
+        return verdicts
+    return {piece: v for piece, v in verdicts.items() if v.get("adapter") == adapter_name(piece, edition)}
 
 
 def command(cell: dict, junitxml: Path, workdir: Path | None = None) -> tuple[list[str], Path, dict]:
@@ -123,18 +190,18 @@ def command(cell: dict, junitxml: Path, workdir: Path | None = None) -> tuple[li
     if cell.get("course"):
         root = workdir
         files = course_tests.prepare(cell, workdir)
-        paths = checkout_paths(student["checkout"]) if student else []
+        paths = checkout_paths(student["checkout"]) if student else course_tests.model_paths(cell)
         options = course_tests.pytest_options(workdir)
     elif student:
         root = Path(student["checkout"])
-        files = [str(root / "tests" / f) for f in STUDENT_FILES[cell["suite"]] if (root / "tests" / f).is_file()]
+        files = [str(root / "tests" / f) for f in student_files(cell) if (root / "tests" / f).is_file()]
         paths = checkout_paths(root)
     else:
         root = SUITE_PACKAGE.parent.parent
-        files = [str(SUITE_PACKAGE / f) for f in OUR_FILES[cell["suite"]]]
+        files = [str(SUITE_PACKAGE / f) for f in OUR_FILES_BY_EDITION[edition_of(cell)][cell["suite"]]]
         paths = []
     if not files:  # a student checkout without its copies of the tests
-        names = ", ".join(f"tests/{f}" for f in STUDENT_FILES[cell["suite"]])
+        names = ", ".join(f"tests/{f}" for f in student_files(cell))
         raise FileNotFoundError(f"{root} has none of {names}, the handout's tests of suite {cell['suite']}")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, ours, env.get("PYTHONPATH")]))
     if not cell["device"].startswith("cuda"):
@@ -197,8 +264,9 @@ def _run_in(cell: dict, junitxml: Path, workdir: Path | None) -> dict:
     if not junitxml.is_file() or junitxml.stat().st_size == 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         raise RuntimeError(f"pytest exited {done.returncode} without a JUnit XML: {' | '.join(tail)}")
-    data["tests"] = parse_junit(junitxml, cell["suite"], _verdicts(student, cell["device"]),
-                                course_tests.cases(cell) if cell.get("course") else None)
+    edition = edition_of(cell)
+    data["tests"] = parse_junit(junitxml, cell["suite"], edition_verdicts(_verdicts(student, cell["device"]), edition),
+                                registry_cases(cell), edition)
     data["outcomes"] = {o: sum(t["outcome"] == o for t in data["tests"]) for o in
                         ("passed", "failed", "skipped", "error", "not_implemented")}
     if done.returncode > 1 and not data["tests"]:  # usage or collection error: nothing ran
