@@ -40,6 +40,8 @@ include: "workflow/rules/ddp_bucketed_benchmarking.smk"
 include: "workflow/rules/communication_accounting.smk"
 include: "workflow/rules/optimizer_state_sharding_accounting.smk"
 include: "workflow/rules/parallelism_calcs.smk"
+include: "workflow/rules/gradient_checkpointing.smk"
+include: "workflow/rules/fsdp_accounting.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -126,7 +126,7 @@ def _worker_stop(args) -> int:
 
 
 def _render(args) -> int:
-    from .config import reference_grids
+    from .config import edition_id, reference_grids
     from .experiments import expected_cells
     from .report.render import render_report
 
@@ -135,7 +135,7 @@ def _render(args) -> int:
     # (_reference_grids); a config without them has them resolved here, so that the report imports no
     # experiment and reads no config file
     expected = None if "_expected" in config else expected_cells(config)
-    config = {"_reference_grids": reference_grids(), **config}
+    config = {"_reference_grids": reference_grids(edition_id(config)), **config}
     try:
         render_report(args.results, config, args.out, expected=expected)
     except OSError as exc:  # a full disk: the file being written is left as it was (records.store.write_atomic)

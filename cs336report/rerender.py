@@ -43,7 +43,7 @@ def rerender(data_dir: str | Path, out_dir: str | Path, links_from: str | Path |
     """Render the published folder ``data_dir`` into ``out_dir``, its links to record folders
     relative to ``links_from`` (where the committed report sits); return the Markdown file.
     ``draw``: False skips drawing the figures (the check compares the text)."""
-    from .config import reference_grids
+    from .config import edition_id, reference_grids
     from .experiments import expected_cells
     from .report.render import render_report
     from .steps.publish import published_files
@@ -52,7 +52,7 @@ def rerender(data_dir: str | Path, out_dir: str | Path, links_from: str | Path |
     # the configured cells and the default grids, resolved here so that the report imports no
     # experiment and reads no config file
     expected = None if "_expected" in config else expected_cells(config)
-    config = {"_reference_grids": reference_grids(), **config}
+    config = {"_reference_grids": reference_grids(edition_id(config)), **config}
     render_report(files, config, out_dir, links_from, draw=draw, expected=expected)
     return Path(out_dir) / "report.md"
 

@@ -81,19 +81,27 @@ def test_2025_headings_are_the_published_reports():
                 assert f"**({part.letter}) {heading}**" in answers, (p.id, part.letter)
 
 
-def test_2025_handout_grid_is_the_configs():
-    resolved = {k: v for k, v in handout_grid(DEFAULT["grids"]).items() if v is not None}
-    # the config's suites serve both editions: a 2025 run runs those the 2025 edition has
-    has = {s.name for s in E2025.test_suites()}
-    resolved["handout_tests"] = {**resolved["handout_tests"],
-                                 "suites": [s for s in resolved["handout_tests"]["suites"] if s in has]}
-    assert E2025.handout_grid == resolved
-    assert list(E2025.handout_grid) == list(resolved)
+def test_the_handout_grid_is_the_registrys_with_the_configs_changes():
+    """The config's handout grid is the edition's (default.yaml states none of its own); a change laid
+    over it replaces lists and drops an experiment set to null."""
+    assert "handout" not in DEFAULT["grids"]
+    for year in (2025, 2026):
+        assert handout_grid(DEFAULT["grids"], year) == editions.get(year).handout_grid
+    changed = handout_grid({"handout": {"roofline": None, "benchmarking": {"contexts": [128]}}}, 2026)
+    assert changed["roofline"] is None and changed["benchmarking"]["contexts"] == [128]
+    assert changed["benchmarking"]["sizes"] == ["small", "medium", "large", "xl", "10B"]
 
 
-def test_2025_models_are_the_configs_sizes():
-    assert {m.name: m.as_config() for m in E2025.models} == {m.name: DEFAULT["sizes"][m.name] for m in E2025.models}
-    assert list(DEFAULT["sizes"])[:5] == [m.name for m in E2025.models]
+def test_the_configs_sizes_are_the_editions_table_and_the_small_models():
+    from cs336report.config import edition_sizes
+
+    assert set(DEFAULT["sizes"]) == {"tiny", "mini"}  # Table 1 comes from the registry
+    for edition in (E2025, editions.get(2026)):
+        sizes = edition_sizes(DEFAULT["sizes"], edition.id)
+        assert list(sizes)[:5] == [m.name for m in edition.models]
+        assert all(sizes[m.name] == m.as_config() for m in edition.models)
+    override = edition_sizes({"xl": {"d_model": 8, "d_ff": 16, "num_layers": 1, "num_heads": 1}}, 2026)
+    assert override["xl"]["d_model"] == 8 and override["10B"]["d_model"] == 4608
 
 
 def test_2025_adapters_are_ours_and_the_resolvers_pieces():

@@ -7,13 +7,13 @@ import pytest
 import yaml
 
 from cs336report import experiments
-from cs336report.config import DEFAULT_CONFIG, Config, ConfigError, load_file
+from cs336report.config import DEFAULT_CONFIG, Config, ConfigError, load_file, reference_grids
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _config(grid: str) -> Config:
-    raw = {**load_file(DEFAULT_CONFIG), "device": "cuda", "jobs_elsewhere": True, "grid": grid}
+def _config(grid: str, handout: int = 2025) -> Config:
+    raw = {**load_file(DEFAULT_CONFIG), "device": "cuda", "jobs_elsewhere": True, "grid": grid, "handout": handout}
     return Config.from_dict(raw, require_cuda=False)
 
 
@@ -51,6 +51,23 @@ def test_the_handout_grid_is_the_gpu_grid_without_its_extensions():
     assert sum(map(len, handout.values())) < sum(map(len, gpu.values())) / 2
 
 
+def test_the_2026_grids_run_the_2026_table_at_its_context():
+    """A 2026 run's cells carry the 2026 model table (its xl is 2025's 2.7B) and the handout's context
+    512 where no problem says another; the gpu grid takes the handout grid's sizes."""
+    handout, gpu = _cells(_config("handout", 2026)), _cells(_config("gpu", 2026))
+    bench = handout["benchmarking"].values()
+    assert {c["size"] for c in bench} == {"small", "medium", "large", "xl", "10B"}
+    assert {c["context"] for c in bench} == {512}
+    xl = next(c for c in bench if c["size"] == "xl")
+    assert (xl["model"]["d_model"], xl["model"]["num_layers"], xl["model"]["num_heads"]) == (2560, 32, 32)
+    assert {(c["size"], c["context"]) for c in handout["memory_profiling"].values()} == {("xl", 128), ("xl", 2048)}
+    for grid in (handout, gpu):
+        named = {c.get("size") for cells in grid.values() for c in cells.values() if isinstance(c, dict)}
+        assert "2.7B" not in named
+    assert {c["size"] for c in gpu["benchmarking"].values()} == {"small", "medium", "large", "xl", "10B"}
+    assert {c["context"] for c in gpu["benchmarking"].values()} > {512}  # the gpu grid's contexts stay
+
+
 def test_the_handout_grid_needs_cuda_and_names_the_key():
     raw = {**load_file(DEFAULT_CONFIG), "device": "cpu", "grid": "handout"}
     with pytest.raises(ConfigError, match="key 'grid'.*CUDA"):
@@ -62,7 +79,7 @@ def test_the_handout_grid_needs_cuda_and_names_the_key():
 
 def test_a_handout_change_set_to_null_drops_the_experiment():
     raw = load_file(DEFAULT_CONFIG)
-    raw["grids"]["handout"]["roofline"] = None
+    raw["grids"]["handout"] = {"roofline": None}
     cfg = Config.from_dict({**raw, "device": "cuda", "jobs_elsewhere": True, "grid": "handout"}, require_cuda=False)
     assert cfg.grid("roofline") is None and cfg.grid("benchmarking")["contexts"] == [512]
     assert _config("gpu").grid("roofline") is not None
@@ -76,10 +93,9 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
     from cs336report.report.render import render_report
 
     published = json.loads((REPO / "report/data/config.json").read_text())
-    default = yaml.safe_load(DEFAULT_CONFIG.read_text())
     raw = {k: v for k, v in published.items() if not k.startswith("_")}
     raw["device"] = published["_device"]  # what `device: auto` resolved to on the publishing machine
-    raw["grids"] = {**raw["grids"], "handout": default["grids"]["handout"]}
+    raw["grids"] = {k: v for k, v in raw["grids"].items() if k != "handout"}  # the registry's
     cfg = Config.from_dict({**raw, "grid": "handout", "jobs_elsewhere": True}, require_cuda=False)
     cells = _cells(cfg)
     keep = []
@@ -88,7 +104,7 @@ def test_the_published_records_of_the_handout_cells_answer_every_problem(tmp_pat
         if path.name.removesuffix(".json.gz") in cells.get(experiment, {}):
             keep.append(str(path))
     config = {**{k: v for k, v in cfg.data.items() if k not in ("worker", "jobs_elsewhere")},
-              "_device": "cuda", "_grid": "handout", "_reference_grids": default["grids"]}
+              "_device": "cuda", "_grid": "handout", "_reference_grids": reference_grids()}
     assert cut_down_grid(RenderSettings.from_config(config)) == []
     render_report(keep, config, tmp_path, draw=False, expected=experiments.expected_cells(config))  # the text is checked
     md = (tmp_path / "answers.md").read_text()

@@ -150,33 +150,98 @@ def _unknown_key_message(err, files, source: str) -> str:
     return f"{_file_of(parent + [key], files, source)}: unknown key '{_key_path(parent + [key])}'{hint}"
 
 
-def reference_grids() -> dict:
-    """The default config's grids, as written: what a report's grid is compared with where the report
-    says whether its grid was cut down (the report rule passes them in its config, ``_reference_grids``)."""
-    return yaml.safe_load(DEFAULT_CONFIG.read_text()).get("grids") or {}
+def reference_grids(edition: int | None = None) -> dict:
+    """The default config's grids with the handout grid of ``edition`` (default
+    :data:`cs336report.editions.DEFAULT`) resolved (:func:`edition_grids`): what a report's grid is
+    compared with where the report says whether its grid was cut down (the report rule passes them in
+    its config, ``_reference_grids``)."""
+    grids = yaml.safe_load(DEFAULT_CONFIG.read_text()).get("grids") or {}
+    return edition_grids(grids, editions.DEFAULT if edition is None else edition)
 
 
-def handout_grid(grids: dict) -> dict:
-    """``grids.handout`` is written as changes to ``grids.gpu`` (an experiment set to null is not
-    run): the gpu grid with those changes merged in, key by key, lists replaced."""
-    return merge(grids.get("gpu") or {}, grids.get("handout") or {})
+# The gpu grid of workflow/config/default.yaml names this edition's sizes (its extensions beyond the
+# handout's cells were chosen on that model table).
+GPU_GRID_EDITION = 2025
+
+
+def handout_grid(grids: dict, edition: int | None = None) -> dict:
+    """The handout grid of ``edition`` (default :data:`cs336report.editions.DEFAULT`): the cells its
+    registry entry asks for (``Edition.handout_grid``) with the config's ``grids.handout`` changes
+    merged in, key by key, lists replaced (an experiment set to null is not run)."""
+    year = editions.DEFAULT if edition is None else edition
+    return merge(editions.get(year).handout_grid, grids.get("handout") or {})
+
+
+def _gpu_grid(grids: dict, edition: int) -> dict:
+    """The gpu grid for ``edition``: as written for :data:`GPU_GRID_EDITION`; for another edition, each
+    experiment its handout grid holds takes that grid's model sizes (``sizes``, ``size``), and in the
+    others the sizes the edition's table lacks are left out (an experiment left with none is not run)."""
+    gpu = copy.deepcopy(grids.get("gpu") or {})
+    if edition == GPU_GRID_EDITION:
+        return gpu
+    table = {m.name for m in editions.get(edition).models} | set(_SMALL_SIZES)
+    handout = editions.get(edition).handout_grid
+    out = {}
+    for name, cell in gpu.items():
+        if not isinstance(cell, dict):
+            out[name] = cell
+            continue
+        theirs = handout.get(name) or {}
+        cell.update({k: theirs[k] for k in ("sizes", "size") if k in theirs})
+        if isinstance(cell.get("sizes"), list):
+            cell["sizes"] = [s for s in cell["sizes"] if s in table]
+            if not cell["sizes"]:
+                continue
+        if "size" in cell and cell["size"] not in table:
+            continue
+        out[name] = cell
+    return out
+
+
+# The sizes of workflow/config/default.yaml that no edition's table holds (the CPU grid's models).
+_SMALL_SIZES = ("tiny", "mini")
+
+
+def edition_grids(grids: dict, edition: int) -> dict:
+    """``grids`` with the gpu and handout grids of ``edition`` resolved (:func:`_gpu_grid`,
+    :func:`handout_grid`); the cpu grid and any other grid as written."""
+    out = copy.deepcopy(grids)
+    out["gpu"] = _gpu_grid(grids, edition)
+    out["handout"] = handout_grid(grids, edition)
+    return out
+
+
+def edition_sizes(sizes: dict | None, edition: int) -> dict:
+    """The model sizes of a run answering ``edition``: its registry table (``Edition.models``) in the
+    table's order, then the config's ``sizes`` (the CPU grid's small models, and a user's overrides,
+    which win)."""
+    out = {m.name: m.as_config() for m in editions.get(edition).models}
+    for name, dims in (sizes or {}).items():
+        out[name] = dict(dims)
+    return out
 
 
 def validate(raw: dict, schema: dict | None = None, source: str = "config", files=None,
-             merge_handout: bool = True) -> dict:
+             merge_handout: bool = True, edition: int | None = None) -> dict:
     """Return a copy of ``raw`` with defaults filled in, or raise ConfigError naming the key.
 
     ``files`` are the config files merged into ``raw``, in order: an error names the one that set the key.
-    ``merge_handout``: False for a config already resolved, whose handout grid is merged.
+    ``merge_handout``: False for a config already resolved, whose sizes and grids are the edition's.
+    ``edition``: the edition whose model table and grids the config takes (default: the year its
+    ``handout`` key names, else :data:`cs336report.editions.DEFAULT`).
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     schema = schema or load_schema()
     instance = copy.deepcopy(raw)
-    # The handout grid is the gpu grid with its own changes laid over it (handout_grid).
+    # The edition's model table and grids: the handout grid is its registry entry's with the config's
+    # changes laid over it, the gpu grid takes its sizes (edition_grids, edition_sizes).
     grids = instance.get("grids")
-    if merge_handout and isinstance(grids, dict) and isinstance(grids.get("handout"), dict):
-        grids["handout"] = handout_grid(grids)
+    year = edition_id(instance) if edition is None else edition
+    if merge_handout and isinstance(grids, dict) and year in editions.known():  # else the schema names the key
+        instance["grids"] = edition_grids(grids, year)
+        if isinstance(instance.get("sizes", {}), dict):
+            instance["sizes"] = edition_sizes(instance.get("sizes"), year)
     # An experiment set to null in a grid is not run there: a config file laid over another (Snakemake's
     # --configfile merge) cannot delete a key, only give it a new value.
     for grid in (instance.get("grids") or {}).values():
@@ -257,8 +322,12 @@ class Config:
         if data["grid"] not in ("auto", *data["grids"]):
             raise ConfigError(f"{_file_of(['grid'], files, source)}: key 'grid': no grid {data['grid']!r} "
                               f"under 'grids' (there are {', '.join(data['grids'])})")
+        cfg = cfg._with_student(source, files)._with_edition(source, files)
+        if cfg.edition != edition_id(data):  # handout: auto, told by the student's checkout
+            data = validate(raw, source=source, files=files, edition=cfg.edition)
+            cfg = dataclasses.replace(cfg, data=data)
         cfg._check_sizes(source, files)
-        return cfg._with_student(source, files)._with_edition(source, files)._with_course(source, files)
+        return cfg._with_course(source, files)
 
     @classmethod
     def from_resolved(cls, data: dict, device: str) -> "Config":

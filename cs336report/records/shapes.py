@@ -516,6 +516,40 @@ class Derivation:
     parts: list
 
 
+@dataclass(frozen=True, kw_only=True)
+class CheckpointPeaks:
+    """gradient_checkpointing: peak memory of one forward and backward pass for each single-level grouping
+    of the blocks (``rows``: group, checkpoints, status, peak_bytes, modelled_bytes), how it was measured,
+    and the derivation of cs336report.accounting.checkpointing (``fit``: the block's bytes read off two peaks)."""
+
+    measure: str
+    measure_words: str
+    num_layers: int
+    num_heads: int
+    d_model: int
+    batch_size: int
+    context: int
+    residual_bytes: int
+    rows: list
+    derivation: dict
+    analytic: dict
+    fit: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsdpAccounting:
+    """fsdp_accounting (a): bytes per rank of parameters, gradients and optimizer state, without sharding,
+    with optimizer state sharding and with FSDP, for the handout's model on its ranks (``rows``)."""
+
+    size: str
+    model: dict
+    world_size: int
+    params: int
+    norm_params: int
+    rows: list
+    saving: dict
+
+
 # experiment (a record's "experiment") -> the shape of its data
 SHAPES: dict[str, type] = {
     "benchmarking": StepTimes, "benchmarking_bf16": StepTimes, "benchmarking_warmup": StepTimes,
@@ -530,7 +564,7 @@ SHAPES: dict[str, type] = {
     "flash_benchmarking": FlashTimes, "flash_leaderboard": FlashLeaderboard, "handout_tests": HandoutTests,
     "memory_profiling": MemoryCapture, "memory_profiling_parse": MemoryParse, "nsys_profile": NsysProfile,
     "optimizer_state_sharding_accounting": OptimizerSharding, "roofline": Roofline,
-    "parallelism_calcs": Derivation,
+    "parallelism_calcs": Derivation, "gradient_checkpointing": CheckpointPeaks, "fsdp_accounting": FsdpAccounting,
 }
 
 # a JSON array is a list; a tuple is one before it is written (dataclasses.asdict keeps tuples)

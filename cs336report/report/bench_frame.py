@@ -36,7 +36,8 @@ FIELDS = {
     "noisy": "data.stats_s.noisy",
     "forward_mean_s": "data.phase_stats_s.forward.mean", "forward_std_s": "data.phase_stats_s.forward.std",
     "backward_mean_s": "data.phase_stats_s.backward.mean", "backward_std_s": "data.phase_stats_s.backward.std",
-    "optimizer_mean_s": "data.phase_stats_s.optimizer_step.mean", "tflops": "data.tflops",
+    "optimizer_mean_s": "data.phase_stats_s.optimizer_step.mean",
+    "optimizer_std_s": "data.phase_stats_s.optimizer_step.std", "tflops": "data.tflops",
     "source": "_path", "wall_s": "wall_s",
     # the cell measured again in fresh processes: each run's mean, and their statistics
     "runs_mean_s": "data.repeats.stats_s.mean", "runs_std_s": "data.repeats.stats_s.std",
@@ -48,7 +49,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
     if not records:
         return pd.DataFrame()
     nan = dict.fromkeys(("mean_s", "std_s", "median_s", "forward_mean_s", "forward_std_s", "backward_mean_s",
-                         "backward_std_s", "optimizer_mean_s", "tflops", "runs_mean_s", "runs_std_s"), math.nan)
+                         "backward_std_s", "optimizer_mean_s", "optimizer_std_s", "tflops", "runs_mean_s", "runs_std_s"), math.nan)
     df = record_frame(records, FIELDS, defaults={**nan, "noisy": False})
     times = [typed(r).times_s or {} for r in records]
     df["all_s"] = [t.get("warmup_s", []) + t.get("measured_s", []) for t in times]
@@ -59,7 +60,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
     df.loc[[not r for r in runs], ["runs_mean_s", "runs_std_s"]] = math.nan
     df = df[["implementation", "precision", "size", "context", "mode", "warmup", "tf32", "status", "error", "params",
              "flops", "mean_s", "std_s", "median_s", "noisy", "forward_mean_s", "forward_std_s", "backward_mean_s",
-             "backward_std_s", "optimizer_mean_s", "tflops", "phase_method", "all_s", "measured_s", "source", "wall_s",
+             "backward_std_s", "optimizer_mean_s", "optimizer_std_s", "tflops", "phase_method", "all_s", "measured_s", "source", "wall_s",
              "runs", "runs_s", "runs_mean_s", "runs_std_s"]]
     order = df.assign(_d=[r["config"]["model"]["d_model"] * r["config"]["model"]["num_layers"] for r in records])
     order = order.sort_values("_d")["size"].drop_duplicates().tolist()

@@ -267,7 +267,9 @@ def _section(problem: editions.Problem, module, ctx: RenderContext, coverage: di
     # the summary's line: its answer's claims, quoted (cs336report.report.headlines)
     clauses = list(headline(data)) if present and headline else []
     section = {**base, "ran": present, "has_module": True, "rules": list(module.EXPERIMENTS),
-            "command": rerun_command(*module.EXPERIMENTS) if problem.rule == problem.id else base["command"],
+            # a section with no rule of its own names what it needs instead (COMMAND)
+            "command": getattr(module, "COMMAND", None) or (rerun_command(*module.EXPERIMENTS)
+                                                           if problem.rule == problem.id else base["command"]),
             "template": f"sections/{template}.j2", "answer_template": f"answers/{template}.j2",
             "not_run": not_run if present else [], "records": _record_folders(ctx, module.EXPERIMENTS, out_dir),
             "skip_reason": None if present else (not_run_reason(records) or _skip_reason(module, ctx)), "data": data,

@@ -253,33 +253,55 @@ def _pick(values, preferred):
     return preferred if preferred in values else values[-1]
 
 
-def answer_part(df: pd.DataFrame) -> dict:
+def _mean_std_cell(row, prefix: str, scale: float) -> Cell:
+    """``row``'s ``<prefix>mean_s ± <prefix>std_s`` linked to its record, or its status."""
+    if row is None or row["status"] != "ok" or pd.isna(row[f"{prefix}mean_s"]):
+        return status_cell(row["status"] if row is not None and row["status"] != "ok" else "missing")
+    return Cell(fmt_mean_std(row[f"{prefix}mean_s"], row[f"{prefix}std_s"], scale), source=row["source"])
+
+
+def answer_part(df: pd.DataFrame, full_step: bool = False) -> dict:
     """(b): forward and backward time per size at one context, mean ± std over the measured steps.
-    The backward time is the backward phase of the forward + backward cells."""
+    The backward time is the backward phase of the forward + backward cells. ``full_step`` (an edition
+    whose (b) asks for the optimizer step too): the training-step cells' optimizer phase and whole step
+    as two more columns, and the largest size's optimizer share of its step (``full_step`` of the result)."""
     ok = df[df["status"] == "ok"]
     if ok.empty:
         return {}
     context = _pick(ok["context"], 512)
     sub = df[df["context"] == context]
-    fwd = sub[sub["mode"] == "forward"].set_index("size", drop=False)
-    fb = sub[sub["mode"] == "forward_backward"].set_index("size", drop=False)
+    by_mode = {m: sub[sub["mode"] == m].set_index("size", drop=False) for m in ("forward", "forward_backward",
+                                                                               "train_step")}
     scale_name, scale = time_unit(float(ok["mean_s"].median()))
     rows = []
     present = set(sub["size"])
     sizes = ([s for s in df["size"].cat.categories if s in present] if isinstance(df["size"].dtype, pd.CategoricalDtype)
              else sorted(present))
     for size in sizes:
-        f, b = fwd.loc[size] if size in fwd.index else None, fb.loc[size] if size in fb.index else None
-        rows.append([Cell(str(size)),
-                     Cell(fmt_mean_std(f["mean_s"], f["std_s"], scale), source=f["source"])
-                     if f is not None and f["status"] == "ok"
-                     else status_cell(f["status"] if f is not None else "missing"),
-                     Cell(fmt_mean_std(b["backward_mean_s"], b["backward_std_s"], scale), source=b["source"])
-                     if b is not None and b["status"] == "ok" else status_cell(b["status"] if b is not None else "missing")])
-    table = Table(title=f"Forward and backward pass per step, context {context} (mean ± std of the measured steps)",
-                  columns=["size", "forward", "backward"], units=["", scale_name, scale_name], rows=rows,
-                  sources=sorted(sub["source"]))
-    return {"table": table, "context": int(context)}
+        f, b, t = (by_mode[m].loc[size] if size in by_mode[m].index else None for m in by_mode)
+        row = [Cell(str(size)), _mean_std_cell(f, "", scale), _mean_std_cell(b, "backward_", scale)]
+        rows.append(row + ([_mean_std_cell(t, "optimizer_", scale), _mean_std_cell(t, "", scale)] if full_step else []))
+    columns = ["size", "forward", "backward"] + (["optimizer step", "full training step"] if full_step else [])
+    what = "Forward, backward and optimizer step" if full_step else "Forward and backward pass"
+    table = Table(title=f"{what} per step, context {context} (mean ± std of the measured steps)",
+                  columns=columns, units=[""] + [scale_name] * (len(columns) - 1), rows=rows,
+                  sources=sorted(sub["source"]),
+                  note="the optimizer step is the AdamW phase timed inside the full training steps" if full_step else "")
+    out = {"table": table, "context": int(context)}
+    steps = by_mode["train_step"]
+    steps = steps[(steps["status"] == "ok") & steps["optimizer_mean_s"].notna()] if full_step else steps.iloc[:0]
+    if len(steps):
+        last = steps.loc[[s for s in sizes if s in steps.index][-1]]
+        out["full_step"] = {"size": str(last["size"]), "step": Num(fmt_seconds(last["mean_s"]), last["source"]),
+                            "optimizer": Num(fmt_seconds(last["optimizer_mean_s"]), last["source"]),
+                            "share": fmt_pct(last["optimizer_mean_s"] / last["mean_s"]), "sizes": len(steps)}
+    return out
+
+
+def asks_optimizer_step(edition) -> bool:
+    """Whether ``edition``'s benchmarking_script (b) asks for the optimizer step's time (2026 does)."""
+    part = next((p for p in edition.problem("benchmarking_script").parts if p.letter == "b"), None)
+    return part is not None and "optimizer" in part.asks
 
 
 def impossible_orderings(df: pd.DataFrame, flags: list[dict]) -> dict | None:
@@ -327,7 +349,7 @@ def build(ctx) -> dict:
                                             "Every step's time for each number of warm-up steps; dashed: end of warm-up.")]
         out["warmup_cell"] = f"{wf['size'].iloc[0]}, context {wf['context'].iloc[0]}, {MODE_COLUMNS[wf['mode'].iloc[0]]}"
     out["analysis"] = analysis(df, wf, flags)
-    out["answer"] = answer_part(df)
+    out["answer"] = answer_part(df, full_step=asks_optimizer_step(ctx.edition))
     out["over_h100"] = checks.over_h100(ctx.records("benchmarking"))
     out["impossible"] = impossible_orderings(df, flags)
     return out
