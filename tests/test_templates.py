@@ -97,3 +97,17 @@ def test_a_paragraph_written_over_several_lines_is_one_line(kind):
     paragraph, item = {"md": ("{}", "- {}"), "html": ("<p>{}</p>", "<li>{}</li>")}[kind]
     assert paragraph.format("First. Second, a&lt;b. Third 3.") in lines
     assert item.format("One. Two.") in "\n".join(lines).replace("<ul>", "\n").splitlines()
+
+
+# A path of this repository that a template names for the reader to open (the student's
+# ``tests/adapters.py`` is their checkout's file, not ours).
+REPO_PATH = re.compile(r"\b(?:cs336report|workflow|templates|docs)/[A-Za-z0-9_./-]+\.(?:py|smk|j2|yaml|md)\b")
+
+
+def test_every_file_a_template_names_exists():
+    root = TEMPLATES.parent
+    named = {(path.relative_to(TEMPLATES).as_posix(), m.group(0))
+             for path in TEMPLATES.rglob("*.j2") for m in REPO_PATH.finditer(path.read_text())}
+    assert named, "no template names a file of the repository"
+    missing = sorted((template, name) for template, name in named if not (root / name).exists())
+    assert not missing, missing
