@@ -1,7 +1,7 @@
 """Checkouts that differ from the staff layout or fail one probe still get a report.
 
 Each case is a folder of tests/fixtures/checkouts laid over a copy of tests/fixtures/student_repo
-(see the README there); all of it is our own writing.
+by :func:`checkout_fixtures.build` (see the README there); all of it is our own writing.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from checkout_fixtures import build
 
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.student import resolve as student
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-STUDENT_REPO = FIXTURES / "student_repo"
-CASES = FIXTURES / "checkouts"
 
 
 @pytest.fixture(autouse=True)
@@ -33,12 +31,9 @@ def fresh_imports():
     yield
 
 
-def checkout(tmp_path: Path, case: str) -> Path:
-    """A copy of the fixture student's checkout with the files of ``case`` laid over it."""
-    dest = tmp_path / "student_repo"
-    shutil.copytree(STUDENT_REPO, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(CASES / case, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
+def checkout(tmp_path: Path, case: str | None = None) -> Path:
+    """A copy of the fixture student's checkout with ``case`` laid over it."""
+    return build(tmp_path, case)
 
 
 def config(repo: Path, edition: int | None = None, **extra) -> Config:
