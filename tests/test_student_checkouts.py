@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from checkout_fixtures import build
+from checkout_fixtures import FIXTURES, build
 
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.student import resolve as student
@@ -254,3 +254,40 @@ def test_the_model_comes_from_the_checkouts_uv_sources_path(tmp_path):
     model = checked(cfg)["model_source"]
     assert model["factory"] == "cs336_basics.model:BasicsTransformerLM"
     assert sys.modules["cs336_basics"].__path__[0] == str(repo / "a1" / "src" / "cs336_basics")
+
+
+def without_basics(tmp_path: Path) -> Path:
+    """The base checkout without its cs336-basics/ (nor any A1 package of its own)."""
+    repo = checkout(tmp_path)
+    shutil.rmtree(repo / "cs336-basics")
+    return repo
+
+
+def test_the_model_comes_from_an_installed_distribution_where_the_checkout_has_none(tmp_path, monkeypatch):
+    site = tmp_path / "site-packages"
+    shutil.copytree(FIXTURES / "student_repo" / "cs336-basics" / "cs336_basics", site / "cs336_basics",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.syspath_prepend(str(site))
+    cfg = config(without_basics(tmp_path))
+    assert cfg.model_source["factory"] == "cs336_basics.model:BasicsTransformerLM"
+    assert cfg.model_source["installed"]["location"] == str(site / "cs336_basics")
+    assert checked(cfg)["model_source"]["factory"] == "cs336_basics.model:BasicsTransformerLM"
+    assert sys.modules["cs336_basics"].__path__[0] == str(site / "cs336_basics")
+
+
+def test_without_a_model_the_rest_runs_and_model_cells_say_where_it_looked(tmp_path):
+    from cs336report import experiments
+    from cs336report.run.runner import run_cell
+
+    repo = without_basics(tmp_path)
+    cfg = config(repo)
+    missing = cfg.model_source["missing"]
+    assert missing.startswith("not run: no model found")
+    assert "[tool.uv.sources]" in missing and "installed" in missing and str(repo / "cs336-basics") in missing
+    entry = checked(cfg)  # the checkout's pieces are checked all the same
+    assert entry["student"]["adapters"]["flash_pytorch"]["status"] == "implemented"
+    assert "student_pytorch-fp32" in experiments.cells("flash_benchmarking", cfg)
+    assert experiments.cells("handout_tests", cfg)
+    name, cell = sorted(experiments.cells("benchmarking", cfg).items())[0]
+    record = run_cell("benchmarking", name, cell, tmp_path / "b.json")
+    assert (record["status"], record["error"]) == ("not_run", missing)
