@@ -291,3 +291,55 @@ def test_without_a_model_the_rest_runs_and_model_cells_say_where_it_looked(tmp_p
     name, cell = sorted(experiments.cells("benchmarking", cfg).items())[0]
     record = run_cell("benchmarking", name, cell, tmp_path / "b.json")
     assert (record["status"], record["error"]) == ("not_run", missing)
+
+
+# ------------------------------------------------------------------ the student's copies of the tests
+
+
+def test_the_students_copies_run_isolated_without_a_conftest_that_fakes_passes(tmp_path):
+    from cs336report import experiments
+    from cs336report.run.runner import run_cell
+
+    repo = checkout(tmp_path, "edited_tests")
+    cell = {**experiments.cells("handout_tests", config(repo))["attention"], "junitxml": str(tmp_path / "a.xml")}
+    record = run_cell("handout_tests", "attention", cell, tmp_path / "attention.json")
+    data = record["data"]
+    outcomes = {t["name"]: t["outcome"] for t in data["tests"]}
+    # the verdicts of the tests themselves: the doubled output fails, the Triton adapter raises
+    assert outcomes["test_flash_forward_pass_pytorch"] == "failed"
+    assert outcomes["test_flash_forward_pass_triton[True]"] == "not_implemented"
+    assert str(repo) not in " ".join(data["command"][:data["command"].index("-p")])  # a copy ran, not the checkout
+    assert data["tests_source"]["kind"] == "student_copies"
+    conftest = data["conftest"]
+    assert conftest["files"] == [{"file": "tests/conftest.py", "outcome_hooks": ["pytest_runtest_makereport"],
+                                  "ran": True, "hooks_removed": ["pytest_runtest_makereport"]}]
+    assert "rights of the user" in conftest["note"]
+    # the student's added case and file are theirs, apart from the handout's
+    assert "test_flash_forward_pass_pytorch_runs" not in outcomes
+    assert [t["name"] for t in data["student_tests"]["extra"]] == ["test_flash_forward_pass_pytorch_runs"]
+    assert data["student_tests"]["extra_files"] == ["test_mine.py"]
+
+
+def test_with_a_course_clone_the_students_conftest_and_edited_copies_are_named_not_run(tmp_path):
+    from cs336report.experiments.handout_tests import suite
+
+    repo = checkout(tmp_path, "edited_tests")
+    cell = {"suite": "attention", "student": {"checkout": str(repo)},
+            "course": {"checkout": str(FIXTURES / "course_clone"), "edition": 2025, "tests_release": "1.0.0"}}
+    data = {"tests": []}
+    suite._set_apart(cell, data)
+    assert data["conftest"]["files"][0]["ran"] is False
+    assert data["conftest"]["files"][0]["outcome_hooks"] == ["pytest_runtest_makereport"]
+    assert data["student_tests"]["modified_files"] == ["test_attention.py"]
+    assert "test_mine.py" in data["student_tests"]["extra_files"]
+
+
+def test_a_pass_never_stands_for_an_adapter_that_is_not_implemented(tmp_path):
+    from cs336report.experiments.handout_tests.suite import parse_junit
+
+    path = tmp_path / "a.xml"
+    path.write_text('<testsuites><testsuite><testcase classname="tests.test_attention" '
+                    'name="test_flash_forward_pass_triton[True]" time="0.1"/></testsuite></testsuites>')
+    verdicts = {"flash_triton": {"status": "not_implemented", "reason": "raises NotImplementedError"}}
+    [test] = parse_junit(path, "attention", verdicts)
+    assert test["outcome"] == "not_implemented" and "the test passed" in test["message"]

@@ -45,6 +45,9 @@ def cells(cfg) -> dict[str, dict]:
     if cfg.course:  # only then: a cell without a clone keeps its settings (and its published record)
         for cell in cells.values():
             cell["course"] = cfg.course
+    elif cfg.student:  # the student's copies are compared with the edition's cases
+        for cell in cells.values():
+            cell["edition"] = cfg.edition
     return cells
 
 
