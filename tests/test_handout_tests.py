@@ -301,3 +301,19 @@ def test_beside_a_gpu_our_pytorch_backward_runs_eagerly_and_triton_natively(tmp_
     env.pop("CS336_FLASH_BACKWARD")
     done = subprocess.run([argv[0], "-c", probe], cwd=root, env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "compile"
+
+
+@pytest.mark.parametrize("problem, piece, ours", [
+    ("ddp_overlap_bucketed", "ddp_bucketed", "DDPBucketed"),
+    ("optimizer_state_sharding", "sharded_optimizer", "cs336report.distributed.sharded_optimizer.ShardedOptimizer")])
+def test_the_answer_names_the_students_class_with_ours_as_the_reference(problem, piece, ours):
+    tests = [{"name": "test_x", "problem": problem, "subquestion": "", "outcome": "passed", "seconds": 0.2,
+              "message": "", "max_abs_error": None}]
+    record = {"experiment": "handout_tests", "cell": "ddp", "status": "ok", "config": {},
+              "data": {"tests": tests, "checkout": "/home/student/a2", "implementation": "a2",
+                       "classes": {piece: "cs336_systems.mine.MyWrapper"}},
+              "_path": "results/handout_tests/ddp.json"}
+    part, text = _shared_answer(problem, [record])
+    assert f"Your implementation: `cs336_systems.mine.MyWrapper` (from `get_{piece}`); ours, the reference: `{ours}`" \
+        in text
+    assert "Our implementation" not in text and "wraps any optimizer class" not in text

@@ -110,7 +110,9 @@ def test_a_checkout_that_does_not_load_still_stops_naming_file_and_key(tmp_path)
 def test_a_plain_class_wrapper_is_implemented_as_the_handouts_tests_accept_it(tmp_path):
     found = checked(config(checkout(tmp_path, "plain_wrappers")))["student"]["adapters"]
     assert found["ddp_individual_parameters"] == {"adapter": "get_ddp_individual_parameters",
-                                                  "status": "implemented", "probe": "ran"}
+                                                  "status": "implemented", "probe": "ran",
+                                                  "class": "cs336_systems.plain_ddp.PlainDDP"}
+    assert found["flash_pytorch"]["class"] == "cs336_systems.flash.TiledAttention"  # named in the answers
 
 
 def test_a_wrapper_without_what_the_tests_use_is_still_the_wrong_kind(tmp_path):
@@ -219,16 +221,17 @@ def test_the_students_flash_is_checked_against_the_reference_before_timing(tmp_p
     assert (check["max_abs_error"] <= check["tolerance"]) == (verdict == "ok")
 
 
-def test_a_row_that_fails_the_check_says_so_in_its_description_and_the_answer(tmp_path):
+def test_a_row_that_fails_the_check_says_so_and_the_answer_sets_it_beside_ours(tmp_path):
     from cs336report.report.render import render_report
     from cs336report.run.runner import run_cell
 
     cell = flash_cell(config(checkout(tmp_path, "wrong_flash")))
     results = tmp_path / "results" / "flash_benchmarking"
     run_cell("flash_benchmarking", "student_pytorch-fp32", cell, results / "student_pytorch-fp32.json")
-    ours = {**cell, "implementation": "flash_pytorch_eager", "student": None}
-    ours.pop("timeout_s")
-    run_cell("flash_benchmarking", "flash_pytorch_eager-fp32", ours, results / "flash_pytorch_eager-fp32.json")
+    for impl in ("flash_pytorch_eager", "naive"):  # ours, the reference, and the naive attention
+        ours = {**cell, "implementation": impl, "student": None}
+        ours.pop("timeout_s")
+        run_cell("flash_benchmarking", f"{impl}-fp32", ours, results / f"{impl}-fp32.json")
     out = tmp_path / "report"
     render_report([str(p) for p in sorted(results.glob("*.json"))], {"_device": "cpu", "_grid": "cpu"}, out)
     md = (out / "report.md").read_text()
@@ -238,6 +241,15 @@ def test_a_row_that_fails_the_check_says_so_in_its_description_and_the_answer(tm
     answer = (out / "answers.md").read_text().split('<a id="flash_benchmarking"></a>', 1)[1].split("<a id=", 1)[0]
     assert "PyTorch FA2 (yours) (fp32) ignores is_causal" in answer and "at seq 32, d_head 16" in answer
     assert "tolerance 0.01); its timings below are of that function, not of FlashAttention-2." in answer
+    # the student's row and class beside ours, the reference
+    assert ("PyTorch FA2 (yours) is `cs336_systems.wrong_flash.NoMask`, from "
+            "`get_flashattention_autograd_function_pytorch`") in answer
+    reference = answer.split("The tables set it beside ", 1)[1].split(", ours, as the reference.", 1)[0]
+    assert f"Latency, fp32: PyTorch FA2 (yours) beside {reference} (ours, the reference)" in answer
+    header = next(line for line in answer.splitlines() if line.startswith("|") and "PyTorch FA2 (yours)" in line)
+    assert header.index("fwd PyTorch FA2 (yours)") < header.index(f"fwd {reference}")
+
+
 
 
 # ------------------------------------------------------------------ the model as the student's environment finds it

@@ -108,6 +108,7 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
         out["subs"][letter or "all"] = _summary(g) if len(g) else None
     out["all"] = _summary(df)
     out["student_side"] = student_side(records, problem) if out["student"] else None
+    out["classes"] = {piece: name for r in records for piece, name in (typed(r).classes or {}).items()}
     shown = pd.DataFrame({
         "test": df["name"], "sub-question": df["subquestion"].map(lambda s: f"({s})" if s else "–"),
         "outcome": df["outcome"].str.replace("_", " "),

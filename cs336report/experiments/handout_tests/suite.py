@@ -233,10 +233,13 @@ def _run_in(cell: dict, junitxml: Path, workdir: Path | None) -> dict:
     if not junitxml.is_file() or junitxml.stat().st_size == 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         raise RuntimeError(f"pytest exited {done.returncode} without a JUnit XML: {' | '.join(tail)}")
-    data["tests"] = parse_junit(junitxml, cell["suite"], _verdicts(student, cell["device"]),
+    verdicts = _verdicts(student, cell["device"])
+    data["tests"] = parse_junit(junitxml, cell["suite"], verdicts,
                                 course_tests.cases(cell) if cell.get("course") else None)
     if student:
         _set_apart(cell, data)
+        data["classes"] = {piece: v["class"] for piece, v in (verdicts or {}).items()
+                           if v.get("class")}  # what the student's adapters return, named in the answers
     data["outcomes"] = {o: sum(t["outcome"] == o for t in data["tests"]) for o in
                         ("passed", "failed", "skipped", "error", "not_implemented")}
     if done.returncode > 1 and not data["tests"]:  # usage or collection error: nothing ran

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ...editions import Problem
+from ...student.resolve import PIECES
 from .. import handout_tests
 
 TEMPLATE = "handout_tests"  # templates/answers/handout_tests.j2, templates/sections/handout_tests.j2
@@ -101,6 +102,14 @@ def words(problem: Problem) -> dict[str, str]:
     return {p.letter: p.heading[:1].lower() + p.heading[1:] for p in problem.parts}
 
 
+def yours(problem: Problem, data: dict) -> list[dict]:
+    """The student's classes of ``problem`` (what their adapters returned in the check's probes), each
+    with its adapter; empty without a checkout."""
+    classes = data.get("classes") or {}
+    return [{"adapter": piece.adapter, "name": classes[name]} for name, piece in PIECES.items()
+            if piece.problem == problem.id and name in classes]
+
+
 def noun(problem: Problem, data: dict) -> str:
     """What the answer calls one test of ``problem``: a test of the student's copies is a copied test."""
     if data.get("tests_kind") == "student_copies":
@@ -118,6 +127,7 @@ def build(ctx, problem: Problem) -> dict:
             "errors": problem.id in WITH_ERRORS,
             "ours": dict(zip(("name", "file", "tests", "checks"), ours)) if ours else None,
             "design": DESIGN.get(problem.id, {}),
+            "yours": yours(problem, data),
             "parts": [{"letter": p.letter, "heading": p.heading, "key": p.letter or "all",
                        "what": what[p.letter or "all"]} for p in problem.parts]}
 
