@@ -286,6 +286,12 @@ def test_the_answer_names_the_students_conftest_and_sets_their_own_tests_apart()
     assert "The checkout's conftest code runs with the rights of the user running the report." in text
     assert "apart from the counts above: `test_flash_backward_pytorch_loose` passed." in text
     assert "not counted as the handout's tests: `test_mine.py`." in text
+    # with a course clone the course's tests ran without the student's conftest
+    conftest["files"][0].update(ran=False, hooks_removed=None)
+    record["data"]["tests_source"] = {"kind": "course", "label": "the handout's tests (course release 1.0.4)"}
+    _, text = _shared_answer("flash_backward", [record])
+    assert "which can change a test's outcome: it did not run (the tests ran without the student's conftest)." in text
+    assert "Conftest code (here the course's) runs with the rights of the user running the report." in text
 
 
 def test_beside_a_gpu_our_pytorch_backward_runs_eagerly_and_triton_natively(tmp_path, monkeypatch):
