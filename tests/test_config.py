@@ -191,3 +191,16 @@ def test_bad_enum_and_type(raw):
     raw["run"]["tf32"] = "yes"
     with pytest.raises(ConfigError, match=r"run\.tf32"):
         Config.from_dict(raw, cuda_available=False)
+
+
+def test_a_snakemake_config_error_names_the_files_and_the_key():
+    """A value no config file sets (here from --config) is named with the files merged, not "--config" alone."""
+    import subprocess
+    import sys
+
+    repo = DEFAULT_CONFIG.parents[2]
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "grid=nosuchgrid"],
+                         cwd=repo, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert ("the config merged from workflow/config/default.yaml and --config: key 'grid': 'nosuchgrid'"
+            in run.stdout + run.stderr), (run.stdout + run.stderr)[-2000:]

@@ -262,10 +262,36 @@ def test_the_answer_says_whose_test_files_ran():
                   "_path": "results/handout_tests/attention.json"}
         part, evidence = _shared_answer("flash_backward", [record], page="sections")
         assert ("in cs336report's own suite" in evidence) is (checkout is None)
-        assert _headline("flash_backward", part) == ["Passed: the handout test of the backward pass",
+        noun = "handout test" if checkout is None else "copied test"  # the student's copies are not the handout's
+        assert _headline("flash_backward", part) == [f"Passed: the {noun} of the backward pass",
                                                      "largest absolute error against the reference 1e-06"]
         assert part["table"].title == ("Tests of flash_backward, cs336report's own suite" if checkout is None
                                        else "Tests of flash_backward: the student's own copies of the handout's tests")
+
+
+def test_the_answer_names_the_students_conftest_and_sets_their_own_tests_apart():
+    tests = [{"name": "test_flash_backward_pytorch", "problem": "flash_backward", "subquestion": "",
+              "outcome": "failed", "seconds": 0.2, "message": "AssertionError", "max_abs_error": None}]
+    extra = [{**tests[0], "name": "test_flash_backward_pytorch_loose", "outcome": "passed"}]
+    conftest = {"files": [{"file": "tests/conftest.py", "outcome_hooks": ["pytest_runtest_makereport"], "ran": True,
+                           "hooks_removed": ["pytest_runtest_makereport"]}], "note": "..."}
+    record = {"experiment": "handout_tests", "cell": "attention", "status": "ok", "config": {},
+              "data": {"tests": tests, "checkout": "/home/student/a2", "implementation": "a2", "conftest": conftest,
+                       "student_tests": {"extra": extra, "extra_files": ["test_mine.py"], "modified_files": []}},
+              "_path": "results/handout_tests/attention.json"}
+    part, text = _shared_answer("flash_backward", [record])
+    assert "0 of 1 copied tests of the backward pass passed, 1 failed" in text and "handout test" not in text
+    assert ("defines `pytest_runtest_makereport`, which can change a test's outcome: the copies ran without it."
+            in text)
+    assert "The checkout's conftest code runs with the rights of the user running the report." in text
+    assert "apart from the counts above: `test_flash_backward_pytorch_loose` passed." in text
+    assert "not counted as the handout's tests: `test_mine.py`." in text
+    # with a course clone the course's tests ran without the student's conftest
+    conftest["files"][0].update(ran=False, hooks_removed=None)
+    record["data"]["tests_source"] = {"kind": "course", "label": "the handout's tests (course release 1.0.4)"}
+    _, text = _shared_answer("flash_backward", [record])
+    assert "which can change a test's outcome: it did not run (the tests ran without the student's conftest)." in text
+    assert "Conftest code (here the course's) runs with the rights of the user running the report." in text
 
 
 def test_beside_a_gpu_our_pytorch_backward_runs_eagerly_and_triton_natively(tmp_path, monkeypatch):
@@ -281,3 +307,19 @@ def test_beside_a_gpu_our_pytorch_backward_runs_eagerly_and_triton_natively(tmp_
     env.pop("CS336_FLASH_BACKWARD")
     done = subprocess.run([argv[0], "-c", probe], cwd=root, env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "compile"
+
+
+@pytest.mark.parametrize("problem, piece, ours", [
+    ("ddp_overlap_bucketed", "ddp_bucketed", "DDPBucketed"),
+    ("optimizer_state_sharding", "sharded_optimizer", "cs336report.distributed.sharded_optimizer.ShardedOptimizer")])
+def test_the_answer_names_the_students_class_with_ours_as_the_reference(problem, piece, ours):
+    tests = [{"name": "test_x", "problem": problem, "subquestion": "", "outcome": "passed", "seconds": 0.2,
+              "message": "", "max_abs_error": None}]
+    record = {"experiment": "handout_tests", "cell": "ddp", "status": "ok", "config": {},
+              "data": {"tests": tests, "checkout": "/home/student/a2", "implementation": "a2",
+                       "classes": {piece: "cs336_systems.mine.MyWrapper"}},
+              "_path": "results/handout_tests/ddp.json"}
+    part, text = _shared_answer(problem, [record])
+    assert f"Your implementation: `cs336_systems.mine.MyWrapper` (from `get_{piece}`); ours, the reference: `{ours}`" \
+        in text
+    assert "Our implementation" not in text and "wraps any optimizer class" not in text

@@ -1,7 +1,7 @@
 """Checkouts that differ from the staff layout or fail one probe still get a report.
 
 Each case is a folder of tests/fixtures/checkouts laid over a copy of tests/fixtures/student_repo
-(see the README there); all of it is our own writing.
+by :func:`checkout_fixtures.build` (see the README there); all of it is our own writing.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from checkout_fixtures import FIXTURES, build
 
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.student import resolve as student
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-STUDENT_REPO = FIXTURES / "student_repo"
-CASES = FIXTURES / "checkouts"
 
 
 @pytest.fixture(autouse=True)
@@ -33,12 +31,9 @@ def fresh_imports():
     yield
 
 
-def checkout(tmp_path: Path, case: str) -> Path:
-    """A copy of the fixture student's checkout with the files of ``case`` laid over it."""
-    dest = tmp_path / "student_repo"
-    shutil.copytree(STUDENT_REPO, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(CASES / case, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
+def checkout(tmp_path: Path, case: str | None = None) -> Path:
+    """A copy of the fixture student's checkout with ``case`` laid over it."""
+    return build(tmp_path, case)
 
 
 def config(repo: Path, edition: int | None = None, **extra) -> Config:
@@ -115,7 +110,9 @@ def test_a_checkout_that_does_not_load_still_stops_naming_file_and_key(tmp_path)
 def test_a_plain_class_wrapper_is_implemented_as_the_handouts_tests_accept_it(tmp_path):
     found = checked(config(checkout(tmp_path, "plain_wrappers")))["student"]["adapters"]
     assert found["ddp_individual_parameters"] == {"adapter": "get_ddp_individual_parameters",
-                                                  "status": "implemented", "probe": "ran"}
+                                                  "status": "implemented", "probe": "ran",
+                                                  "class": "cs336_systems.plain_ddp.PlainDDP"}
+    assert found["flash_pytorch"]["class"] == "cs336_systems.flash.TiledAttention"  # named in the answers
 
 
 def test_a_wrapper_without_what_the_tests_use_is_still_the_wrong_kind(tmp_path):
@@ -224,16 +221,17 @@ def test_the_students_flash_is_checked_against_the_reference_before_timing(tmp_p
     assert (check["max_abs_error"] <= check["tolerance"]) == (verdict == "ok")
 
 
-def test_a_row_that_fails_the_check_says_so_in_its_description_and_the_answer(tmp_path):
+def test_a_row_that_fails_the_check_says_so_and_the_answer_sets_it_beside_ours(tmp_path):
     from cs336report.report.render import render_report
     from cs336report.run.runner import run_cell
 
     cell = flash_cell(config(checkout(tmp_path, "wrong_flash")))
     results = tmp_path / "results" / "flash_benchmarking"
     run_cell("flash_benchmarking", "student_pytorch-fp32", cell, results / "student_pytorch-fp32.json")
-    ours = {**cell, "implementation": "flash_pytorch_eager", "student": None}
-    ours.pop("timeout_s")
-    run_cell("flash_benchmarking", "flash_pytorch_eager-fp32", ours, results / "flash_pytorch_eager-fp32.json")
+    for impl in ("flash_pytorch_eager", "naive"):  # ours, the reference, and the naive attention
+        ours = {**cell, "implementation": impl, "student": None}
+        ours.pop("timeout_s")
+        run_cell("flash_benchmarking", f"{impl}-fp32", ours, results / f"{impl}-fp32.json")
     out = tmp_path / "report"
     render_report([str(p) for p in sorted(results.glob("*.json"))], {"_device": "cpu", "_grid": "cpu"}, out)
     md = (out / "report.md").read_text()
@@ -243,6 +241,15 @@ def test_a_row_that_fails_the_check_says_so_in_its_description_and_the_answer(tm
     answer = (out / "answers.md").read_text().split('<a id="flash_benchmarking"></a>', 1)[1].split("<a id=", 1)[0]
     assert "PyTorch FA2 (yours) (fp32) ignores is_causal" in answer and "at seq 32, d_head 16" in answer
     assert "tolerance 0.01); its timings below are of that function, not of FlashAttention-2." in answer
+    # the student's row and class beside ours, the reference
+    assert ("PyTorch FA2 (yours) is `cs336_systems.wrong_flash.NoMask`, from "
+            "`get_flashattention_autograd_function_pytorch`") in answer
+    reference = answer.split("The tables set it beside ", 1)[1].split(", ours, as the reference.", 1)[0]
+    assert f"Latency, fp32: PyTorch FA2 (yours) beside {reference} (ours, the reference)" in answer
+    header = next(line for line in answer.splitlines() if line.startswith("|") and "PyTorch FA2 (yours)" in line)
+    assert header.index("fwd PyTorch FA2 (yours)") < header.index(f"fwd {reference}")
+
+
 
 
 # ------------------------------------------------------------------ the model as the student's environment finds it
@@ -259,3 +266,92 @@ def test_the_model_comes_from_the_checkouts_uv_sources_path(tmp_path):
     model = checked(cfg)["model_source"]
     assert model["factory"] == "cs336_basics.model:BasicsTransformerLM"
     assert sys.modules["cs336_basics"].__path__[0] == str(repo / "a1" / "src" / "cs336_basics")
+
+
+def without_basics(tmp_path: Path) -> Path:
+    """The base checkout without its cs336-basics/ (nor any A1 package of its own)."""
+    repo = checkout(tmp_path)
+    shutil.rmtree(repo / "cs336-basics")
+    return repo
+
+
+def test_the_model_comes_from_an_installed_distribution_where_the_checkout_has_none(tmp_path, monkeypatch):
+    site = tmp_path / "site-packages"
+    shutil.copytree(FIXTURES / "student_repo" / "cs336-basics" / "cs336_basics", site / "cs336_basics",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.syspath_prepend(str(site))
+    cfg = config(without_basics(tmp_path))
+    assert cfg.model_source["factory"] == "cs336_basics.model:BasicsTransformerLM"
+    assert cfg.model_source["installed"]["location"] == str(site / "cs336_basics")
+    assert checked(cfg)["model_source"]["factory"] == "cs336_basics.model:BasicsTransformerLM"
+    assert sys.modules["cs336_basics"].__path__[0] == str(site / "cs336_basics")
+
+
+def test_without_a_model_the_rest_runs_and_model_cells_say_where_it_looked(tmp_path):
+    from cs336report import experiments
+    from cs336report.run.runner import run_cell
+
+    repo = without_basics(tmp_path)
+    cfg = config(repo)
+    missing = cfg.model_source["missing"]
+    assert missing.startswith("not run: no model found")
+    assert "[tool.uv.sources]" in missing and "installed" in missing and str(repo / "cs336-basics") in missing
+    entry = checked(cfg)  # the checkout's pieces are checked all the same
+    assert entry["student"]["adapters"]["flash_pytorch"]["status"] == "implemented"
+    assert "student_pytorch-fp32" in experiments.cells("flash_benchmarking", cfg)
+    assert experiments.cells("handout_tests", cfg)
+    name, cell = sorted(experiments.cells("benchmarking", cfg).items())[0]
+    record = run_cell("benchmarking", name, cell, tmp_path / "b.json")
+    assert (record["status"], record["error"]) == ("not_run", missing)
+
+
+# ------------------------------------------------------------------ the student's copies of the tests
+
+
+def test_the_students_copies_run_isolated_without_a_conftest_that_fakes_passes(tmp_path):
+    from cs336report import experiments
+    from cs336report.run.runner import run_cell
+
+    repo = checkout(tmp_path, "edited_tests")
+    cell = {**experiments.cells("handout_tests", config(repo))["attention"], "junitxml": str(tmp_path / "a.xml")}
+    record = run_cell("handout_tests", "attention", cell, tmp_path / "attention.json")
+    data = record["data"]
+    outcomes = {t["name"]: t["outcome"] for t in data["tests"]}
+    # the verdicts of the tests themselves: the doubled output fails, the Triton adapter raises
+    assert outcomes["test_flash_forward_pass_pytorch"] == "failed"
+    assert outcomes["test_flash_forward_pass_triton[True]"] == "not_implemented"
+    assert str(repo) not in " ".join(data["command"][:data["command"].index("-p")])  # a copy ran, not the checkout
+    assert data["tests_source"]["kind"] == "student_copies"
+    conftest = data["conftest"]
+    assert conftest["files"] == [{"file": "tests/conftest.py", "outcome_hooks": ["pytest_runtest_makereport"],
+                                  "ran": True, "hooks_removed": ["pytest_runtest_makereport"]}]
+    assert "rights of the user" in conftest["note"]
+    # the student's added case and file are theirs, apart from the handout's
+    assert "test_flash_forward_pass_pytorch_runs" not in outcomes
+    assert [t["name"] for t in data["student_tests"]["extra"]] == ["test_flash_forward_pass_pytorch_runs"]
+    assert data["student_tests"]["extra_files"] == ["test_mine.py"]
+
+
+def test_with_a_course_clone_the_students_conftest_and_edited_copies_are_named_not_run(tmp_path):
+    from cs336report.experiments.handout_tests import suite
+
+    repo = checkout(tmp_path, "edited_tests")
+    cell = {"suite": "attention", "student": {"checkout": str(repo)},
+            "course": {"checkout": str(FIXTURES / "course_clone"), "edition": 2025, "tests_release": "1.0.0"}}
+    data = {"tests": []}
+    suite._set_apart(cell, data)
+    assert data["conftest"]["files"][0]["ran"] is False
+    assert data["conftest"]["files"][0]["outcome_hooks"] == ["pytest_runtest_makereport"]
+    assert data["student_tests"]["modified_files"] == ["test_attention.py"]
+    assert "test_mine.py" in data["student_tests"]["extra_files"]
+
+
+def test_a_pass_never_stands_for_an_adapter_that_is_not_implemented(tmp_path):
+    from cs336report.experiments.handout_tests.suite import parse_junit
+
+    path = tmp_path / "a.xml"
+    path.write_text('<testsuites><testsuite><testcase classname="tests.test_attention" '
+                    'name="test_flash_forward_pass_triton[True]" time="0.1"/></testsuite></testsuites>')
+    verdicts = {"flash_triton": {"status": "not_implemented", "reason": "raises NotImplementedError"}}
+    [test] = parse_junit(path, "attention", verdicts)
+    assert test["outcome"] == "not_implemented" and "the test passed" in test["message"]

@@ -266,6 +266,14 @@ def _require_cuda(source: str) -> None:
                           f"{found.torch}, {found.build}); use 'device: auto' or 'device: cpu'")
 
 
+def merged_source(files) -> str:
+    """How an error of a Snakemake run names where a key came from when none of the config ``files``
+    (in the order they were merged) sets it: a ``--config KEY=VALUE`` of the command line, or the
+    files' merge as a whole."""
+    files = [str(f) for f in files or ()]
+    return f"the config merged from {', '.join(files)} and --config" if files else "--config"
+
+
 def named(exc: Exception, files, source: str) -> ConfigError:
     """A model or checkout error (``key: message``) as a ConfigError naming the key and the one of
     ``files`` that set it, else the one that named the checkout (whose model it is), else ``source``."""

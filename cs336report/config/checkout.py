@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import sys
 import tomllib
@@ -25,6 +26,7 @@ KEY = "student.checkout"
 ADAPTERS_FILE = Path("tests") / "adapters.py"
 BASICS_DIR = "cs336-basics"
 DEFAULT_FACTORY = "cs336_basics.model:BasicsTransformerLM"
+A1_PACKAGE = "cs336_basics"  # the Assignment 1 package the default factory comes from
 CHECK_RECORD = "results/check_student/checkout.json"  # the check_student rule's record, read by the cells
 # The handout model's attention and softmax (cs336-basics), wrapped in profiler ranges when present.
 DEFAULT_ROLES = {"attention": "cs336_basics.model:scaled_dot_product_attention",
@@ -138,19 +140,47 @@ def checkout_entry(student_config: dict | None) -> dict | None:
     return {"checkout": str(root), "name": root.name, "sha256_16": source_hash(root)}
 
 
+def installed_a1() -> dict | None:
+    """Where the running environment imports the Assignment 1 package from without the checkout's
+    folders (an installed distribution: ``pip install -e``, ``uv sync``), found by
+    :func:`importlib.util.find_spec` without importing it, with the distributions that provide it
+    (:func:`importlib.metadata.packages_distributions`); None where it is not installed."""
+    spec = importlib.machinery.PathFinder.find_spec(A1_PACKAGE, sys.path)
+    if spec is None:
+        return None
+    where = list(spec.submodule_search_locations or ()) or [spec.origin]
+    dists = importlib.metadata.packages_distributions().get(A1_PACKAGE) or []
+    return {"location": str(where[0]), "distributions": sorted(set(dists))}
+
+
+def no_model(checkout: str | Path) -> str:
+    """The message of the model cells of a checkout whose model is nowhere the student's environment
+    would find it: where it looked."""
+    root = Path(checkout).resolve()
+    sources = ", ".join(str(p) for p in uv_source_paths(root)) or "none in its pyproject.toml"
+    return (f"not run: no model found: no {A1_PACKAGE} package in the checkout's [tool.uv.sources] paths "
+            f"({sources}), installed in the environment running the report, or in {root / BASICS_DIR}; "
+            f"name your model with model.factory (package.module:Class)")
+
+
 def model_entry(model_config: dict | None, student: dict | None) -> dict | None:
     """The ``model_source`` that cells carry, or None for the built-in model. With a checkout the
-    model is its cs336_basics BasicsTransformerLM unless a factory is named, importable from the
-    checkout's folders; the handout model's attention and softmax are named for profiler ranges as
-    ``optional_roles``, which the model's check drops where the model lacks or never calls them.
-    StudentError or ModelError names the key."""
+    model is the handout's BasicsTransformerLM of its Assignment 1 package unless a factory is
+    named, found as the student's environment finds it: the checkout's ``[tool.uv.sources]`` paths,
+    then an installed distribution (:func:`installed_a1`, recorded as ``installed``), then
+    ``cs336-basics/``. Where none has it the entry is ``{"missing": why}`` (:func:`no_model`): the
+    cells that need a model are not run, the rest (handout tests, FlashAttention) run. The handout
+    model's attention and softmax are named for profiler ranges as ``optional_roles``, which the
+    model's check drops where the model lacks or never calls them. StudentError or ModelError names
+    the key."""
     model_config = {k: v for k, v in (model_config or {}).items() if v}
     if student:
         if not model_config.get("factory"):
             if basics_folder(student["checkout"]) is None:
-                raise StudentError(f"{KEY}: {student['checkout']} has no cs336_basics package in its "
-                                   f"[tool.uv.sources] paths or {BASICS_DIR}/, where the model comes from; name "
-                                   f"your model with model.factory (package.module:Class) instead")
+                installed = installed_a1()
+                if installed is None:
+                    return {"missing": no_model(student["checkout"])}
+                model_config["installed"] = installed
             model_config["factory"] = DEFAULT_FACTORY
             optional = [role for role in ROLES if not model_config.get(role)]
             model_config.update({role: DEFAULT_ROLES[role] for role in optional})

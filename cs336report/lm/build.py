@@ -261,6 +261,12 @@ def _call_factory(factory, path: str, kwargs: dict, device) -> nn.Module:
     return model
 
 
+class NoModelFound(RuntimeError):
+    """A student's checkout whose model is nowhere its environment finds it: the cell is not run."""
+
+    result_status = "not_run"  # the runner records "not run: no model found ..." (the message)
+
+
 def build_model(cell: dict) -> tuple[nn.Module, dict]:
     """The model of ``cell`` on its device, and a description of it for the result.
 
@@ -271,6 +277,8 @@ def build_model(cell: dict) -> tuple[nn.Module, dict]:
     spec = ModelSpec(**cell["model"])
     device = cell["device"]
     source = cell.get("model_source") or {}
+    if source.get("missing"):
+        raise NoModelFound(source["missing"])
     factory_path = source.get("factory")
     if not factory_path:
         impl = cell.get("implementation", "naive")

@@ -60,6 +60,8 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
     change.
     """
     model_config = {k: v for k, v in (model_config or {}).items() if v}
+    if model_config.get("missing"):  # no model found: the cells that need one are not run
+        return model_config
     optional = set(model_config.pop("optional_roles", None) or ())  # roles dropped if the model never calls them
     path = model_config.get("factory")
     if not path:
@@ -72,7 +74,8 @@ def check_source(model_config: dict | None, device: str = "cpu") -> dict | None:
         return None
     add_paths(model_config.get("paths"))
     factory = resolve(path, "model.factory")
-    check_from_paths(path, model_config.get("paths"))
+    if not model_config.get("installed"):  # an installed A1 package comes from the environment, not the checkout
+        check_from_paths(path, model_config.get("paths"))
     check_factory(factory, path)
     for role in ROLES:
         if role in model_config:

@@ -310,6 +310,9 @@ class HandoutTests:
     pytest_exit_code: int | None = None
     suite: str | None = None
     tests_source: dict | None = None  # whose tests ran: the course's clone, the student's copies or ours
+    conftest: dict | None = None  # the student's conftest files, their outcome-changing hooks, whether they ran
+    student_tests: dict | None = None  # the student's tests that are not the handout's: extra, extra/modified files
+    classes: dict | None = None  # by piece, the class the student's adapter returned (the check's probe)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -107,6 +107,8 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
         g = df[df["subquestion"] == letter] if subquestions else df
         out["subs"][letter or "all"] = _summary(g) if len(g) else None
     out["all"] = _summary(df)
+    out["student_side"] = student_side(records, problem) if out["student"] else None
+    out["classes"] = {piece: name for r in records for piece, name in (typed(r).classes or {}).items()}
     shown = pd.DataFrame({
         "test": df["name"], "sub-question": df["subquestion"].map(lambda s: f"({s})" if s else "–"),
         "outcome": df["outcome"].str.replace("_", " "),
@@ -123,6 +125,27 @@ def problem_part(records: list[dict], problem: str, subquestions: tuple[str, ...
                                     note="max abs error: the largest absolute difference from the reference "
                                          "the test compares against, where it records one")
     return out
+
+
+COPIED = "copied test"  # what a test of the student's copies is called (never "handout test")
+
+
+def student_side(records: list[dict], problem: str) -> dict:
+    """What the answer says of the student's side of the tests: each conftest of the checkout that
+    defines outcome-changing hooks (and whether it ran), whether any of its conftests ran, the student's extra tests of ``problem``
+    (cases the edition does not have, with their outcome) and their own or edited test files."""
+    conftests, extra, files, ran = {}, [], set(), False
+    for record in records:
+        data = typed(record)
+        for entry in (data.conftest or {}).get("files") or []:
+            ran = ran or bool(entry.get("ran"))
+            if entry.get("outcome_hooks"):
+                conftests[entry["file"]] = entry
+        side = data.student_tests or {}
+        extra += [{"name": t["name"], "outcome": t["outcome"].replace("_", " ")}
+                  for t in side.get("extra") or [] if t.get("problem") == problem]
+        files.update([*(side.get("extra_files") or []), *(side.get("modified_files") or [])])
+    return {"conftests": list(conftests.values()), "conftest_ran": ran, "extra": extra, "files": sorted(files)}
 
 
 def skip_reason(ctx) -> str:

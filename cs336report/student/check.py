@@ -147,8 +147,15 @@ def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
 
 
+def class_name(obj) -> str:
+    """The dotted name of ``obj``'s class (``obj`` itself where it is a class), as the answers name it."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def probe_training_step(impl, name: str) -> dict:
-    """One step of a two-layer MLP through the DDP wrapper or sharded optimizer ``impl``."""
+    """One step of a two-layer MLP through the DDP wrapper or sharded optimizer ``impl``; the class
+    of what its adapter returned."""
     x = torch.randn(3, 4)
     with one_process_group():
         if name == "sharded_optimizer":
@@ -156,7 +163,7 @@ def probe_training_step(impl, name: str) -> dict:
             optimizer = call(impl, model.parameters(), torch.optim.SGD, lr=0.1)
             model(x).sum().backward()
             optimizer.step()
-            return {}
+            return {"class": class_name(optimizer)}
         args = (1.0,) if name == "ddp_bucketed" else ()
         model = call(impl, _mlp(), *args)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -166,7 +173,7 @@ def probe_training_step(impl, name: str) -> dict:
         model(x).sum().backward()
         next(h for n, h in hooks.items() if n.endswith("on_after_backward"))(model, optimizer)
         optimizer.step()
-    return {}
+    return {"class": class_name(model)}
 
 
 def _can_run_triton(device: str) -> bool:
@@ -177,14 +184,17 @@ def _probe(name: str, impl, device: str, pieces: dict | None = None) -> dict:
     piece = (pieces or PIECES)[name]
     if name == "flash_triton":
         if not _can_run_triton(device):
-            return {"probe": "skipped: Triton runs on CUDA (or under TRITON_INTERPRET=1)"}
-        return {"probe": "ran", **probe_flash(impl.obj, "cuda" if device.startswith("cuda") else "cpu")}
+            return {"probe": "skipped: Triton runs on CUDA (or under TRITON_INTERPRET=1)", "class": class_name(impl.obj)}
+        return {"probe": "ran", "class": class_name(impl.obj),
+                **probe_flash(impl.obj, "cuda" if device.startswith("cuda") else "cpu")}
     try:
         result = probe_flash(impl.obj, "cpu") if piece.kind == "autograd_function" else probe_training_step(impl, name)
     except AdapterNotImplemented as exc:
         return {"status": "not_implemented", "reason": str(exc)}
     except NotImplementedError as exc:
         return {"status": "not_implemented", "reason": f"raises NotImplementedError when run ({exc})"}
+    if piece.kind == "autograd_function":
+        result["class"] = class_name(impl.obj)
     return {"probe": "ran", **result}
 
 

@@ -21,7 +21,7 @@ rule check_student:
                 "student": CFG.data.get("student"),
                 "model_source": CFG.model_source,
                 "device": CFG.device,
-                "source": "--config",
+                "source": merged_source(CFG.files),
                 "files": list(CFG.files),
             },
         ),

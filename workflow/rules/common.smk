@@ -12,7 +12,7 @@ from cs336report import editions, experiments
 from cs336report.machine import bytecode, gpu_slots
 from cs336report.machine.cuda import gpus_present
 from cs336report.run.codeinputs import closure
-from cs336report.config import Config
+from cs336report.config import Config, merged_source
 from cs336report.config.checkout import CHECK_RECORD
 from snakemake.exceptions import WorkflowError
 
@@ -20,11 +20,13 @@ from snakemake.exceptions import WorkflowError
 # names the file that set the key. device: cuda must find CUDA here, unless the jobs run elsewhere
 # (jobs_elsewhere, set by the SLURM profile).
 _CLI_CONFIGFILES = [str(f) for f in workflow.config_settings.configfiles]
+_CONFIGFILES = [
+    str(f) for f in workflow.configfiles if str(f) not in _CLI_CONFIGFILES
+] + _CLI_CONFIGFILES
 CFG = Config.from_dict(
     config,
-    source="--config",
-    files=[str(f) for f in workflow.configfiles if str(f) not in _CLI_CONFIGFILES]
-    + _CLI_CONFIGFILES,
+    source=merged_source(_CONFIGFILES),
+    files=_CONFIGFILES,
     require_cuda=not config.get("jobs_elsewhere", False),
 )
 # The handout the report answers (config `handout`, resolved): its problems name the records'

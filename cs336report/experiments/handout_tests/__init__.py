@@ -6,8 +6,10 @@ cell of an edition other than 2025 carries its ``edition``. With ``course.checko
 course's repository) the clone's own tests run, isolated in a temporary folder, through the
 adapters of the code under test: ours, or the student's ``tests/adapters.py`` with their
 checkout's folders on PYTHONPATH (:mod:`.course`). Without a clone, with ``student.checkout`` the
-student's own copy of the handout's tests runs (``<checkout>/tests/test_<...>.py``, from the
-checkout); without either, cs336report's suite of the same cases (:mod:`cs336report.handout_suite`)
+student's own copy of the handout's tests runs (``<checkout>/tests/test_<...>.py``), from a copy of
+the checkout's tests/ in a temporary folder, its conftest without the hooks that can change
+outcomes; the student's tests the edition does not have are recorded apart
+(:mod:`.student_copies`); without either, cs336report's suite of the same cases (:mod:`cs336report.handout_suite`)
 runs through the built-in adapters. The record names whose tests ran (``data.tests_source``, with
 its label). On a CPU, Triton runs
 under ``TRITON_INTERPRET=1``. Our PyTorch FlashAttention backward runs eagerly in these tests on
@@ -64,6 +66,9 @@ def cells(cfg) -> dict[str, dict]:
     if cfg.course:  # only then: a cell without a clone keeps its settings (and its published record)
         for cell in cells.values():
             cell["course"] = cfg.course
+    elif cfg.student:  # the student's copies are compared with the edition's cases
+        for cell in cells.values():
+            cell["edition"] = cfg.edition
     return cells
 
 

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from ... import editions
 from ...student.resolve import BUILTIN, PIECES, AdapterNotImplemented, checkout_paths
-from . import DEFAULT_EDITION, OUR_FILES_BY_EDITION, STUDENT_FILES, SUITE_PACKAGE, course as course_tests, edition_of
+from . import (DEFAULT_EDITION, OUR_FILES_BY_EDITION, STUDENT_FILES, SUITE_PACKAGE, course as course_tests,
+               edition_of, student_copies)
 
 MESSAGE_CHARS = 300
+STUDENT_COPIES = "the student's own copies of the handout's tests"
 
 
 def classify(test_name: str, suite: str) -> tuple[str, str, str | None]:
@@ -78,10 +80,10 @@ def parse_junit(path: str | Path, suite: str, adapters: dict | None = None,
     """Each <testcase> of a JUnit XML file as a test entry of the record.
 
     ``adapters``: the check's verdicts by piece (:func:`_verdicts`); a test of a piece found not
-    implemented there is ``not_implemented`` unless it passed. ``cases``: (problem, sub-question,
-    piece) by test name, from the edition registry, or by test function (the name before its
-    parameters); a test it does not name is classified by its name. ``edition``: whose adapter names
-    the messages use.
+    implemented there is ``not_implemented``, also where it passed (a pass never stands for an
+    adapter that raises NotImplementedError). ``cases``: (problem, sub-question, piece) by test name,
+    from the edition registry, or by test function (the name before its parameters); a test it does
+    not name is classified by its name. ``edition``: whose adapter names the messages use.
     """
     tests, cases = [], cases or {}
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -102,6 +104,11 @@ def parse_junit(path: str | Path, suite: str, adapters: dict | None = None,
                     outcome, message = "not_implemented", f"{adapter}: {verdict.get('reason', '')}"
                 break
         error = next((p.get("value") for p in case.iter("property") if p.get("name") == "max_abs_error"), None)
+        verdict = (adapters or {}).get(piece) or {}
+        if outcome == "passed" and verdict.get("status") == "not_implemented":
+            outcome = "not_implemented"
+            message = (f"{adapter_name(piece, edition)}: {verdict.get('reason', '')} (the test passed; a pass does not "
+                       f"stand for an adapter that is not implemented)")
         tests.append({"id": _node_id(case), "name": name, "problem": problem, "subquestion": subquestion,
                       "outcome": outcome, "seconds": float(case.get("time") or 0.0), "message": _short(message),
                       "max_abs_error": float(error) if error is not None else None})
@@ -134,7 +141,7 @@ def tests_source(cell: dict) -> dict:
         return {"kind": "course", "label": course["label"], "release": course["release"],
                 "tests_release": course["tests_release"], "checkout": course["checkout"], **extra}
     if student:
-        label = "the student's own copies of the handout's tests"
+        label = STUDENT_COPIES
         if extra:
             release, tests_release = student_release(cell)
             extra.update(release=release, tests_release=tests_release)
@@ -192,17 +199,19 @@ def command(cell: dict, junitxml: Path, workdir: Path | None = None) -> tuple[li
         files = course_tests.prepare(cell, workdir)
         paths = checkout_paths(student["checkout"]) if student else course_tests.model_paths(cell)
         options = course_tests.pytest_options(workdir)
-    elif student:
-        root = Path(student["checkout"])
-        files = [str(root / "tests" / f) for f in student_files(cell) if (root / "tests" / f).is_file()]
-        paths = checkout_paths(root)
+    elif student:  # the student's copies, from a copy of their tests/ in workdir (:mod:`.student_copies`)
+        root = workdir
+        files = student_copies.prepare(Path(student["checkout"]), workdir, student_files(cell))
+        paths = checkout_paths(student["checkout"])
+        options = course_tests.pytest_options(workdir)
     else:
         root = SUITE_PACKAGE.parent.parent
         files = [str(SUITE_PACKAGE / f) for f in OUR_FILES_BY_EDITION[edition_of(cell)][cell["suite"]]]
         paths = []
     if not files:  # a student checkout without its copies of the tests
         names = ", ".join(f"tests/{f}" for f in student_files(cell))
-        raise FileNotFoundError(f"{root} has none of {names}, the handout's tests of suite {cell['suite']}")
+        raise FileNotFoundError(f"{student['checkout']} has none of {names}, the handout's tests of suite "
+                                f"{cell['suite']}")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, ours, env.get("PYTHONPATH")]))
     if not cell["device"].startswith("cuda"):
         env["TRITON_INTERPRET"] = "1"
@@ -239,8 +248,35 @@ def _verdicts(student: dict | None, device: str) -> dict | None:
     return check_pieces(student, device)
 
 
+def registry_suite(cell: dict) -> editions.TestSuite:
+    """The edition's description of the cell's suite: at the course clone's release, else (the
+    student's copies) the edition the config resolved, at its newest release."""
+    if cell.get("course"):
+        return course_tests.suite(cell)
+    return editions.get(cell.get("edition") or editions.DEFAULT).suite(cell["suite"])
+
+
+def _set_apart(cell: dict, data: dict) -> None:
+    """The student's side of a record: their conftest (its outcome-changing hooks; conftest code runs
+    with the user's rights) and their tests that are not the handout's, apart from ``tests``:
+    cases and files the edition does not have, or, with a course clone, copies that differ from it."""
+    checkout = Path(cell["student"]["checkout"])
+    known = registry_suite(cell)
+    if cell.get("course"):
+        data["conftest"] = student_copies.conftest_entry(checkout, course=True)
+        data["student_tests"] = {**student_copies.differing_files(checkout, Path(cell["course"]["checkout"])),
+                                 "extra": []}
+        return
+    data["conftest"] = student_copies.conftest_entry(checkout, course=False)
+    data["tests"], extra = student_copies.split_extra(data["tests"], {c.name for c in known.cases})
+    all_files = {f.file for s in editions.get(cell.get("edition") or editions.DEFAULT).test_suites() for f in s.files}
+    data["student_tests"] = {"extra": extra, "extra_files": student_copies.extra_files(checkout, all_files),
+                             "modified_files": []}
+
+
 def _run(cell: dict, junitxml: Path) -> dict:
-    workdir = Path(tempfile.mkdtemp(prefix="cs336report-handout-tests-")) if cell.get("course") else None
+    isolated = cell.get("course") or cell.get("student")
+    workdir = Path(tempfile.mkdtemp(prefix="cs336report-handout-tests-")) if isolated else None
     try:
         return _run_in(cell, junitxml, workdir)
     finally:
@@ -265,8 +301,12 @@ def _run_in(cell: dict, junitxml: Path, workdir: Path | None) -> dict:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         raise RuntimeError(f"pytest exited {done.returncode} without a JUnit XML: {' | '.join(tail)}")
     edition = edition_of(cell)
-    data["tests"] = parse_junit(junitxml, cell["suite"], edition_verdicts(_verdicts(student, cell["device"]), edition),
-                                registry_cases(cell), edition)
+    verdicts = edition_verdicts(_verdicts(student, cell["device"]), edition)
+    data["tests"] = parse_junit(junitxml, cell["suite"], verdicts, registry_cases(cell), edition)
+    if student:
+        _set_apart(cell, data)
+        data["classes"] = {piece: v["class"] for piece, v in (verdicts or {}).items()
+                           if v.get("class")}  # what the student's adapters return, named in the answers
     data["outcomes"] = {o: sum(t["outcome"] == o for t in data["tests"]) for o in
                         ("passed", "failed", "skipped", "error", "not_implemented")}
     if done.returncode > 1 and not data["tests"]:  # usage or collection error: nothing ran

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ...editions import Problem
+from ...student.resolve import PIECES
 from .. import handout_tests
 
 TEMPLATE = "handout_tests"  # templates/answers/handout_tests.j2, templates/sections/handout_tests.j2
@@ -101,16 +102,32 @@ def words(problem: Problem) -> dict[str, str]:
     return {p.letter: p.heading[:1].lower() + p.heading[1:] for p in problem.parts}
 
 
+def yours(problem: Problem, data: dict) -> list[dict]:
+    """The student's classes of ``problem`` (what their adapters returned in the check's probes), each
+    with its adapter; empty without a checkout."""
+    classes = data.get("classes") or {}
+    return [{"adapter": piece.adapter, "name": classes[name]} for name, piece in PIECES.items()
+            if piece.problem == problem.id and name in classes]
+
+
+def noun(problem: Problem, data: dict) -> str:
+    """What the answer calls one test of ``problem``: a test of the student's copies is a copied test."""
+    if data.get("tests_kind") == "student_copies":
+        return handout_tests.COPIED
+    return NOUN.get(problem.id, "handout test")
+
+
 def build(ctx, problem: Problem) -> dict:
     """The problem's part of this run's handout_tests records, with the words and parts its
     template writes."""
     data = handout_tests.problem_part(ctx.records(handout_tests.EXPERIMENT), problem.id, problem.subquestions)
     what = words(problem)
     ours = OURS.get(problem.id)
-    return {**data, "id": problem.id, "noun": NOUN.get(problem.id, "handout test"),
+    return {**data, "id": problem.id, "noun": noun(problem, data),
             "errors": problem.id in WITH_ERRORS,
             "ours": dict(zip(("name", "file", "tests", "checks"), ours)) if ours else None,
             "design": DESIGN.get(problem.id, {}),
+            "yours": yours(problem, data),
             "parts": [{"letter": p.letter, "heading": p.heading, "key": p.letter or "all",
                        "what": what[p.letter or "all"]} for p in problem.parts]}
 
@@ -131,7 +148,7 @@ class Section:
         return build(ctx, self.problem)
 
     def headline(self, data: dict) -> list[str]:
-        return handout_tests.headline_of(words(self.problem), NOUN.get(self.problem.id, "handout test"))(data)
+        return handout_tests.headline_of(words(self.problem), noun(self.problem, data))(data)
 
 
 def section(problem: Problem) -> Section:

@@ -114,9 +114,26 @@ def triton_backward(records: list[dict]) -> str:
     return " or ".join(BACKWARDS[k] for k in sorted(kinds)) or BACKWARDS["fused"]
 
 
+def student_class(key: str, records: list[dict]) -> str | None:
+    """The class of the student's FlashAttention-2 that row ``key`` timed (the cell's notes), or None."""
+    for r in records:
+        notes = (r.get("data") or {}).get("notes") or {}
+        if r["config"].get("implementation") == key and notes.get("class"):
+            return notes["class"]
+    return None
+
+
+def yours(records: list[dict], present: list[str]) -> list[dict]:
+    """The student's FlashAttention-2 rows of this run: label, class and adapter, for the answer."""
+    return [{"label": IMPLEMENTATIONS[key], "class": student_class(key, records),
+             "adapter": f"get_flashattention_autograd_function_{key.removeprefix('student_')}"}
+            for key in ("student_pytorch", "student_triton") if key in present]
+
+
 def _description(key: str, records: list[dict], checks: list[dict]) -> str:
     text = DESCRIPTIONS[key].format(backward=triton_backward(records)) if key == "triton" else DESCRIPTIONS[key]
-    return text + caveat(key, checks)
+    cls = student_class(key, records) if key.startswith("student_") else None
+    return text + (f" (class {cls})" if cls else "") + caveat(key, checks)
 
 
 def build(ctx) -> dict:
@@ -172,6 +189,8 @@ def build(ctx) -> dict:
     tiles = tiles_frame(records)
     if not tiles.empty:
         out["tiles_table"] = tiles_table(tiles)
+    out["yours"] = yours(records, present_implementations(df))
     out["answer_tables"] = answer_tables(
-        out["tables"], (out["analysis"].get("ref") or {}).get("label", IMPLEMENTATIONS["triton"]))
+        out["tables"], (out["analysis"].get("ref") or {}).get("label", IMPLEMENTATIONS["triton"]),
+        tuple(y["label"] for y in out["yours"]))
     return out

@@ -89,16 +89,19 @@ def speedup_table(rows: list[dict], ref_label: str, d: int, sources: list[str]) 
     )
 
 
-def answer_tables(tables: list[Table], reference: str = "Triton FA2") -> list[Table]:
+def answer_tables(tables: list[Table], reference: str = "Triton FA2", students: tuple[str, ...] = ()) -> list[Table]:
     """One table per dtype: forward, backward and forward + backward latency of the FlashAttention-2
     kernels (``reference``, the label of the analysis' reference: Triton where it ran) against the
-    naive PyTorch attention."""
+    naive PyTorch attention; with a student's checkout their rows (``students``, by label) first,
+    ours beside them as the reference."""
     out = []
     for dtype in ("bf16", "fp32"):
         parts = [(label, t) for label, prefix in (("fwd", "Forward latency"), ("bwd", "Backward latency"),
                                                   ("fwd+bwd", "Forward + backward latency"))
                  for t in tables if t.title == f"{prefix}, {dtype}"]
         if len(parts) == 3 and all(c in parts[0][1].columns for c in (reference, "naive")):
-            out.append(join_columns(parts, 2, [reference, "naive"],
-                                    f"Latency, {dtype}: {reference} against the naive PyTorch attention"))
+            mine = [c for c in students if c in parts[0][1].columns]
+            title = (f"Latency, {dtype}: {', '.join(mine)} beside {reference} (ours, the reference) and the naive "
+                     f"PyTorch attention" if mine else f"Latency, {dtype}: {reference} against the naive PyTorch attention")
+            out.append(join_columns(parts, 2, [*mine, reference, "naive"], title))
     return out
