@@ -300,6 +300,23 @@ class LeaderboardRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ConftestFile:
+    """One conftest of a student's checkout, as the handout_tests record names it."""
+    file: str
+    outcome_hooks: list | None = None  # the pytest hooks it defines that can change outcomes
+    ran: bool | None = None  # whether it ran beside the tests (a course clone's run runs none)
+    hooks_removed: list | None = None  # the outcome hooks taken out of the copy that ran
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudentTests:
+    """A student's tests that are not the handout's: extra cases, extra and modified files."""
+    extra: list | None = None
+    extra_files: list | None = None
+    modified_files: list | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HandoutTests:
     tests: list
     checkout: str | None = None

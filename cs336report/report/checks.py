@@ -154,7 +154,7 @@ def cut_down_grid(settings: RenderSettings) -> list[str]:
 
     name = "handout" if settings.grid == "handout" else "gpu"
     grids = settings.reference_grids or {}
-    want = (handout_grid(grids) if name == "handout" else grids.get("gpu")) or {}
+    want = (handout_grid(grids, settings.edition) if name == "handout" else grids.get("gpu")) or {}
     want = {k: v for k, v in want.items() if v is not None}
     have = settings.grids.get(name) or {}
     out = []

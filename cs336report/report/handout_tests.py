@@ -16,7 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..names.handout import rerun_command
-from ..records.shapes import typed
+from ..records.shapes import ConftestFile, StudentTests, read_as, typed
 from .record_frame import record_frame
 from .tables import Num, sig, table_from_frame
 
@@ -138,13 +138,14 @@ def student_side(records: list[dict], problem: str) -> dict:
     for record in records:
         data = typed(record)
         for entry in (data.conftest or {}).get("files") or []:
-            ran = ran or bool(entry.get("ran"))
-            if entry.get("outcome_hooks"):
-                conftests[entry["file"]] = entry
-        side = data.student_tests or {}
+            conftest = read_as(ConftestFile, entry)
+            ran = ran or bool(conftest.ran)
+            if conftest.outcome_hooks:
+                conftests[conftest.file] = entry
+        side = read_as(StudentTests, data.student_tests)
         extra += [{"name": t["name"], "outcome": t["outcome"].replace("_", " ")}
-                  for t in side.get("extra") or [] if t.get("problem") == problem]
-        files.update([*(side.get("extra_files") or []), *(side.get("modified_files") or [])])
+                  for t in side.extra or [] if t["problem"] == problem]
+        files.update([*(side.extra_files or []), *(side.modified_files or [])])
     return {"conftests": list(conftests.values()), "conftest_ran": ran, "extra": extra, "files": sorted(files)}
 
 
@@ -157,16 +158,16 @@ def outcome_clause(t: dict, what: str, noun: str = "handout test") -> str:
     """The answer's sentence on the tests of ``what`` (one sub-question's counts, :func:`_summary`), up to
     the tests' names: the words of the ``outcome`` macro of templates/answers/handout_tests.j2."""
     some = f"the {noun}" if t["n"] == 1 else f"all {t['n']} {noun}s"
-    if t.get("all_skipped"):
+    if t["all_skipped"]:
         return f"Skipped: {some} of {what}"
-    if t.get("all_passed"):
+    if t["all_passed"]:
         return f"Passed: {some} of {what}"
     text = f"{t['passed']} of {t['n']} {noun}s of {what} passed"
-    if t.get("failed") or t.get("error"):
+    if t["failed"] or t["error"]:
         text += f", {t['failed'] + t['error']} failed"
-    if t.get("not_implemented"):
+    if t["not_implemented"]:
         text += f", {t['not_implemented']} not implemented"
-    return text + (f", {t['skipped']} skipped" if t.get("skipped") else "")
+    return text + (f", {t['skipped']} skipped" if t["skipped"] else "")
 
 
 def headline_of(what: dict[str, str], noun: str = "handout test"):
@@ -178,7 +179,7 @@ def headline_of(what: dict[str, str], noun: str = "handout test"):
         subs = part.get("subs") or {}
         out = [outcome_clause(subs[key], words, noun) for key, words in what.items() if subs.get(key)]
         one = subs.get("all") if list(what) == ["all"] else None
-        if one and one.get("max_error") and not one.get("all_skipped"):
+        if one and one["max_error"] and not one["all_skipped"]:
             out.append(f"largest absolute error against the reference {one['max_error']}")
         return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...records.shapes import typed
 from ..tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell
 
 EXPERIMENTS = ("gradient_checkpointing",)
@@ -40,7 +41,7 @@ def analysis(df: pd.DataFrame, record: dict) -> dict:
     d, src = record["data"], record["_path"]
     ok = df[(df["status"] == "ok") & (df["group"] > 0)].sort_values("group")
     out: dict = {"device": "CPU" if d["measure"] == "cpu" else "GPU", "measure_words": d["measure_words"],
-                 "size": record["config"].get("size"), "batch": d["batch_size"], "context": d["context"],
+                 "size": record["config"]["size"], "batch": d["batch_size"], "context": d["context"],
                  "heads": d["num_heads"], "layers": d["num_layers"], "d_model": d["d_model"],
                  "r": Num(fmt_bytes(d["residual_bytes"]), src),
                  "a": Num(fmt_bytes(d["analytic"]["a_bytes"]), src),
@@ -60,8 +61,9 @@ def analysis(df: pd.DataFrame, record: dict) -> dict:
                              for _, r in ok.iloc[[j for j in (i - 1, i + 1) if 0 <= j < len(ok)]].iterrows()]
         if len(none):
             out["saving"] = fmt_pct(1 - best["peak_bytes"] / none.iloc[0]["peak_bytes"])
-    if d.get("fit") and d["fit"].get("k_best"):
-        out["k_fit"] = Num(sig(d["fit"]["k_best"], 3), src)
+    fit = typed(record).fit or {}
+    if fit.get("k_best"):
+        out["k_fit"] = Num(sig(fit["k_best"], 3), src)
     return out
 
 

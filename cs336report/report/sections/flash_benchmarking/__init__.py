@@ -117,8 +117,8 @@ def triton_backward(records: list[dict]) -> str:
 def student_class(key: str, records: list[dict]) -> str | None:
     """The class of the student's FlashAttention-2 that row ``key`` timed (the cell's notes), or None."""
     for r in records:
-        notes = (r.get("data") or {}).get("notes") or {}
-        if r["config"].get("implementation") == key and notes.get("class"):
+        notes = typed(r).notes or {}
+        if read_as(FlashCell, r["config"]).implementation == key and notes.get("class"):
             return notes["class"]
     return None
 
