@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ...editions import Problem
-from ...student.resolve import PIECES
+from ...editions import Edition, Problem
 from .. import handout_tests
 
 TEMPLATE = "handout_tests"  # templates/answers/handout_tests.j2, templates/sections/handout_tests.j2
@@ -102,12 +101,12 @@ def words(problem: Problem) -> dict[str, str]:
     return {p.letter: p.heading[:1].lower() + p.heading[1:] for p in problem.parts}
 
 
-def yours(problem: Problem, data: dict) -> list[dict]:
+def yours(problem: Problem, data: dict, edition: Edition) -> list[dict]:
     """The student's classes of ``problem`` (what their adapters returned in the check's probes), each
-    with its adapter; empty without a checkout."""
+    with its adapter as ``edition``'s tests/adapters.py names it; empty without a checkout."""
     classes = data.get("classes") or {}
-    return [{"adapter": piece.adapter, "name": classes[name]} for name, piece in PIECES.items()
-            if piece.problem == problem.id and name in classes]
+    return [{"adapter": piece.adapter.name, "name": classes[name]} for name, piece in edition.pieces.items()
+            if piece.problems[0] == problem.id and name in classes]
 
 
 def noun(problem: Problem, data: dict) -> str:
@@ -127,7 +126,7 @@ def build(ctx, problem: Problem) -> dict:
             "errors": problem.id in WITH_ERRORS,
             "ours": dict(zip(("name", "file", "tests", "checks"), ours)) if ours else None,
             "design": DESIGN.get(problem.id, {}),
-            "yours": yours(problem, data),
+            "yours": yours(problem, data, ctx.edition),
             "parts": [{"letter": p.letter, "heading": p.heading, "key": p.letter or "all",
                        "what": what[p.letter or "all"]} for p in problem.parts]}
 
