@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import DEFAULT_CONFIG, load_file
+from .. import editions
+from ..config import DEFAULT_CONFIG, edition_sizes, load_file
 from ..names.benchmarking import CELL_NAME_FORM, cell_from_name
 from ..parsers import nsys
 from ..parsers.kernel_ranges import summarise
@@ -30,8 +31,9 @@ class CellNameError(ValueError):
 
 
 def _model_of(size: str) -> dict:
-    """``{"model": shape}`` of a size named in the default config's size table, else nothing."""
-    sizes = load_file(DEFAULT_CONFIG).get("sizes") or {}
+    """``{"model": shape}`` of a size of the default edition's model table or the default config's
+    small models, else nothing (a cell name does not say its edition)."""
+    sizes = edition_sizes(load_file(DEFAULT_CONFIG).get("sizes"), editions.DEFAULT)
     return {"model": dict(sizes[size])} if size in sizes else {}
 
 
