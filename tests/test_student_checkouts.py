@@ -275,7 +275,22 @@ def without_basics(tmp_path: Path) -> Path:
     return repo
 
 
-def test_the_model_comes_from_an_installed_distribution_where_the_checkout_has_none(tmp_path, monkeypatch):
+@pytest.fixture
+def no_basics_imported():
+    """No cs336_basics imported in this process before or after the test: an earlier test's import
+    would be found as installed (a workflow job is a fresh process)."""
+
+    def forget():
+        for name in [m for m in sys.modules if m == "cs336_basics" or m.startswith("cs336_basics.")]:
+            del sys.modules[name]
+
+    forget()
+    yield
+    forget()
+
+
+def test_the_model_comes_from_an_installed_distribution_where_the_checkout_has_none(tmp_path, monkeypatch,
+                                                                                     no_basics_imported):
     site = tmp_path / "site-packages"
     shutil.copytree(FIXTURES / "student_repo" / "cs336-basics" / "cs336_basics", site / "cs336_basics",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -287,7 +302,7 @@ def test_the_model_comes_from_an_installed_distribution_where_the_checkout_has_n
     assert sys.modules["cs336_basics"].__path__[0] == str(site / "cs336_basics")
 
 
-def test_without_a_model_the_rest_runs_and_model_cells_say_where_it_looked(tmp_path):
+def test_without_a_model_the_rest_runs_and_model_cells_say_where_it_looked(tmp_path, no_basics_imported):
     from cs336report import experiments
     from cs336report.run.runner import run_cell
 
