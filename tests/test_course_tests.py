@@ -172,7 +172,9 @@ def test_the_answer_and_its_table_cite_whose_tests_ran(kind, checkout, says, tit
     from cs336report.report.render import environments
     from cs336report.report.sections import handout_tests as shared
 
-    class Ctx:  # the records the shared builder reads
+    class Ctx:  # the records and the edition the shared builder reads
+        edition = editions.get(2025)
+
         def records(self, experiment):
             return [_record(kind, checkout)]
 

@@ -221,7 +221,9 @@ def _shared_answer(problem: str, records: list[dict], page: str = "answers") -> 
     from cs336report.report.render import environments
     from cs336report.report.sections import handout_tests as shared
 
-    class Ctx:  # the records the shared builder reads
+    class Ctx:  # the records and the edition the shared builder reads
+        edition = editions.get(2025)
+
         def records(self, experiment):
             return records
 

@@ -276,15 +276,17 @@ def without_basics(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def no_basics_imported():
-    """No cs336_basics imported in this process before or after the test: an earlier test's import
-    would be found as installed (a workflow job is a fresh process)."""
+def no_basics_imported(monkeypatch):
+    """No cs336_basics imported in this process, nor on its path, before the test, and none imported
+    after it: an earlier test's import or path entry would be found as installed (a workflow job is a
+    fresh process)."""
 
     def forget():
         for name in [m for m in sys.modules if m == "cs336_basics" or m.startswith("cs336_basics.")]:
             del sys.modules[name]
 
     forget()
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not (Path(p or ".") / "cs336_basics").exists()])
     yield
     forget()
 
