@@ -58,3 +58,15 @@ def build(tmp_path: Path, case: str | None = None) -> Path:
             adapters = dest / "tests" / "adapters.py"
             adapters.write_text(override(adapters.read_text(), changes.read_text()))
     return dest
+
+
+STUDENT_REPO_2026 = FIXTURES / "student_repo_2026"
+
+
+def build_2026(dest: Path) -> Path:
+    """A copy of the 2026 checkout at ``dest``, with the base checkout's ``cs336-basics/`` (the same
+    model package serves both editions' fixtures)."""
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(STUDENT_REPO_2026, dest, ignore=skip)
+    shutil.copytree(STUDENT_REPO / "cs336-basics", dest / "cs336-basics", ignore=skip)
+    return dest

@@ -4,19 +4,18 @@ reported as not sharded, and DDP gradients are told averaged, summed or not sync
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
+from checkout_fixtures import build_2026
+
 from cs336report.student import per_rank
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "student_repo_2026"
 
 
 def _copy(tmp_path: Path, replace: dict[str, tuple[str, str]]) -> str:
-    root = tmp_path / "student_repo_2026"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    root = build_2026(tmp_path / "student_repo_2026")
     for path, (old, new) in replace.items():
         text = (root / path).read_text()
         assert old in text, (path, old)
@@ -24,12 +23,12 @@ def _copy(tmp_path: Path, replace: dict[str, tuple[str, str]]) -> str:
     return str(root)
 
 
-def test_our_fsdp_shards_and_a_replicating_one_is_reported_not_sharded():
+def test_our_fsdp_shards_and_a_replicating_one_is_reported_not_sharded(tmp_path):
     ours = per_rank.fsdp_sharding()
     assert ours["verdict"] == "sharded", ours
     assert all(0.4 < f <= 0.75 for f in ours["parameter_fractions"])
     assert all(r["optimizer_state_bytes"] < 0.75 * r["unsharded_state_bytes"] for r in ours["ranks"])
-    fake = per_rank.fsdp_sharding(str(FIXTURE))
+    fake = per_rank.fsdp_sharding(str(build_2026(tmp_path / "student_repo_2026")))
     assert fake["verdict"] == "not_sharded" and fake["parameter_fractions"] == [1.0, 1.0]
     assert fake["sentence"].startswith("Nothing is sharded: each of the 2 ranks")
     assert all(r["optimizer_state_bytes"] >= r["unsharded_state_bytes"] for r in fake["ranks"])

@@ -4,7 +4,6 @@ says which release's tests ran. The checkout (tests/fixtures/student_repo_2026) 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -13,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from checkout_fixtures import build_2026
+
 from cs336report import editions
 from cs336report.config import DEFAULT_CONFIG, Config
 from cs336report.experiments import handout_tests
@@ -20,15 +21,12 @@ from cs336report.experiments.handout_tests import suite as handout_tests_suite
 from cs336report.run.runner import run_cell
 from cs336report.student.check import check_checkout
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "student_repo_2026"
 SUITES = ("attention", "ddp", "fsdp", "sharded_optimizer")
 
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("student") / "student_repo_2026"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
-    return root
+    return build_2026(tmp_path_factory.mktemp("student") / "student_repo_2026")
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +93,7 @@ def test_the_record_says_which_releases_tests_ran(records):
 
 
 def test_the_tests_release_follows_the_changelog(tmp_path):
-    root = tmp_path / "repo"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    root = build_2026(tmp_path / "repo")
     cell = {"suite": "fsdp", "edition": 2026, "student": {"checkout": str(root)}}
     newest = editions.get(2026).releases[-1]
     (root / "CHANGELOG.md").write_text("# Changelog\n\n## [26.9.9] - later\n")
