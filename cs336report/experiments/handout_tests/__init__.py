@@ -44,7 +44,7 @@ OUR_FILES_BY_EDITION = {
     2026: {"attention": ["test_attention.py"], "ddp": ["test_distributed_data_parallel.py"],
            "fsdp": ["test_fsdp.py"], "sharded_optimizer": ["test_sharded_optimizer.py"]},
 }
-DEFAULT_EDITION = 2025  # a cell without ``edition`` is of this one (its records predate the key)
+DEFAULT_EDITION = editions.DEFAULT  # a cell without ``edition`` is of this one (its records predate the key)
 
 
 def edition_of(cell: dict) -> int:

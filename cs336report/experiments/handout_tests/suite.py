@@ -253,7 +253,7 @@ def registry_suite(cell: dict) -> editions.TestSuite:
     student's copies) the edition the config resolved, at its newest release."""
     if cell.get("course"):
         return course_tests.suite(cell)
-    return editions.get(cell.get("edition") or editions.DEFAULT).suite(cell["suite"])
+    return editions.get(edition_of(cell)).suite(cell["suite"])
 
 
 def _set_apart(cell: dict, data: dict) -> None:
@@ -269,7 +269,7 @@ def _set_apart(cell: dict, data: dict) -> None:
         return
     data["conftest"] = student_copies.conftest_entry(checkout, course=False)
     data["tests"], extra = student_copies.split_extra(data["tests"], {c.name for c in known.cases})
-    all_files = {f.file for s in editions.get(cell.get("edition") or editions.DEFAULT).test_suites() for f in s.files}
+    all_files = {f.file for s in editions.get(edition_of(cell)).test_suites() for f in s.files}
     data["student_tests"] = {"extra": extra, "extra_files": student_copies.extra_files(checkout, all_files),
                              "modified_files": []}
 
