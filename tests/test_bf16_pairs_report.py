@@ -202,3 +202,13 @@ def test_add_experiment_refuses_anything_else(tmp_path, case, message):
     with pytest.raises(ValueError, match=message):
         publish(paths, config, out, **kwargs)
     assert (out / "manifest.json").read_bytes() == before  # refused before anything is written
+
+
+def test_one_size_names_no_trend(tmp_path):
+    rec = record("small", 512, "forward", (20.0, False), (10.0, False))
+    path = str(save(rec, tmp_path / "results" / f"{rec['cell']}.json"))
+    config = json.loads((PUBLISHED / "config.json").read_text())
+    render_report([path], config, tmp_path / "r", draw=False, expected=experiments.expected_cells(config))
+    text = answer_c((tmp_path / "r" / "answers.md").read_text())
+    assert f"Too few sizes ran to show a trend with model size: forward at context 512, {ratio(20, 10)}× for small." in text
+    assert "pays off more" not in text and "is a lower bound on the speed-up" not in text
