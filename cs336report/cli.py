@@ -150,7 +150,8 @@ def _publish(args) -> int:
 
     try:
         manifest = publish(args.results, _json_arg(args.config_json), args.out, args.benchmarks, merge=args.merge,
-                           mixed_cards=args.mixed_cards, allow_dirty=args.allow_dirty)
+                           mixed_cards=args.mixed_cards, allow_dirty=args.allow_dirty,
+                           add_experiment=args.add_experiment)
     except (OSError, ValueError) as exc:  # a refused record or folder: the message names the file
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -335,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                         "commit's; the report says so on its first screen")
     p.add_argument("--mixed-cards", action="store_true",
                    help="publish even when the records name more than one GPU")
+    p.add_argument("--add-experiment", metavar="NAME",
+                   help="with --merge: add experiment NAME, which the folder's config lacks, taking its entry from "
+                        "the same grid of workflow/config/default.yaml; only NAME's records are accepted")
     p.set_defaults(func=_publish)
 
     p = command("missing", help="list the result files of the configured cells a published folder lacks")

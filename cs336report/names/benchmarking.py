@@ -15,6 +15,11 @@ def cell_name(cell: dict) -> str:
     return name
 
 
+def pair_cell_name(cell: dict) -> str:
+    """The name of a cell that times every precision of one model (benchmarking_bf16_pairs): no precision in it."""
+    return f"{cell['implementation']}-{cell['size']}-ctx{cell['context']}-{cell['mode']}"
+
+
 CELL_NAME_FORM = "<implementation>-<precision>-<size>-ctx<N>-<mode>"
 _CELL_NAME = re.compile(r"(?P<implementation>[^-]+)-(?P<precision>[^-]+)-(?P<size>.+)-ctx(?P<context>\d+)"
                         r"-(?P<mode>" + "|".join(MODES) + r")(?:-w(?P<warmup_steps>\d+))?")

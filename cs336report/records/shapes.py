@@ -22,6 +22,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from .pair_shapes import StepPairs
+
 
 class ShapeError(ValueError):
     """A record's ``data`` that does not have its experiment's declared shape; ``field`` names the field."""
@@ -573,6 +575,7 @@ class FsdpAccounting:
 # experiment (a record's "experiment") -> the shape of its data
 SHAPES: dict[str, type] = {
     "benchmarking": StepTimes, "benchmarking_bf16": StepTimes, "benchmarking_warmup": StepTimes,
+    "benchmarking_bf16_pairs": StepPairs,
     "autocast_memory": StepTimes, "compiled_model": StepTimes, "optimized_step": OptimizedStep,
     "autocast_dtypes": AutocastDtypes, "mixed_precision_accumulation": Accumulation,
     "norm_sensitivity": NormSensitivity, "autocast_saved_tensors": SavedTensors,

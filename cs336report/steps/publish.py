@@ -12,6 +12,7 @@ stay plain JSON. Raw profiler files (``.nsys-rep``, snapshot pickles) are never 
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from collections import Counter
@@ -52,8 +53,31 @@ def provenance_problems(record: dict, commit_hashes: dict[str, str | None] | Non
     return problems
 
 
+def with_experiment(config: dict, experiment: str) -> dict:
+    """``config`` (a published folder's) with one more experiment: its entry in the same grid of the default
+    config (workflow/config/default.yaml, the handout grid resolved for the folder's edition), nothing else
+    changed. Refused for an unknown experiment, one the folder's grid has already, and one the default
+    grid lacks."""
+    from .. import experiments
+    from ..config import edition_id, reference_grids
+
+    if experiment not in experiments.registry():
+        raise ValueError(f"--add-experiment {experiment}: unknown experiment; known: {', '.join(experiments.names())}")
+    grid = config.get("_grid")
+    if (config.get("grids") or {}).get(grid, {}).get(experiment) is not None:
+        raise ValueError(f"--add-experiment {experiment}: the folder's {grid} grid has it already; publish its "
+                         "records with --merge alone")
+    entry = (reference_grids(edition_id(config)).get(grid) or {}).get(experiment)
+    if entry is None:
+        raise ValueError(f"--add-experiment {experiment}: the default config's {grid} grid has no entry for it")
+    out = copy.deepcopy(config)
+    out["grids"][grid][experiment] = copy.deepcopy(entry)
+    return out
+
+
 def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmarks: str | Path = "benchmarks",
-            merge: bool = False, mixed_cards: bool = False, allow_dirty: bool = False) -> Path:
+            merge: bool = False, mixed_cards: bool = False, allow_dirty: bool = False,
+            add_experiment: str | None = None) -> Path:
     """Write ``result_paths`` (and their job timings) as the published folder ``out_dir``.
 
     With ``merge`` the folder's records are kept and only those of the same experiment and cell
@@ -67,13 +91,24 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     changes or whose code hash differs from its commit's is refused unless ``allow_dirty``, and
     is then marked (``published.problems``), which the report states on its first screen. Every
     check runs before anything is written.
+
+    ``add_experiment`` (with ``merge``, into an existing folder whose config is ``config``) publishes the
+    records of one experiment the folder's config lacks: the folder's config gains that experiment's
+    entry (:func:`with_experiment`) and nothing else, and every record given must be of it and have run
+    with the settings the extended config gives its cell.
     """
     out = Path(out_dir)
     kept: dict[tuple[str, str], str] = {}
     expected: dict[str, dict] | None = None  # the folder's cells, whose settings merged records must have
+    folder_config = config
+    if add_experiment:
+        if not (merge and (out / "manifest.json").exists()):
+            raise ValueError(f"--add-experiment {add_experiment}: extends a published folder; give --merge and "
+                             f"a folder that has one ({out} has no manifest.json)")
+        config = with_experiment(config, add_experiment)
     if merge and (out / "manifest.json").exists():
         old_files, old_config = published_files(out)
-        if old_config != config:
+        if old_config != folder_config:
             differs = sorted(k for k in set(old_config) | set(config) if old_config.get(k) != config.get(k))
             raise ValueError(f"{out / 'config.json'}: the published config differs from this run's in "
                              f"{', '.join(differs)}; publish without --merge to replace the folder")
@@ -83,6 +118,9 @@ def publish(result_paths: list[str], config: dict, out_dir: str | Path, benchmar
     hashes: dict[str, str | None] = {}
     for path in result_paths:
         record = load(path)
+        if add_experiment and record.get("experiment") != add_experiment:
+            raise ValueError(f"{path}: a record of {record.get('experiment')}; --add-experiment {add_experiment} "
+                             f"publishes that experiment's records only")
         if merge and (out / "manifest.json").exists():
             _check_grid(record, config, expected, path, out)
         if expected is not None:

@@ -1,6 +1,6 @@
 # benchmarking_mixed_precision: the dtypes autocast produces, LayerNorm/RMSNorm in low precision,
-# the benchmarking grid under bf16 autocast, and peak memory of fp32 against bf16 for both model
-# implementations.
+# the benchmarking grid under bf16 autocast, fp32 and bf16 timed side by side in one process, and
+# peak memory of fp32 against bf16 for both model implementations.
 
 
 rule autocast_dtypes:
@@ -61,6 +61,31 @@ rule benchmarking_bf16:
         run_cell("benchmarking_bf16")
 
 
+# fp32 and bf16 of one model timed side by side, in one process (cs336report.experiments.
+# benchmarking_mixed_precision.pairs).
+rule benchmarking_bf16_pairs:
+    input:
+        cell_code("benchmarking_bf16_pairs"),
+    output:
+        record(
+            "results/benchmarking_bf16_pairs/{cell}.json",
+            "benchmarking_mixed_precision",
+        ),
+    log:
+        "logs/benchmarking_bf16_pairs/{cell}.log",
+    benchmark:
+        "benchmarks/benchmarking_bf16_pairs/{cell}.tsv"
+    conda:
+        CONDA_ENV
+    threads: TIMED
+    resources:
+        gpu=cell_gpu("benchmarking_bf16_pairs"),
+    params:
+        cell=cell_file("benchmarking_bf16_pairs"),
+    shell:
+        run_cell("benchmarking_bf16_pairs")
+
+
 rule autocast_memory:
     input:
         cell_code("autocast_memory"),
@@ -107,6 +132,7 @@ REPORT_INPUTS["benchmarking_mixed_precision"] = (
     + result_files("norm_sensitivity")
     + result_files("benchmarking")
     + result_files("benchmarking_bf16")
+    + result_files("benchmarking_bf16_pairs")
     + result_files("autocast_memory")
     + result_files("autocast_saved_tensors")
 )

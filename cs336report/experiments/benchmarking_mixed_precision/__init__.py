@@ -12,6 +12,10 @@ and three experiments that run the configured Transformer:
   of ``grids.<gpu|cpu>.benchmarking``) in fp32 and under bf16 autocast. A cell the
   ``benchmarking`` experiment already runs (every fp32 cell of its grid) is not listed again:
   the report takes it from there.
+* ``benchmarking_bf16_pairs`` -- fp32 against bf16 autocast timed side by side: one cell per
+  (implementation, size, context, mode) times both precisions of one model in one process, in
+  alternating blocks over ``rounds`` rounds (:mod:`.pairs`), so that both sides of each ratio
+  share the machine, the process and the batch.
 * ``autocast_memory`` -- peak memory and time of a smaller grid (by default small and 2.7B at
   contexts 128/256/512, forward and forward+backward) for both model implementations, fp32
   and bf16. Cells already run by ``benchmarking`` or ``benchmarking_bf16`` are not repeated.
@@ -27,6 +31,7 @@ and three experiments that run the configured Transformer:
 
 from __future__ import annotations
 
+from ...names.benchmarking import pair_cell_name
 from ..benchmarking_script import MODES, cell_name, cells as benchmarking_cells, grid_cells, transformer_cell
 from ..mixed_precision_accumulation import devices
 
@@ -82,6 +87,25 @@ def bf16_cells(cfg) -> dict[str, dict]:
     return _new_cells(grid_cells(cfg, grid), benchmarking_cells(cfg))
 
 
+def pair_cells(cfg) -> dict[str, dict]:
+    """benchmarking_bf16_pairs: one cell per implementation x size x context x mode of its grid, each
+    timing every precision of the grid (fp32 first in the first round)."""
+    grid = cfg.grid("benchmarking_bf16_pairs")
+    if grid is None:
+        return {}
+    out = {}
+    for impl in grid.get("implementations") or [cfg.run["implementation"]]:
+        for size in grid["sizes"]:
+            for context in grid["contexts"]:
+                for mode in grid["modes"]:
+                    # measured again in no fresh process: its rounds are its repeats
+                    cell = transformer_cell(cfg, size, context, mode, "fp32", impl, repeatable=False,
+                                            precisions=list(grid["precisions"]), rounds=grid["rounds"])
+                    del cell["precision"]
+                    out[pair_cell_name(cell)] = cell
+    return out
+
+
 def memory_cells(cfg) -> dict[str, dict]:
     grid = cfg.grid("autocast_memory")
     if grid is None:
@@ -107,6 +131,7 @@ EXPERIMENTS = {
     "autocast_dtypes": (autocast_cells, ".dtypes:run_autocast"),
     "norm_sensitivity": (norm_cells, ".norms:run_norm"),
     "benchmarking_bf16": (bf16_cells, "..benchmarking_script.step:run"),
+    "benchmarking_bf16_pairs": (pair_cells, ".pairs:run_pairs"),
     "autocast_memory": (memory_cells, "..benchmarking_script.step:run"),
     "autocast_saved_tensors": (census_cells, ".census:run_census"),
 }

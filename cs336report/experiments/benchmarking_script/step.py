@@ -57,8 +57,12 @@ def _phase(timer: PhaseTimer | PhaseEvents, name: str, range_outside: bool):
 
 
 def model_key(cell: dict) -> str:
-    """A model cell's settings without its mode: cells with equal keys run the same model on the same batch."""
-    return json.dumps({k: v for k, v in cell.items() if k != "mode"}, sort_keys=True)
+    """A model cell's settings without its mode: cells with equal keys run the same model on the same batch.
+
+    The precision is left out too where the model does not depend on it (no master weights, nothing
+    compiled): autocast then acts at run time only, so an fp32 and a bf16 step run one model."""
+    ignored = {"mode"} | (set() if cell.get("master_weights") or cell.get("compile") else {"precision"})
+    return json.dumps({k: v for k, v in cell.items() if k not in ignored}, sort_keys=True)
 
 
 def _build(cell: dict) -> dict:
@@ -141,6 +145,18 @@ def prepare(cell: dict, range_outside: bool = False, shared: dict | None = None)
     return model, built["model_info"], built["spec"], step
 
 
+def host_check(times: dict, step, device: str, spent: Spent | None = None) -> dict | None:
+    """The host's share of the steps ``times`` (:func:`host_time`); where they were issued in nearly all
+    their wall time, with the time of their kernels alone, read over more steps of ``step``
+    (:func:`kernels_alone`, its time under ``spent``'s "kernels_alone"), which tells whether the host set it."""
+    host = host_time(times)
+    if host and host.get("host_bound"):
+        with spent("kernels_alone") if spent else nullcontext():
+            host = host_time(times, kernels_alone(lambda: step(phases=False), device,
+                                                  steps=3 if host["wall_s"] < 0.1 else 1))
+    return host
+
+
 def run(cell: dict, shared: dict | None = None) -> dict:
     """Measure one cell; returns the ``data`` part of its result record.
 
@@ -188,11 +204,7 @@ def run(cell: dict, shared: dict | None = None) -> dict:
         with spent("kernel_steps"):
             extra.update(kernel_steps=cell["kernel_steps"], kernels=kernel_times(whole_step, cell["kernel_steps"]),
                          idle=idle_time(whole_step, cell["kernel_steps"]))
-    host = host_time(times)
-    if host and host.get("host_bound"):  # issued in nearly all its wall time: would its kernels alone be faster?
-        with spent("kernels_alone"):
-            host = host_time(times, kernels_alone(lambda: step(phases=False), device,
-                                                  steps=3 if host["wall_s"] < 0.1 else 1))
+    host = host_check(times, step, device, spent)  # issued in nearly all its wall time: would its kernels alone be faster?
     return {
         "model": model_info,
         "params": sum(p.numel() for p in model.parameters()),
