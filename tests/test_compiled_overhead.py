@@ -4,6 +4,7 @@ missing profiler events, and the torch_compile answers built from its records.""
 import gzip
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -159,7 +160,8 @@ def test_the_answer_splits_the_slowest_cells_host_time_from_its_record(tmp_path)
     assert "the compiled forward is slower in 2 of 3 cells, most at d_head 64, seq 256" in answers
     assert f"There its kernels take [40]{link} µs, but the host needs [700]{link} µs to issue the call" in answers
     assert (f"[45]{link} µs of TorchDynamo's guard check, [220]{link} µs in AOTAutograd's wrapper around "
-            f"Inductor's graph, [4]{link} kernel launches at [5.0]{link} µs each, under the profiler. In 3 of 3 cells") in answers
+            f"Inductor's graph, [4]{link} kernel launches at [5.0]{link} µs each, under the profiler. "
+            "In 3 of 3 cells") in answers
     assert "In 3 of 3 cells both calls take the host longer to issue than their kernels take to run" in answers
     # the evidence table: a row per cell, function and call
     evidence = (tmp_path / "r" / "evidence.md").read_text()
@@ -184,3 +186,55 @@ def test_without_overhead_records_the_answer_still_names_the_slower_cells_host_b
     answers = (tmp_path / "r" / "answers.md").read_text()
     assert f"In the {out['n']} slower forward cells (seq ≤ {out['max_seq']}) the host takes" in answers
     assert "Timed again with both functions in one process" not in answers
+
+
+H100 = Path(__file__).resolve().parent / "fixtures" / "overhead_h100"
+
+
+def h100_record(name: str, d: int, seq: int, folder: Path) -> dict:
+    """A record around the ``data`` of a cell run on an H100 (tests/fixtures/overhead_h100)."""
+    envelope = json.loads(gzip.decompress((PUBLISHED / "compiled_attention" / "compiled-fp32-d64-s256.json.gz")
+                                          .read_bytes()))
+    data = json.loads(gzip.decompress((H100 / f"{name}.data.json.gz").read_bytes()))
+    cell = experiments.cells("compiled_attention_overhead", default_config(cuda=True))[f"overhead-fp32-d{d}-s{seq}"]
+    path = folder / f"overhead-fp32-d{d}-s{seq}.json"
+    record = {**envelope, "experiment": "compiled_attention_overhead", "cell": path.stem, "config": cell, "data": data}
+    path.write_text(json.dumps(record))
+    return dict(record, _path=str(path))
+
+
+def test_an_h100_record_shows_the_compiled_call_costing_the_host_more_than_its_kernels(tmp_path):
+    if not (PUBLISHED / "compiled_attention").is_dir():
+        pytest.skip("no published records")
+    records = [h100_record("d64s256", 64, 256, tmp_path), h100_record("d128s1024", 128, 1024, tmp_path)]
+    for r in records:
+        shapes.check("compiled_attention_overhead", "ok", r["data"])
+        # the event names torch 2.11's profiler gives on CUDA, each quantity found
+        compiled = r["data"]["calls"]["compiled"]["forward_backward"]["event_names"]
+        assert compiled["cache_lookup"] == ["TorchDynamo Cache Lookup"]
+        assert compiled["compiled_backward"] == ["CompiledFunctionBackward"] and len(compiled["inductor_call"]) == 2
+        assert {"cuLaunchKernel", "cudaLaunchKernelExC"} <= set(compiled["launch"])  # Triton's and cuBLAS's
+    out = section.overhead_analysis(section.overhead_frame(records))
+    median = statistics.median
+    ratios = {}
+    for r in records:
+        calls = r["data"]["calls"]
+        ratios[r["_path"]] = (median(calls["compiled"]["forward"]["times_s"]["measured_s"])
+                              / median(calls["eager"]["forward"]["times_s"]["measured_s"]))
+    worst = max(records, key=lambda r: ratios[r["_path"]])
+    c, fwd = out["cell"], worst["data"]["calls"]["compiled"]["forward"]
+    eager = worst["data"]["calls"]["eager"]["forward"]
+    profiled = lambda m, k: median(p[k] for p in m["profiled"])  # noqa: E731
+    assert (c["d"], c["seq"]) == (worst["config"]["d_head"], worst["config"]["seq"])
+    assert c["slower"].source == worst["_path"]
+    assert c["host_us"] == sig(median(fwd["times_s"]["issue_s"]) * 1e6, 2)
+    assert c["kernels_us"] == sig(profiled(fwd, "kernels_s") * 1e6, 2)
+    assert c["guard_us"] == sig(profiled(fwd, "cache_lookup_s") * 1e6, 2)
+    assert c["wrapper_us"] == sig((profiled(fwd, "compiled_function_s") - profiled(fwd, "inductor_call_s")) * 1e6, 2)
+    assert c["launches"] == "3" and c["eager_launches"] == str(int(profiled(eager, "launches")))
+    # the diagnosis: fewer, faster kernels compiled, but a longer host time to issue them
+    assert profiled(fwd, "kernels_s") < profiled(eager, "kernels_s")
+    assert median(fwd["times_s"]["issue_s"]) > median(eager["times_s"]["issue_s"])
+    bound = [r for r in records if all(median(m["times_s"]["issue_s"]) > profiled(m, "kernels_s")
+                                       for m in (r["data"]["calls"][i]["forward"] for i in ("eager", "compiled")))]
+    assert out["n_slower"] == 2 and out["n_host_bound"] == len(bound) == 1  # eager at d_head 128, seq 1024 is not

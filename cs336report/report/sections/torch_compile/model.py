@@ -86,7 +86,8 @@ def model_pairs(compiled_records: list[dict], eager_records: list[dict]) -> pd.D
         return df
     compiled = df[df["compiled"]]
     eager = df[~df["compiled"]].drop_duplicates("key")
-    pairs = compiled.merge(eager[["key", "status", "mean_s", "std_s", "source", "gpu", "host_bound"]], on="key", how="left",
+    twins = eager[["key", "status", "mean_s", "std_s", "source", "gpu", "host_bound"]]
+    pairs = compiled.merge(twins, on="key", how="left",
                            suffixes=("", "_eager"))
     # a twin timed on another card is no baseline: compare timings within one card only
     other = [not same_card(a, b) for a, b in zip(pairs["gpu"], pairs["gpu_eager"])]

@@ -50,7 +50,8 @@ def overhead_frame(records: list[dict]) -> pd.DataFrame:
                        "gpu_s": _median(times.get("gpu_s"))}
                 for q in PROFILED:
                     row["profiled_host_s" if q == "host_s" else q] = _median([c.get(q) for c in calls])
-                backward = 0.0 if row["compiled_backward_s"] != row["compiled_backward_s"] else row["compiled_backward_s"]
+                backward = row["compiled_backward_s"]
+                backward = 0.0 if backward != backward else backward  # a forward alone has none
                 row["wrapper_s"] = row["compiled_function_s"] + backward - row["inductor_call_s"]
                 rows.append(row)
     return pd.DataFrame(rows)
@@ -140,14 +141,16 @@ def host_share(eager_records: list[dict], compiled_records: list[dict]) -> pd.Da
 def host_share_analysis(share: pd.DataFrame) -> dict | None:
     """For the cells whose compiled forward is slower: the range of the host's share of a call's wall
     time (both calls), and the ranges of their issue times. None where no cell is slower or none has host samples."""
-    slower = share[(share["wall_s"] > share["wall_s_eager"]) & share["issue_s"].notna() & share["issue_s_eager"].notna()]
+    slower = share[(share["wall_s"] > share["wall_s_eager"]) & share["issue_s"].notna()
+                   & share["issue_s_eager"].notna()]
     if slower.empty:
         return None
     fractions = pd.concat([slower["issue_s"] / slower["wall_s"], slower["issue_s_eager"] / slower["wall_s_eager"]])
     lo, hi = slower.loc[slower["issue_s"].idxmin()], slower.loc[slower["issue_s"].idxmax()]
     elo, ehi = slower.loc[slower["issue_s_eager"].idxmin()], slower.loc[slower["issue_s_eager"].idxmax()]
     ms = lambda s, src: Num(sig(s * 1e3), src)  # noqa: E731
-    return {"n": int(len(slower)), "max_seq": int(slower["seq"].max()), "fraction": {"lo": f"{fractions.min() * 100:.0f}", "hi": f"{fractions.max() * 100:.0f}"},
+    return {"n": int(len(slower)), "max_seq": int(slower["seq"].max()),
+            "fraction": {"lo": f"{fractions.min() * 100:.0f}", "hi": f"{fractions.max() * 100:.0f}"},
             "compiled": {"lo": ms(lo["issue_s"], lo["source"]), "hi": ms(hi["issue_s"], hi["source"])},
             "eager": {"lo": ms(elo["issue_s_eager"], elo["source_eager"]),
                       "hi": ms(ehi["issue_s_eager"], ehi["source_eager"])}}
