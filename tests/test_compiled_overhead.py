@@ -115,7 +115,8 @@ def fixture_record(d: int, seq: int, eager: dict, compiled: dict, folder: Path) 
                     for k in ("cache_lookup_s", "compiled_region_s", "compiled_function_s", "compiled_backward_s",
                               "inductor_call_s", "launches", "launch_api_s", "kernels", "kernels_s")}
         one = {"times_s": {"warmup_s": [1e-3], "measured_s": [v["wall"] * 1e-6] * 3,
-                           "issue_s": [v["issue"] * 1e-6] * 3, "gpu_s": [v["gpu"] * 1e-6] * 3, "phases_s": {}},
+                           "issue_s": [v["issue"] * 1e-6] * 3, "phases_s": {},
+                           **({"gpu_s": [v["gpu"] * 1e-6] * 3} if v.get("gpu") else {})},
                "profiled": [{"host_s": 2 * v["issue"] * 1e-6, "wall_s": 2 * v["wall"] * 1e-6, **profiled}] * 2,
                "event_names": {}}
         calls[impl] = {"forward": one, "forward_backward": one}
@@ -160,7 +161,8 @@ def test_the_answer_splits_the_slowest_cells_host_time_from_its_record(tmp_path)
     assert "the compiled forward is slower in 2 of 3 cells, most at d_head 64, seq 256" in answers
     assert f"There its kernels take [40]{link} µs, but the host needs [700]{link} µs to issue the call" in answers
     assert (f"[45]{link} µs of TorchDynamo's guard check, [220]{link} µs in AOTAutograd's wrapper around "
-            f"Inductor's graph, [4]{link} kernel launches at [5.0]{link} µs each, under the profiler. "
+            f"Inductor's graph, [300]{link} µs in Inductor's graph call, its kernel launchers included, "
+            f"[4]{link} kernel launches at [5.0]{link} µs each, under the profiler. "
             "In 3 of 3 cells") in answers
     assert "In 3 of 3 cells both calls take the host longer to issue than their kernels take to run" in answers
     # the evidence table: a row per cell, function and call
@@ -231,6 +233,7 @@ def test_an_h100_record_shows_the_compiled_call_costing_the_host_more_than_its_k
     assert c["kernels_us"] == sig(profiled(fwd, "kernels_s") * 1e6, 2)
     assert c["guard_us"] == sig(profiled(fwd, "cache_lookup_s") * 1e6, 2)
     assert c["wrapper_us"] == sig((profiled(fwd, "compiled_function_s") - profiled(fwd, "inductor_call_s")) * 1e6, 2)
+    assert c["inductor_us"] == sig(profiled(fwd, "inductor_call_s") * 1e6, 2)
     assert c["launches"] == "3" and c["eager_launches"] == str(int(profiled(eager, "launches")))
     # the diagnosis: fewer, faster kernels compiled, but a longer host time to issue them
     assert profiled(fwd, "kernels_s") < profiled(eager, "kernels_s")
@@ -238,3 +241,19 @@ def test_an_h100_record_shows_the_compiled_call_costing_the_host_more_than_its_k
     bound = [r for r in records if all(median(m["times_s"]["issue_s"]) > profiled(m, "kernels_s")
                                        for m in (r["data"]["calls"][i]["forward"] for i in ("eager", "compiled")))]
     assert out["n_slower"] == 2 and out["n_host_bound"] == len(bound) == 1  # eager at d_head 128, seq 1024 is not
+
+
+def test_a_record_without_kernels_or_launches_drops_their_clauses(tmp_path):
+    """A CPU record: no kernels, no launches; the host's time is the call's whole run."""
+    if not (PUBLISHED / "compiled_attention").is_dir():
+        pytest.skip("no published records")
+    none = dict.fromkeys(("gpu", "launches", "launch_api_s", "kernels", "kernels_s"))
+    cpu = fixture_record(64, 256, {**EAGER, **none}, {**COMPILED, **none}, tmp_path)
+    attention = sorted((PUBLISHED / "pytorch_attention").glob("naive-fp32-*.json.gz")) + sorted(
+        (PUBLISHED / "compiled_attention").glob("compiled-fp32-*.json.gz"))
+    render_report([str(p) for p in (cpu, *attention)], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r")
+    answers = (tmp_path / "r" / "answers.md").read_text()
+    link = "(../compiled_attention_overhead/overhead-fp32-d64-s256.json)"
+    assert f"There the call takes the host [700]{link} µs, on a CPU its whole run ([240]{link} µs eager): " in answers
+    assert f"[300]{link} µs in Inductor's graph call, its kernel launchers included, under the profiler." in answers
+    assert "kernel launches at" not in answers and "take the host longer to issue than their kernels" not in answers
