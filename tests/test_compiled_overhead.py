@@ -158,13 +158,12 @@ def test_the_answer_splits_the_slowest_cells_host_time_from_its_record(tmp_path)
                   tmp_path / "r")
     answers = (tmp_path / "r" / "answers.md").read_text()
     link = "(../compiled_attention_overhead/overhead-fp32-d64-s256.json)"  # each number links to its record
-    assert "the compiled forward is slower in 2 of 3 cells, most at d_head 64, seq 256" in answers
-    assert f"There its kernels take [40]{link} µs, but the host needs [700]{link} µs to issue the call" in answers
-    assert (f"[45]{link} µs of TorchDynamo's guard check, [220]{link} µs in AOTAutograd's wrapper around "
-            f"Inductor's graph, [300]{link} µs in Inductor's graph call, its kernel launchers included, "
-            f"[4]{link} kernel launches at [5.0]{link} µs each, under the profiler. "
-            "In 3 of 3 cells") in answers
-    assert "In 3 of 3 cells both calls take the host longer to issue than their kernels take to run" in answers
+    assert (f"Profiled, at d_head 64, seq 256 ([{sig(740 / 250)}]{link}× eager's time) the compiled call's kernels "
+            f"take [40]{link} µs, but issuing it takes the host [700]{link} µs (eager [240]{link} µs, [7]{link} "
+            f"launches): [45]{link} µs guard check, [220]{link} µs AOTAutograd wrapper, [300]{link} µs Inductor graph "
+            f"with its launchers, [4]{link} launches at [5.0]{link} µs. Both calls are host-bound in 3 of 3 such "
+            "cells.") in answers
+    assert "are timed by the host, eager and compiled" not in answers  # the profiled split replaces it
     # the evidence table: a row per cell, function and call
     evidence = (tmp_path / "r" / "evidence.md").read_text()
     assert "where the host's time goes" in evidence and evidence.count("| 16 | 256 | compiled |") == 2
@@ -186,8 +185,9 @@ def test_without_overhead_records_the_answer_still_names_the_slower_cells_host_b
     assert out["compiled"]["hi"] == sig(slower["issue_s"].max() * 1e3)
     render_report([str(p) for p in eager + compiled], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r")
     answers = (tmp_path / "r" / "answers.md").read_text()
-    assert f"In the {out['n']} slower forward cells (seq ≤ {out['max_seq']}) the host takes" in answers
-    assert "Timed again with both functions in one process" not in answers
+    assert (f"The {out['n']} slower cells (seq ≤ {out['max_seq']}) are timed by the host, eager and compiled: issuing "
+            f"a call takes {out['fraction']['lo']}–{out['fraction']['hi']} % of its wall time.") in answers
+    assert "Profiled, at d_head" not in answers
 
 
 H100 = Path(__file__).resolve().parent / "fixtures" / "overhead_h100"
@@ -254,6 +254,7 @@ def test_a_record_without_kernels_or_launches_drops_their_clauses(tmp_path):
     render_report([str(p) for p in (cpu, *attention)], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r")
     answers = (tmp_path / "r" / "answers.md").read_text()
     link = "(../compiled_attention_overhead/overhead-fp32-d64-s256.json)"
-    assert f"There the call takes the host [700]{link} µs, on a CPU its whole run ([240]{link} µs eager): " in answers
-    assert f"[300]{link} µs in Inductor's graph call, its kernel launchers included, under the profiler." in answers
-    assert "kernel launches at" not in answers and "take the host longer to issue than their kernels" not in answers
+    assert (f"Profiled, at d_head 64, seq 256 the compiled call takes the host [700]{link} µs, on a CPU its whole "
+            f"run (eager [240]{link} µs): [45]{link} µs guard check, [220]{link} µs AOTAutograd wrapper, [300]{link} "
+            "µs Inductor graph with its launchers.") in answers
+    assert "launches at" not in answers and "Both calls are host-bound in" not in answers
