@@ -761,8 +761,8 @@ def test_published_compiled_model_answer_ranges_the_steps_that_are_not_host_boun
         kept = [x for x in pairs if not x[2]]
         lo, hi = min(kept, key=lambda x: x[0]), max(kept, key=lambda x: x[0])
         # each mode's range is that of the steps that are not host-bound, named by its ends
-        assert (f"{label}: {sig(lo[0])}× to {sig(hi[0])}× as fast compiled, most for {hi[1]['size']}, context "
-                f"{hi[1]['context']}, least for {lo[1]['size']}, context {lo[1]['context']}") in answer
+        assert (f"{label}: {sig(lo[0])}× ({lo[1]['size']}, context {lo[1]['context']}) to {sig(hi[0])}× "
+                f"({hi[1]['size']}, context {hi[1]['context']}) as fast compiled") in answer
         left_out += [f"{c['size']}, context {c['context']}, {label}, {sig(r)}×" for r, c, b in pairs if b]
     if left_out:  # the host-bound steps are named apart, with their speed-ups
         assert answer.count("Where neither step is host-bound, forward: ") == 1
