@@ -8,7 +8,7 @@ import sys
 from conftest import REPO
 
 EXPERIMENT_RULES = {"benchmarking", "benchmarking_warmup", "roofline", "flash_benchmarking", "nsys_profile",
-                    "memory_profiling", "compiled_attention"}
+                    "memory_profiling", "compiled_attention", "compiled_attention_overhead"}
 
 
 def test_every_measuring_job_takes_all_cores_and_other_jobs_one(tmp_path):

@@ -116,7 +116,7 @@ def test_editing_experiment_code_reruns_that_experiment_only(workdir):
 def test_editing_the_compile_experiment_reruns_the_compiled_cells_only(workdir):
     jobs = jobs_after_editing(workdir, "experiments/torch_compile.py")
     records = {rule: [json.loads(p.read_text()) for p in (workdir / "results" / rule).glob("*.json")]
-               for rule in ("compiled_attention", "compiled_model", "optimized_step")}
+               for rule in ("compiled_attention", "compiled_attention_overhead", "compiled_model", "optimized_step")}
     # a record made by a job of several cells counts its job once
     compiled = {rule: len({(r.get("job") or {}).get("name") or r["cell"] for r in rs}) for rule, rs in records.items()}
     assert all(compiled.values()), compiled  # the CPU grid runs each of them
@@ -324,10 +324,10 @@ def test_editing_the_leaderboard_reruns_the_leaderboard_not_the_flash_grid(tmp_p
 
 # Rules whose cells call torch.compile through cs336report.measure.compiling; the others import it with
 # the shared experiment modules but never run it, so it is not among their code inputs.
-COMPILING_RULES = {"compiled_attention", "compiled_model", "optimized_step"}
+COMPILING_RULES = {"compiled_attention", "compiled_attention_overhead", "compiled_model", "optimized_step"}
 # Rules whose cells time each kernel through cs336report.measure.kernel_times (the shared benchmarking module
 # imports it; only cells with kernel_steps call it).
-KERNEL_TIMING_RULES = {"optimized_step", "flash_leaderboard"}
+KERNEL_TIMING_RULES = {"optimized_step", "flash_leaderboard", "compiled_attention_overhead"}
 
 
 def _package_imports(path) -> set[str]:

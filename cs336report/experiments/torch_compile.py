@@ -1,11 +1,15 @@
 """torch_compile: compiled attention, the compiled Transformer, and the optimized training step.
 
-Three experiments:
+Four experiments:
 
 * ``compiled_attention`` -- the pytorch_attention grid (or the subset ``d_heads`` x ``seqs``
   of ``grids.<gpu|cpu>.compiled_attention``) with the naive attention under ``torch.compile``,
   measured exactly like pytorch_attention (:func:`cs336report.experiments.pytorch_attention.timing.run`).
   Its eager baseline is pytorch_attention's naive cell of the same (d_head, seq).
+* ``compiled_attention_overhead`` -- (a) diagnosed: for a few short sequences, the naive attention
+  eager and compiled in one process, each call's host time split by torch.profiler into guard
+  checks, the compiled function's wrapper, kernel launches and the kernels' own time
+  (:mod:`cs336report.experiments.pytorch_attention.overhead`).
 * ``compiled_model`` -- the Transformer of the benchmarking experiment compiled with
   ``torch.compile`` for the configured sizes x contexts x modes, and the same cells
   uncompiled where benchmarking does not already run them (the report takes those from
@@ -60,6 +64,32 @@ def compiled_attention_cells(cfg) -> dict[str, dict]:
             if grid.get("compile_threads") is not None:  # else Inductor's default, and the cell as before
                 cell["compile_threads"] = grid["compile_threads"]
             out[attention.cell_name(cell)] = cell
+    return out
+
+
+def overhead_cell_name(cell: dict) -> str:
+    return "overhead-" + attention.cell_name(cell).removeprefix("naive-")
+
+
+def compiled_attention_overhead_cells(cfg) -> dict[str, dict]:
+    """One cell per (d_head, seq) of ``grids.<gpu|cpu>.compiled_attention_overhead``; batch, dtype,
+    causal mask and warm-up from pytorch_attention's grid, its pass counts replaced by ``calls``
+    timed and ``profiled_calls`` profiled calls of each function and mode."""
+    grid = cfg.grid("compiled_attention_overhead")
+    base = cfg.grid("pytorch_attention")
+    if grid is None or base is None:
+        return {}
+    out = {}
+    for d_head in grid["d_heads"]:
+        for seq in grid["seqs"]:
+            cell = attention.attention_cell(cfg, base, "naive", d_head, seq)
+            for key in ("implementation", "backend", "forward_passes", "backward_passes"):
+                del cell[key]  # the cell runs the naive attention eager and compiled, with calls of its own
+            cell.update(calls=grid["calls"], profiled_calls=grid["profiled_calls"])
+            compiled = cfg.grid("compiled_attention") or {}
+            if compiled.get("compile_threads") is not None:  # compiled as compiled_attention compiles
+                cell["compile_threads"] = compiled["compile_threads"]
+            out[overhead_cell_name({**cell, "implementation": "naive"})] = cell
     return out
 
 
@@ -140,6 +170,7 @@ JOBS = {"compiled_model": compiled_model_jobs}
 
 EXPERIMENTS = {
     "compiled_attention": (compiled_attention_cells, ".pytorch_attention.timing:run"),
+    "compiled_attention_overhead": (compiled_attention_overhead_cells, ".pytorch_attention.overhead:run"),
     "compiled_model": (compiled_model_cells, ".benchmarking_script.step:run"),
     "optimized_step": (optimized_cells, ".benchmarking_script.step:run"),
 }

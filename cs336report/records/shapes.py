@@ -157,6 +157,24 @@ class Attention:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CallOverhead:
+    """compiled_attention_overhead: the naive attention's calls eager and compiled, in one process.
+
+    ``calls[implementation][mode]`` (implementation ``eager`` or ``compiled``, mode ``forward`` or
+    ``forward_backward``) holds ``times_s`` (time_steps' raw samples: ``measured_s``, ``issue_s``,
+    ``gpu_s`` on CUDA), ``profiled`` (one dict per profiled call: ``host_s``, ``wall_s``,
+    ``cache_lookup_s``, ``compiled_region_s``, ``compiled_function_s``, ``compiled_backward_s``,
+    ``inductor_call_s``, ``launches``, ``launch_api_s``, ``kernels``, ``kernels_s``, each None where
+    the profile held no such event) and ``event_names`` (the profiler's names each quantity matched);
+    ``events`` the names searched."""
+
+    calls: dict
+    events: dict
+    flops_forward: int
+    compile: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class DDPTraining:
     """A DDP training loop's ranks and step times (the DDP benchmarking problems)."""
 
@@ -580,7 +598,7 @@ SHAPES: dict[str, type] = {
     "autocast_dtypes": AutocastDtypes, "mixed_precision_accumulation": Accumulation,
     "norm_sensitivity": NormSensitivity, "autocast_saved_tensors": SavedTensors,
     "communication_accounting": CommunicationAccounting,
-    "pytorch_attention": Attention, "compiled_attention": Attention,
+    "pytorch_attention": Attention, "compiled_attention": Attention, "compiled_attention_overhead": CallOverhead,
     "naive_ddp_benchmarking": DDPTraining, "minimal_ddp_flat_benchmarking": DDPTraining,
     "ddp_overlap_individual_parameters_benchmarking": DDPTraining, "ddp_bucketed_benchmarking": DDPTraining,
     "ddp_overlap_profile": DDPOverlapProfile, "distributed_communication_single_node": Collectives,

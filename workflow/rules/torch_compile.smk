@@ -1,5 +1,6 @@
-# torch_compile: (a) the attention grid compiled, (b) the Transformer compiled against the
-# same cells uncompiled, (c) the optimized training step (native, bf16, compile, fused AdamW).
+# torch_compile: (a) the attention grid compiled, and the host time of its short sequences split;
+# (b) the Transformer compiled against the same cells uncompiled; (c) the optimized training
+# step (native, bf16, compile, fused AdamW).
 import re
 
 from cs336report.experiments import torch_compile
@@ -24,6 +25,27 @@ rule compiled_attention:
         cell=cell_file("compiled_attention"),
     shell:
         run_cell("compiled_attention")
+
+
+# (a) diagnosed: each cell times and profiles the naive attention eager and compiled in one process.
+rule compiled_attention_overhead:
+    input:
+        cell_code("compiled_attention_overhead"),
+    output:
+        record("results/compiled_attention_overhead/{cell}.json", "torch_compile"),
+    log:
+        "logs/compiled_attention_overhead/{cell}.log",
+    benchmark:
+        "benchmarks/compiled_attention_overhead/{cell}.tsv"
+    conda:
+        CONDA_ENV
+    threads: TIMED
+    resources:
+        gpu=GPU,
+    params:
+        cell=cell_file("compiled_attention_overhead"),
+    shell:
+        run_cell("compiled_attention_overhead")
 
 
 # The compiled cells of one size and context are one job (one process, one compiled model): the
@@ -121,6 +143,7 @@ rule optimized_step:
 
 REPORT_INPUTS["torch_compile"] = (
     result_files("compiled_attention")
+    + result_files("compiled_attention_overhead")
     + result_files("compiled_model")
     + result_files("optimized_step")
 )

@@ -2,7 +2,8 @@
 uncompiled one, (c) the optimized training step against the measured bf16 matmul peak.
 
 build() puts together the parts of this package and the attention frame and figure of
-``sections/pytorch_attention``.
+``sections/pytorch_attention``; (a)'s slower cells are diagnosed from the host samples of the attention
+records and from compiled_attention_overhead's profiled calls (:mod:`.overhead`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ from ..pytorch_attention.frame import memory_column
 from ..pytorch_attention.frame import frame as attention_frame
 from .attention import answer_table, attention_analysis, attention_pairs, attention_table
 from .model import model_analysis, model_pairs, model_table
+from .overhead import host_share, host_share_analysis, overhead_analysis, overhead_frame, overhead_table
 from .optimized import bf16_peak, optimized
 
 __all__ = ["EXPERIMENTS", "build", "skip_reason", "attention_analysis",
            "attention_pairs", "attention_table", "model_analysis", "model_pairs", "model_table", "optimized"]
 
-EXPERIMENTS = ("compiled_attention", "compiled_model", "optimized_step")
+EXPERIMENTS = ("compiled_attention", "compiled_attention_overhead", "compiled_model", "optimized_step")
 
 
 def skip_reason(ctx) -> str:
-    return "no compiled_attention, compiled_model or optimized_step grid configured"
+    return "no compiled_attention, compiled_attention_overhead, compiled_model or optimized_step grid configured"
 
 
 def build(ctx) -> dict:
@@ -48,6 +50,9 @@ def build(ctx) -> dict:
         out["attention"] = attention_analysis(pairs, memory_key)
         out["attention"]["memory_label"] = ("allocated before backward" if memory_key == "activation_bytes"
                                             else "bytes saved for backward")
+        share = host_share_analysis(host_share(ctx.records("pytorch_attention"), ctx.records("compiled_attention")))
+        if share:
+            out["attention"]["host_share"] = share
         both = pd.concat([eager[eager["variant"] == "naive"], compiled])
         both = both[both["d"].isin(set(compiled["d"])) & both["seq"].isin(set(compiled["seq"]))]
         if compiled["seq"].nunique() >= 2:  # a scaling plot needs more than one sequence length
@@ -55,6 +60,13 @@ def build(ctx) -> dict:
                 "torch_compile_attention", scaling_figure(both, memory_key),
                 "Eager and compiled naive attention against sequence length, log-log. Colour: head dimension; "
                 "line style: eager or compiled.")
+    # (a), diagnosed: the short cells' host time split (compiled_attention_overhead)
+    calls = overhead_frame(ctx.records("compiled_attention_overhead"))
+    overhead = overhead_analysis(calls)
+    if overhead:
+        out["overhead"] = overhead
+    if not calls.empty:
+        out["overhead_table"] = overhead_table(calls)
     # (b)
     pairs = model_pairs(ctx.records("compiled_model"), ctx.records("benchmarking"))
     if not pairs.empty:

@@ -32,14 +32,14 @@ FIELDS = {
     "cache_hits": "data.compile.inductor_cache_hits", "graph_breaks": "data.compile.graph_breaks",
     "graphs": "data.compile.graphs", **{f"{p}_mean_s": f"data.phase_stats_s.{p}.mean" for p, _, _ in PHASES},
     "params": "data.params", "kernel_steps": "data.kernel_steps", "whole_mean_s": "data.whole_step_stats_s.mean",
-    "source": "_path", "gpu": "provenance.gpu",
+    "source": "_path", "gpu": "provenance.gpu", "host_bound": "data.host.host_bound",
 }
 COLUMNS = [
     "key", "compiled", "fused", "cuda_graphs", "phase_method", "scope", "master_weights", "implementation",
     "precision", "size", "context", "mode", "batch", "status", "error", "mean_s", "std_s", "flops", "tflops",
     "first_call_s", "first_calls", "setup_s", "cache_hits", "graph_breaks", "graphs",
     *[f"{p}_mean_s" for p, _, _ in PHASES], "params", "d_model", "spec", "kernels", "kernel_steps", "idle",
-    "whole_mean_s", "whole_steps", "source", "gpu",
+    "whole_mean_s", "whole_steps", "source", "gpu", "host_bound",
 ]
 
 
@@ -86,7 +86,8 @@ def model_pairs(compiled_records: list[dict], eager_records: list[dict]) -> pd.D
         return df
     compiled = df[df["compiled"]]
     eager = df[~df["compiled"]].drop_duplicates("key")
-    pairs = compiled.merge(eager[["key", "status", "mean_s", "std_s", "source", "gpu"]], on="key", how="left",
+    twins = eager[["key", "status", "mean_s", "std_s", "source", "gpu", "host_bound"]]
+    pairs = compiled.merge(twins, on="key", how="left",
                            suffixes=("", "_eager"))
     # a twin timed on another card is no baseline: compare timings within one card only
     other = [not same_card(a, b) for a, b in zip(pairs["gpu"], pairs["gpu_eager"])]
@@ -140,16 +141,24 @@ def compile_scope(pairs: pd.DataFrame) -> dict:
 
 def model_analysis(pairs: pd.DataFrame, host_bound: set[str] = frozenset()) -> dict:
     """``host_bound``: the eager records flagged host-bound, whose step time the host's kernel launches
-    set, so that a speed-up over them is named as such."""
+    set. A pair is host-bound where either record is (flagged, or its ``data.host.host_bound``); each
+    mode's range of speed-ups is that of the other pairs, the compute-bound ones, where there are any
+    (``compute_bound``), and the host-bound pairs are named apart with their speed-ups."""
     both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
     out: dict = {"n": len(pairs), "n_both": len(both), "by_mode": []}
+    bound = (both["source_eager"].isin(host_bound) | both["host_bound_eager"].map(lambda v: v is True)
+             | both["host_bound"].map(lambda v: v is True))
     for mode, g in both.groupby("mode", sort=False):
-        ratio = g["mean_s_eager"] / g["mean_s"]
-        lo, hi = g.loc[ratio.idxmin()], g.loc[ratio.idxmax()]
+        g_bound = bound.loc[g.index]
+        use = g[~g_bound] if (~g_bound).any() else g
+        ratio = use["mean_s_eager"] / use["mean_s"]
+        lo, hi = use.loc[ratio.idxmin()], use.loc[ratio.idxmax()]
+        host = [{"cell": f"{r['size']}, context {r['context']}", "ratio": sig(r["mean_s_eager"] / r["mean_s"])}
+                for _, r in g[g_bound].iterrows()]
         out["by_mode"].append({"mode": MODE_LABELS[mode], "min": sig(ratio.min()), "max": sig(ratio.max()),
                                "min_cell": f"{lo['size']}, context {lo['context']}",
                                "max_cell": f"{hi['size']}, context {hi['context']}",
-                               "max_host_bound": hi["source_eager"] in host_bound})
+                               "compute_bound": bool((~g_bound).any()), "n": int(len(use)), "host_bound": host})
     first = first_call_summary(pairs, lambda r: f"{r['size']}, context {r['context']}, {MODE_LABELS[r['mode']]}")
     if first:
         out["first_call"] = first
