@@ -175,3 +175,19 @@ def test_a_rerun_command_names_the_grid_only_where_the_device_would_not_pick_it(
     finally:
         RERUN_OPTIONS.reset(token)
     assert rerun_command("a") == "snakemake --cores 1 --forcerun a -- report"  # outside a render: as before
+
+
+def test_a_cut_down_grid_is_named_in_one_order_whatever_the_order_of_its_reference_grids():
+    """The published folder's config.json and a run's config may list the default's grids in other
+    orders; the verdict's list of what was left out reads the same either way (rerender-check)."""
+    from cs336report.report.checks import cut_down_grid
+    from cs336report.report.settings import RenderSettings
+
+    published = json.loads((REPO / "report/data/config.json").read_text())
+    reference = {"gpu": {"compiled_attention_overhead": {"d_heads": [16]}, "benchmarking_bf16_pairs": {"sizes": ["small"]},
+                         **published["grids"]["gpu"]}}
+    backwards = {"gpu": dict(reversed(list(reference["gpu"].items())))}
+    said = [cut_down_grid(RenderSettings.from_config({**published, "_reference_grids": grids}))
+            for grids in (reference, backwards)]
+    assert said[0] == said[1]
+    assert said[0] == ["benchmarking_bf16_pairs not run", "compiled_attention_overhead not run"]

@@ -175,7 +175,7 @@ def cut_down_grid(settings: RenderSettings) -> list[str]:
                 kept = [v for v in values if v in mine[key]]
                 if len(kept) < len(values):
                     out.append(f"{experiment} {key}: {len(kept)} of {len(values)}")
-    return out
+    return sorted(out)  # the reference grids' key order differs between a run's config and config.json
 
 
 # The handout's own grids where a report goes beyond them (a point outside is an extension).
