@@ -131,7 +131,7 @@ def _render(args) -> int:
     from .report.render import render_report
 
     config = _json_arg(args.config_json)
-    # the report rule passes the configured cells' names (_expected) and the default grids
+    # the report rule passes the configured cells with their settings (_expected) and the default grids
     # (_reference_grids); a config without them has them resolved here, so that the report imports no
     # experiment and reads no config file
     expected = None if "_expected" in config else expected_cells(config)

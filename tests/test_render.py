@@ -76,6 +76,36 @@ def test_commits_line_counts_records_per_commit_and_tree_state():
     assert _commits([same, differs]) == f"{'d' * 40} (2 records, 1 with uncommitted changes)"
 
 
+def test_commits_line_says_which_card_ran_which_experiments_where_the_records_name_several():
+    from cs336report.report.appendix.provenance import _commits
+
+    def rec(commit, gpu, experiment):
+        return {"experiment": experiment, "provenance": {"git_commit": commit, "git_dirty": False, "gpu": gpu}}
+
+    one_card = [rec("a" * 40, "H200", "benchmarking")] * 2
+    assert _commits(one_card) == f"{'a' * 40} (2 records, no uncommitted changes)"
+    two = one_card + [rec("b" * 40, "H100", "benchmarking_warmup"), rec("b" * 40, "H100", "benchmarking_bf16_pairs")]
+    assert _commits(two) == (f"{'a' * 40} (2 records, no uncommitted changes; H200: benchmarking); "
+                             f"{'b' * 40} (2 records, no uncommitted changes; H100: benchmarking_bf16_pairs, "
+                             "benchmarking_warmup)")
+
+
+def test_an_answers_record_folders_name_their_card_only_where_the_report_has_several(tmp_path):
+    from cs336report.report.render import RenderContext, _record_folders
+    from cs336report.report.settings import RenderSettings
+
+    def rec(experiment, gpu):
+        return {"experiment": experiment, "cell": "c", "_path": f"report/data/{experiment}/c.json.gz",
+                "provenance": {"gpu": gpu}}
+
+    settings = RenderSettings.from_config({"grid": "cpu", "device": "cpu", "grids": {}, "run": {}})
+    mixed = RenderContext([rec("benchmarking", "H200"), rec("benchmarking_bf16_pairs", "H100")], settings, tmp_path)
+    folders = _record_folders(mixed, ["benchmarking", "benchmarking_bf16_pairs"], None)
+    assert [f["cards"] for f in folders] == ["H200", "H100"]
+    alone = RenderContext([rec("benchmarking", "H200")], settings, tmp_path)
+    assert [f["cards"] for f in _record_folders(alone, ["benchmarking"], None)] == [""]
+
+
 def test_markdown_text_keeps_quotes_readable_but_no_markup():
     assert md_cell("the step's time") == "the step's time"
     assert md_cell('say "hi" & <b>') == 'say "hi" &amp; &lt;b&gt;'

@@ -127,7 +127,7 @@ def gpus_of(cell: dict) -> int:
 
 
 def with_expected_cells(config: dict) -> dict:
-    """``config`` with ``_expected``: the names of the cells it asks for, per experiment, so that the
+    """``config`` with ``_expected``: the cells it asks for with their settings, per experiment, so that the
     report can list what did not run without importing the experiments (nor torch); with
     ``_gpu_grid``: for each experiment it has no cells of, the GPUs its cells of the gpu grid need (the
     report's "not run" lines say which machine runs them); and with ``_reference_grids``, the default
@@ -138,7 +138,8 @@ def with_expected_cells(config: dict) -> dict:
     expected = expected_cells(config)
     if expected is None:
         return config
-    out = {**config, "_expected": {name: sorted(found) for name, found in expected.items()}}
+    # each cell with its settings, as a render that resolves them itself (rerender) shows them
+    out = {**config, "_expected": {name: {cell: found[cell] for cell in sorted(found)} for name, found in expected.items()}}
     absent = [name for name, found in expected.items() if not found]
     if absent and config.get("_grid") != "gpu":
         # which cells, not whose code: the student's checkout and a user's model are not loaded again

@@ -178,6 +178,8 @@ class RenderContext:
         self._by_experiment: dict[str, list[dict]] = defaultdict(list)
         for r in records:
             self._by_experiment[r["experiment"]].append(r)
+        # the cards the records name: where there are several, each answer's record folders say theirs
+        self.cards = sorted({gpu for r in records if (gpu := (r.get("provenance") or {}).get("gpu"))})
 
     def records(self, experiment: str) -> list[dict]:
         return sorted(self._by_experiment.get(experiment, []), key=lambda r: r["cell"])
@@ -231,13 +233,20 @@ def _skip_reason(module, ctx: RenderContext) -> str:
 
 
 def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> list[dict]:
-    """The folders of a section's records, as links relative to the report folder where possible."""
-    folders = {}
+    """The folders of a section's records, as links relative to the report folder where possible; where
+    the report's records name more than one card, each folder with the cards its records name."""
+    folders, cards = {}, {}
     for e in experiments:
         for r in ctx.records(e):
             folder = os.path.dirname(r["_path"])
             if folder not in folders:
-                folders[folder] = {"path": folder + "/", "href": record_href(folder, out_dir) + "/"}
+                folders[folder] = {"path": folder + "/", "href": record_href(folder, out_dir) + "/", "cards": ""}
+                cards[folder] = set()
+            if gpu := (r.get("provenance") or {}).get("gpu"):
+                cards[folder].add(gpu)
+    if len(ctx.cards) > 1:
+        for folder, names in cards.items():
+            folders[folder]["cards"] = ", ".join(sorted(names))
     return list(folders.values())
 
 

@@ -50,7 +50,9 @@ class RenderSettings:
         those the report rule passed by name (``_expected``)."""
         device = config.get("_device", "cpu")
         if expected is None and "_expected" in config:
-            expected = {name: dict.fromkeys(cells) for name, cells in config["_expected"].items()}
+            # the report rule's cells with their settings (a list: names alone, as older configs gave)
+            expected = {name: dict(cells) if isinstance(cells, dict) else dict.fromkeys(cells)
+                        for name, cells in config["_expected"].items()}
         # the edition the report rule resolved (_handout), else the config's own year, else the default
         edition = config.get("_handout", config.get("handout"))
         plain = {key: value for key, value in config.items() if not key.startswith("_")}

@@ -82,7 +82,10 @@ def _hosts(records: list[dict]) -> list[str]:
 def _commits(records: list[dict]) -> str:
     """Each commit the records name, with how many records and whether its tree had uncommitted changes."""
     states: dict = {}
-    for p in provenance_frame(records).itertuples():
+    cards: dict = {}  # per commit: card -> the experiments its records there are of
+    for r, p in zip(records, provenance_frame(records).itertuples()):
+        if p.gpu:
+            cards.setdefault(p.git_commit, {}).setdefault(p.gpu, set()).add(r.get("experiment"))
         dirty = p.git_dirty
         # a tree copied to a GPU node has no .git to ask; publish compared its code with the commit's
         if dirty is None and p.code_matches_commit is not None:
@@ -99,6 +102,10 @@ def _commits(records: list[dict]) -> str:
                  else "code as committed, checked by publish" if all(d == "same" for d in dirty)
                  else "no uncommitted changes" if changed == 0 and unknown == 0
                  else f"{changed} with uncommitted changes" + (f", {unknown} unknown" if unknown else ""))
+        # where the records name several cards, each commit says which card ran which experiments
+        if len({gpu for per in cards.values() for gpu in per}) > 1:
+            state += "".join(f"; {gpu}: {', '.join(sorted(e for e in exps if e))}"
+                             for gpu, exps in sorted(cards.get(commit, {}).items()))
         parts.append(f"{commit} ({n} record{'s' if n != 1 else ''}, {state})")
     return "; ".join(parts) or "–"
 
