@@ -59,13 +59,43 @@ def test_nsys_profile_e_sets_the_softmax_bytes_over_the_measured_bandwidth():
     assert moved / (probe * 1e9) < measured / 1e9  # the kernels take longer than their traffic at the copy rate
 
 
-def test_memory_profiling_a_says_which_peak_is_which():
-    text = answer("memory_profiling", "a")
+def test_memory_profiling_quotes_one_peak_per_quantity():
+    """(a) and (b) quote the counter's peak allocated only; the snapshot's requested peak of the same
+    moment (a different figure) stays in the evidence."""
     records("memory_profiling_parse")  # skips without the published folder
-    peaks = {mode: load(DATA / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx512-{mode}.json.gz")
-             ["data"]["capture"]["peak_memory"]["allocated_bytes"] for mode in ("forward", "train_step")}
-    assert (f"(b)'s peak allocated, {fmt_bytes(peaks['forward'])} and "
-            f"{fmt_bytes(peaks['train_step'])}, counts the allocator's rounded-up blocks") in text
+    cells = {mode: load(DATA / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx512-{mode}.json.gz")["data"]
+             for mode in ("forward", "train_step")}
+    text = answer("memory_profiling", "a") + answer("memory_profiling", "b")
+    for data in cells.values():
+        allocated, requested = data["capture"]["peak_memory"]["allocated_bytes"], data["snapshot"]["peak"]["bytes"]
+        assert fmt_bytes(allocated) != fmt_bytes(requested)  # two figures for one peak, as the records have it
+        assert fmt_bytes(allocated) in text and fmt_bytes(requested) not in text
+    assert f"to a peak allocated of {fmt_bytes(cells['forward']['capture']['peak_memory']['allocated_bytes'])}" in text
+    assert "snapshot peak" not in answer("memory_profiling")
+
+
+def test_memory_profiling_b_gives_the_inference_forward_pass():
+    """(b)'s table has the handout's inference forward pass (no_grad) beside the autograd-on one, each
+    context's figure from its own record, and the text sets the two growths side by side."""
+    peak = {}
+    for r in records("memory_profiling_parse"):
+        c = r["config"]
+        if c["implementation"] == "naive" and c["precision"] == "fp32":
+            mode = "forward_no_grad" if c.get("grad") == "no_grad" else c["mode"]
+            peak[(mode, c["context"])] = r["data"]["capture"]["peak_memory"]["allocated_bytes"]
+    text = answer("memory_profiling", "b")
+    head = "| context | forward pass, inference (no\\_grad) | forward pass, autograd on | full training step |"
+    assert head in text
+    contexts = sorted({c for _, c in peak})
+    for c in contexts:
+        row = f"| {c} | " + " | ".join(fmt_bytes(peak[(m, c)]) for m in ("forward_no_grad", "forward", "train_step"))
+        assert row in text
+    lo, hi = contexts[0], contexts[-1]
+    nograd = peak[("forward_no_grad", hi)] - peak[("forward_no_grad", lo)]
+    grad = peak[("forward", hi)] - peak[("forward", lo)]
+    assert nograd < grad / 10  # without autograd no layer keeps its activations
+    assert f"grows by only {fmt_bytes(nograd)} from context {lo} to {hi}" in text
+    assert f"With autograd on, the forward pass's grows by {fmt_bytes(grad)}" in text
 
 
 def test_pytorch_attention_says_the_handouts_largest_size_fits_80_gb():
