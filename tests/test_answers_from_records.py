@@ -94,8 +94,9 @@ def test_memory_profiling_b_gives_the_inference_forward_pass():
     nograd = peak[("forward_no_grad", hi)] - peak[("forward_no_grad", lo)]
     grad = peak[("forward", hi)] - peak[("forward", lo)]
     assert nograd < grad / 10  # without autograd no layer keeps its activations
-    assert f"grows by only {fmt_bytes(nograd)} from context {lo} to {hi}" in text
-    assert f"With autograd on, the forward pass's grows by {fmt_bytes(grad)}" in text
+    assert f"From context {lo} to {hi} the inference forward pass's peak allocated grows by only {fmt_bytes(nograd)}" \
+        in text
+    assert f"With autograd on it grows by {fmt_bytes(grad)}" in text
 
 
 def test_pytorch_attention_says_the_handouts_largest_size_fits_80_gb():
@@ -228,3 +229,61 @@ def test_benchmarking_script_names_the_impossible_orderings():
     names = [f"{size} {context}" for (size, context, _), _ in pairs]
     assert any(f"{len(pairs)}{' host-bound' if host_bound else ''} pairs ({', '.join(order)}) time train steps "
                "below forward + backward: impossible" in text for order in (names, sorted(names)))
+
+
+def _attention_at(seq: int) -> dict[int, dict]:
+    return {r["config"]["d_head"]: r for r in records("pytorch_attention")
+            if r["config"]["implementation"] == "naive" and r["config"]["seq"] == seq}
+
+
+def test_pytorch_attention_explains_the_forward_passes_that_ran_out():
+    """The out-of-memory cells that stopped in the forward pass are explained from their error text
+    (what the allocator held) against the cells that got through it, in T×T matrices."""
+    from cs336report.parsers.oom import fragmented, oom_bytes
+    ooms = [r for r in records("pytorch_attention") if r["config"]["implementation"] == "naive" and r["status"] == "oom"]
+    if not ooms:
+        pytest.skip("no naive cell ran out of memory")
+    seq = min(r["config"]["seq"] for r in ooms)
+    at = {d: r for d, r in _attention_at(seq).items() if r["status"] == "oom"}
+    stopped = {d: r for d, r in at.items() if "forward" in r["data"]["oom_phase"]}
+    through = {d: r for d, r in at.items() if d not in stopped}
+    text = answer("pytorch_attention")
+    if not stopped or not through:
+        assert "ran out in the forward pass, asking" not in text
+        return
+    matrix = through[min(through)]["data"]["matrix_bytes"]
+    k = max(r["data"]["forward_peak"]["allocated_bytes"] for r in through.values()) / matrix
+    assert 3.5 < k < 4.5  # scores, exponentials, probabilities and one more at once
+    assert f"At seq {seq} the forward pass peaks at {sig(k, 2)} T×T matrices, {fmt_bytes(4 * matrix)}" in text
+    ds = " and ".join(str(d) for d in sorted(through))
+    peaks = ", ".join(fmt_bytes(through[d]["data"]["forward_peak"]["allocated_bytes"]) for d in sorted(through))
+    assert f"d_head {ds} got through it (forward peak {peaks}) and ran out in backward" in text
+    sizes = [oom_bytes(stopped[d]["error"]) for d in sorted(stopped)]
+    assert all(fragmented(s) for s in sizes)  # the allocator held the request's size, not in one block
+    assert all(round(s["requested"] / matrix) == 1 and s["allocated"] // matrix == 3 for s in sizes)
+    allocated = ", ".join(fmt_bytes(s["allocated"]) for s in sizes)
+    ds = " and ".join(str(d) for d in sorted(stopped))
+    assert f"With d_head {ds} it ran out asking for the fourth ({fmt_bytes(sizes[0]['requested'])}) " \
+           f"with {allocated} allocated" in text
+    assert f"the allocator held {fmt_bytes(sizes[0]['unallocated'])} reserved but unallocated, no block of it that " \
+           "long," in text
+    assert "too little for a new one (fragmentation)" in text
+
+
+def test_pytorch_attention_predicts_where_an_80_gb_card_runs_out():
+    """From the longest seq that ran, its peak in T×T matrices sets the longest seq an 80 GB card holds."""
+    at = {}
+    for r in records("pytorch_attention"):
+        if r["config"]["implementation"] == "naive" and r["status"] == "ok":
+            at[r["config"]["seq"]] = at.get(r["config"]["seq"], []) + [r]
+    seq = max(at)
+    cell = min(at[seq], key=lambda r: r["config"]["d_head"])  # the accounting's head size: the smallest
+    k = cell["data"]["peak"]["allocated_bytes"] / cell["data"]["matrix_bytes"]
+    per_t2 = cell["data"]["matrix_bytes"] / seq**2
+    fits = math.sqrt(H100 / (k * per_t2))
+    first = min(s for s in {r["config"]["seq"] for r in records("pytorch_attention")} | {2 * seq} if s > fits)
+    text = answer("pytorch_attention")
+    assert (f"By the same count ({sig(k, 3)} T×T matrices at the peak, seq {seq}, d_head {cell['config']['d_head']}), "
+            f"an 80 GB card's 74.5 GiB holds seqs up to about {int(fits) // 100 * 100:,} at batch "
+            f"{cell['config']['batch_size']}") in text
+    assert f"so its first OOM in this grid is seq {first} ({fmt_bytes(k * per_t2 * first**2)})" in text
