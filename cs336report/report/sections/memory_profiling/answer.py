@@ -30,8 +30,8 @@ def answer_part(ctx, df: pd.DataFrame, timeline_figure, mode_labels: dict) -> di
         if rows:
             title = f"{name}, {rows[0]['size']}, context {context}, {precision}"
             out["images"].append(ctx.figure(f"answer_memory_{label}", timeline_figure(rows, title),
-                                            f"Active memory over two recorded steps: {title}.",
-                                            alt=f"Active memory timeline, {title}"))
+                                            f"Two recorded steps of the {name}.",
+                                            alt=f"Active memory, {name}"))
     out["context"] = context
     shown_labels = [m for m in ("forward_no_grad", "forward", "train_step") if m in set(sub["label"])]
     peaks = sub[sub["label"].isin(shown_labels)].pivot_table(
