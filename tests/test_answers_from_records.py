@@ -257,7 +257,7 @@ def test_pytorch_attention_explains_the_forward_passes_that_ran_out():
     assert f"At seq {seq} the forward pass peaks at {sig(k, 2)} T×T matrices, {fmt_bytes(4 * matrix)}" in text
     ds = " and ".join(str(d) for d in sorted(through))
     peaks = ", ".join(fmt_bytes(through[d]["data"]["forward_peak"]["allocated_bytes"]) for d in sorted(through))
-    assert f"d_head {ds} got through it (forward peak {peaks}) and ran out in backward" in text
+    assert f"d_head {ds} got through it (forward peak allocated {peaks}) and ran out in backward" in text
     sizes = [oom_bytes(stopped[d]["error"]) for d in sorted(stopped)]
     assert all(fragmented(s) for s in sizes)  # the allocator held the request's size, not in one block
     assert all(round(s["requested"] / matrix) == 1 and s["allocated"] // matrix == 3 for s in sizes)
@@ -284,7 +284,7 @@ def test_pytorch_attention_predicts_where_an_80_gb_card_runs_out():
     first = min(s for s in {r["config"]["seq"] for r in records("pytorch_attention")} | {2 * seq} if s > fits)
     text = answer("pytorch_attention")
     assert (f"scaling the peak allocated measured at seq {seq}, d_head {cell['config']['d_head']}, by" in text
-            and f"That peak is {sig(k, 3)} T×T matrices, so an 80 GB card holds seqs up to about "
+            and f"That peak allocated is {sig(k, 3)} T×T matrices, so an 80 GB card holds seqs up to about "
                 f"{int(fits) // 100 * 100:,} at batch {cell['config']['batch_size']}" in text)
     assert f"and runs out first at seq {first} of this grid ({fmt_bytes(k * per_t2 * first**2)})" in text
 
