@@ -113,7 +113,9 @@ def test_published_answers():
     part_b = memory.split('id="memory_profiling-b"')[1].split('id="memory_profiling-c"')[0]
     assert part_a.count("![") == 2
     header = [line for line in part_b.splitlines() if line.startswith("| ")]
-    assert len(header[0].strip(" |").split(" | ")) == 3  # context and two numbers
+    # context, then the inference forward pass (no_grad), the forward pass with autograd on and the full step
+    assert header[0].strip(" |").split(" | ") == ["context", "forward pass, inference (no\\_grad)",
+                                                  "forward pass, autograd on", "full training step"]
     for line in md.splitlines():  # every answer table fits: at most 8 columns
         if line.startswith("| "):
             assert len(line.strip().strip("|").split(" | ")) <= 8, line[:120]

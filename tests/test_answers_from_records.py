@@ -59,13 +59,44 @@ def test_nsys_profile_e_sets_the_softmax_bytes_over_the_measured_bandwidth():
     assert moved / (probe * 1e9) < measured / 1e9  # the kernels take longer than their traffic at the copy rate
 
 
-def test_memory_profiling_a_says_which_peak_is_which():
-    text = answer("memory_profiling", "a")
+def test_memory_profiling_quotes_one_peak_per_quantity():
+    """(a) and (b) quote the counter's peak allocated only; the snapshot's requested peak of the same
+    moment (a different figure) stays in the evidence."""
     records("memory_profiling_parse")  # skips without the published folder
-    peaks = {mode: load(DATA / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx512-{mode}.json.gz")
-             ["data"]["capture"]["peak_memory"]["allocated_bytes"] for mode in ("forward", "train_step")}
-    assert (f"(b)'s peak allocated, {fmt_bytes(peaks['forward'])} and "
-            f"{fmt_bytes(peaks['train_step'])}, counts the allocator's rounded-up blocks") in text
+    cells = {mode: load(DATA / "memory_profiling_parse" / f"naive-fp32-2.7B-ctx512-{mode}.json.gz")["data"]
+             for mode in ("forward", "train_step")}
+    text = answer("memory_profiling", "a") + answer("memory_profiling", "b")
+    for data in cells.values():
+        allocated, requested = data["capture"]["peak_memory"]["allocated_bytes"], data["snapshot"]["peak"]["bytes"]
+        assert fmt_bytes(allocated) != fmt_bytes(requested)  # two figures for one peak, as the records have it
+        assert fmt_bytes(allocated) in text and fmt_bytes(requested) not in text
+    assert f"to a peak allocated of {fmt_bytes(cells['forward']['capture']['peak_memory']['allocated_bytes'])}" in text
+    assert "snapshot peak" not in answer("memory_profiling")
+
+
+def test_memory_profiling_b_gives_the_inference_forward_pass():
+    """(b)'s table has the handout's inference forward pass (no_grad) beside the autograd-on one, each
+    context's figure from its own record, and the text sets the two growths side by side."""
+    peak = {}
+    for r in records("memory_profiling_parse"):
+        c = r["config"]
+        if c["implementation"] == "naive" and c["precision"] == "fp32":
+            mode = "forward_no_grad" if c.get("grad") == "no_grad" else c["mode"]
+            peak[(mode, c["context"])] = r["data"]["capture"]["peak_memory"]["allocated_bytes"]
+    text = answer("memory_profiling", "b")
+    head = "| context | forward pass, inference (no\\_grad) | forward pass, autograd on | full training step |"
+    assert head in text
+    contexts = sorted({c for _, c in peak})
+    for c in contexts:
+        row = f"| {c} | " + " | ".join(fmt_bytes(peak[(m, c)]) for m in ("forward_no_grad", "forward", "train_step"))
+        assert row in text
+    lo, hi = contexts[0], contexts[-1]
+    nograd = peak[("forward_no_grad", hi)] - peak[("forward_no_grad", lo)]
+    grad = peak[("forward", hi)] - peak[("forward", lo)]
+    assert nograd < grad / 10  # without autograd no layer keeps its activations
+    assert f"From context {lo} to {hi} the inference forward pass's peak allocated grows by only {fmt_bytes(nograd)}" \
+        in text
+    assert f"With autograd on it grows by {fmt_bytes(grad)}" in text
 
 
 def test_pytorch_attention_says_the_handouts_largest_size_fits_80_gb():
@@ -198,3 +229,116 @@ def test_benchmarking_script_names_the_impossible_orderings():
     names = [f"{size} {context}" for (size, context, _), _ in pairs]
     assert any(f"{len(pairs)}{' host-bound' if host_bound else ''} pairs ({', '.join(order)}) time train steps "
                "below forward + backward: impossible" in text for order in (names, sorted(names)))
+
+
+def _attention_at(seq: int) -> dict[int, dict]:
+    return {r["config"]["d_head"]: r for r in records("pytorch_attention")
+            if r["config"]["implementation"] == "naive" and r["config"]["seq"] == seq}
+
+
+def test_pytorch_attention_explains_the_forward_passes_that_ran_out():
+    """The out-of-memory cells that stopped in the forward pass are explained from their error text
+    (what the allocator held) against the cells that got through it, in T×T matrices."""
+    from cs336report.parsers.oom import fragmented, oom_bytes
+    ooms = [r for r in records("pytorch_attention") if r["config"]["implementation"] == "naive" and r["status"] == "oom"]
+    if not ooms:
+        pytest.skip("no naive cell ran out of memory")
+    seq = min(r["config"]["seq"] for r in ooms)
+    at = {d: r for d, r in _attention_at(seq).items() if r["status"] == "oom"}
+    stopped = {d: r for d, r in at.items() if "forward" in r["data"]["oom_phase"]}
+    through = {d: r for d, r in at.items() if d not in stopped}
+    text = answer("pytorch_attention")
+    if not stopped or not through:
+        assert "ran out in the forward pass, asking" not in text
+        return
+    matrix = through[min(through)]["data"]["matrix_bytes"]
+    k = max(r["data"]["forward_peak"]["allocated_bytes"] for r in through.values()) / matrix
+    assert 3.5 < k < 4.5  # scores, exponentials, probabilities and one more at once
+    assert f"At seq {seq} the forward pass peaks at {sig(k, 2)} T×T matrices, {fmt_bytes(4 * matrix)}" in text
+    ds = " and ".join(str(d) for d in sorted(through))
+    peaks = ", ".join(fmt_bytes(through[d]["data"]["forward_peak"]["allocated_bytes"]) for d in sorted(through))
+    assert f"d_head {ds} got through it (forward peak allocated {peaks}) and ran out in backward" in text
+    sizes = [oom_bytes(stopped[d]["error"]) for d in sorted(stopped)]
+    assert all(fragmented(s) for s in sizes)  # the allocator held the request's size, not in one block
+    assert all(round(s["requested"] / matrix) == 1 and s["allocated"] // matrix == 3 for s in sizes)
+    allocated = ", ".join(fmt_bytes(s["allocated"]) for s in sizes)
+    ds = " and ".join(str(d) for d in sorted(stopped))
+    assert f"With d_head {ds} it ran out asking for the fourth ({fmt_bytes(sizes[0]['requested'])}) " \
+           f"with {allocated} allocated" in text
+    assert f"the allocator held {fmt_bytes(sizes[0]['unallocated'])} reserved but unallocated, no block of it that " \
+           "long," in text
+    assert "too little for a new one (fragmentation)" in text
+
+
+def test_pytorch_attention_predicts_where_an_80_gb_card_runs_out():
+    """From the longest seq that ran, its peak in T×T matrices sets the longest seq an 80 GB card holds."""
+    at = {}
+    for r in records("pytorch_attention"):
+        if r["config"]["implementation"] == "naive" and r["status"] == "ok":
+            at[r["config"]["seq"]] = at.get(r["config"]["seq"], []) + [r]
+    seq = max(at)
+    cell = min(at[seq], key=lambda r: r["config"]["d_head"])  # the accounting's head size: the smallest
+    k = cell["data"]["peak"]["allocated_bytes"] / cell["data"]["matrix_bytes"]
+    per_t2 = cell["data"]["matrix_bytes"] / seq**2
+    fits = math.sqrt(H100 / (k * per_t2))
+    first = min(s for s in {r["config"]["seq"] for r in records("pytorch_attention")} | {2 * seq} if s > fits)
+    text = answer("pytorch_attention")
+    assert (f"scaling the peak allocated measured at seq {seq}, d_head {cell['config']['d_head']}, by" in text
+            and f"That peak allocated is {sig(k, 3)} T×T matrices, so an 80 GB card holds seqs up to about "
+                f"{int(fits) // 100 * 100:,} at batch {cell['config']['batch_size']}" in text)
+    assert f"and runs out first at seq {first} of this grid ({fmt_bytes(k * per_t2 * first**2)})" in text
+
+
+def _flash_passes(implementation: str, dtype: str) -> dict[tuple[int, int], dict]:
+    r = next((r for r in records("flash_benchmarking") if r["config"]["implementation"] == implementation
+              and r["config"]["dtype"] == dtype and r["status"] == "ok"), None)
+    if r is None:
+        pytest.skip(f"no {implementation} {dtype} record")
+    return {(s["d"], s["seq"]): s["passes"] for s in r["data"]["shapes"]}
+
+
+def test_flash_benchmarking_gives_the_kernels_time_where_the_call_is_host_overhead():
+    """At the shortest seq do_bench's forward + backward is not the sum of its parts, the kernels' is;
+    over every host-bound shape (kernels under half of do_bench's time) the kernels' sum holds."""
+    host, gaps = [], []
+    for dtype in ("bf16", "fp32"):
+        for (d, seq), p in _flash_passes("triton", dtype).items():
+            if all(p[x]["status"] == "ok" and p[x].get("kernel_s") for x in ("forward", "backward", "forward_backward")):
+                fb = p["forward_backward"]
+                if fb["kernel_s"] < 0.5 * fb["stats_s"]["median"]:
+                    host.append((dtype, d, seq))
+                    gaps.append(abs(fb["kernel_s"] / (p["forward"]["kernel_s"] + p["backward"]["kernel_s"]) - 1))
+    first = min(s for dt, d, s in host if dt == "bf16" and d == 64)
+    p = _flash_passes("triton", "bf16")[(64, first)]
+    bench = {x: p[x]["stats_s"]["median"] for x in p}
+    kernels = {x: p[x]["kernel_s"] for x in p}
+    assert abs(bench["forward_backward"] / (bench["forward"] + bench["backward"]) - 1) > 0.1  # not the sum
+    text = answer("flash_benchmarking")
+    assert (f"at seq {first} (d_head 64, bf16) do_bench gives Triton FA2 {sig(bench['forward'] * 1e3)} ms forward, "
+            f"{sig(bench['backward'] * 1e3)} backward and {sig(bench['forward_backward'] * 1e3)} forward + backward, "
+            f"while its kernels take {sig(kernels['forward'] * 1e6)}, {sig(kernels['backward'] * 1e6)} and "
+            f"{sig(kernels['forward_backward'] * 1e6)} µs") in text
+    assert max(gaps) < 0.1
+    assert (f"forward + backward is the sum of the two within {100 * max(gaps):.0f} % in all {len(host)} "
+            "host-bound shapes") in text
+
+
+def test_flash_benchmarking_gives_the_kernels_rate_at_the_longest_seq():
+    """TFLOP/s of forward + backward at the longest seq, d_head 64: the records' FLOPs (the causal count,
+    2·B·T²·d forward and 2.5× that backward) over the kernels' time."""
+    text = answer("flash_benchmarking")
+    rates = {}
+    for impl in ("triton", "naive"):
+        for dtype in ("bf16", "fp32"):
+            passes = _flash_passes(impl, dtype)
+            seq = max(s for d, s in passes if d == 64 and passes[(d, s)]["forward_backward"]["status"] == "ok")
+            p = passes[(64, seq)]
+            assert p["forward"]["flops"] == 2 * seq**2 * 64 and p["backward"]["flops"] == 2.5 * p["forward"]["flops"]
+            fb = p["forward_backward"]
+            rates[(impl, dtype)] = (seq, fb["flops"] / fb["kernel_s"] / 1e12)
+    seq = rates[("triton", "bf16")][0]
+    assert (f"At seq {seq} (d_head 64) the kernels run forward + backward at {sig(rates[('triton', 'bf16')][1])} "
+            f"TFLOP/s in bf16 and {sig(rates[('triton', 'fp32')][1])} in fp32 for Triton FA2, "
+            f"{sig(rates[('naive', 'bf16')][1])} and {sig(rates[('naive', 'fp32')][1])} for the naive attention, "
+            "counting the causal matmul FLOPs for both") in text
+    assert rates[("triton", "bf16")][1] > 10 * rates[("naive", "bf16")][1]

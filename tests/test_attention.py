@@ -693,9 +693,8 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
     else:
         # it ran out in backward: the answer scales the whole peak of the cell at half the sequence by
         # (2)² = 4, as the T×T matrices grow, and does not say it failed before backward
-        assert (f"the backward then builds matrices of the same size (the gradients of the probabilities and "
-                f"scores), and scaling the peak allocated measured at seq {c['seq'] // 2}, d_head {c['d_head']}, "
-                "by 4× gives") in answers
+        assert (f"the backward then builds matrices of the same size, and scaling the peak allocated measured at "
+                f"seq {c['seq'] // 2}, d_head {c['d_head']}, by 4× gives") in answers
         assert "It fails before backward" not in answers and "This cell never got that far" not in evidence
     # SDPA against naive: both cells' bytes saved for backward (the table's column), and the dtypes named
     sdpa = sorted((PUBLISHED / "pytorch_attention").glob("sdpa_flash-bf16-*.json.gz"))

@@ -98,8 +98,8 @@ def memory_profiling(d: dict) -> list[str]:
     if not fwd or not full:
         return []
     where = "in the optimizer step" if "optimizer_rise" in full else f"in the {full['peak_phase']} pass"
-    return [f"The forward pass climbs from the {fwd['start']} of weights to a snapshot peak (requested) of {fwd['peak']}",
-            f"The full step starts higher, at {full['start']}{GAP}reaches its snapshot peak (requested), {full['peak']}, "
+    return [f"The forward pass climbs from the {fwd['start']} of weights to a {fwd['top_name']} of {fwd['top']}",
+            f"The full step starts higher, at {full['start']}{GAP}reaches its {full['top_name']}, {full['top']}, "
             f"{where}"]
 
 

@@ -71,8 +71,8 @@ def with_source(cell: Cell, source: str | None) -> Cell:
 
 
 # Markdown lists a table's source files up to this many; beyond, their folders with a count each
-# (the HTML lists every file in a collapsed block).
-MD_SOURCES_INLINE = 12
+# (the HTML lists every file in a collapsed block; in both, a table's numbers link to their own record).
+MD_SOURCES_INLINE = 4
 
 
 @dataclass

@@ -241,10 +241,24 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
                 item.update(runs_lo=Num(fmt_seconds(min(r["runs_s"])), r["source"]),
                             runs_hi=Num(fmt_seconds(max(r["runs_s"])), r["source"]))
             out["warmup"]["middle"].append(item)
+        out["warmup"]["processes"] = processes(wok)
         middle = out["warmup"]["middle"]
         out["warmup"]["middle_ordinary"] = bool(middle) and all(w["ordinary_first"] for w in middle)
         out["warmup"]["ordinary_pct"] = f"{(FIRST_STEP_ORDINARY - 1) * 100:.0f} %"
     return out
+
+
+def processes(wok: pd.DataFrame) -> list[dict]:
+    """Per warm-up setting measured in more than one fresh process: the mean of the processes' mean
+    steps, their spread (sample standard deviation) and range. Empty where every setting ran in one
+    process, as the text then reads the steps of that one process."""
+    rows = wok.sort_values("warmup")
+    if not (rows["runs"] > 1).any():
+        return []
+    return [{"n": int(r["warmup"]), "runs": int(r["runs"]), "mean": Num(fmt_seconds(r["runs_mean_s"]), r["source"]),
+             "spread": Num(fmt_seconds(r["runs_std_s"]), r["source"]),
+             "lo": fmt_seconds(min(r["runs_s"])), "hi": fmt_seconds(max(r["runs_s"]))}
+            for _, r in rows.iterrows() if r["runs"] > 1]
 
 
 def _pick(values, preferred):

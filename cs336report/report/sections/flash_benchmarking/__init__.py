@@ -172,6 +172,11 @@ def build(ctx) -> dict:
     out["analysis"] = a
     if (kernels := kernel_overhead.table(records, a["focus_d"])) is not None:
         out["tables"].append(kernels)
+    if a.get("ref"):  # the kernels' own time where the call is host overhead, and their rate at the longest seq
+        dtype = "bf16" if "bf16" in set(df["dtype"]) else sorted(set(df["dtype"]))[0]
+        a["short"] = kernel_overhead.short_sequences(records, a["focus_d"], dtype, a["ref"]["key"])
+        a["rates"] = kernel_overhead.longest_rates(records, a["focus_d"], {a["ref"]["key"]: a["ref"]["label"],
+                                                                           "naive": IMPLEMENTATIONS["naive"]})
     if a["speedup_rows"]:
         out["speedup_table"] = speedup_table(a["speedup_rows"], a["ref"]["label"], a["focus_d"],
                                              sorted(set(df["source"])))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ....records.shapes import FlashCell, FlashPass, FlashShape, Stats, read_as, typed
-from ...tables import Cell, Table, sig, status_cell
+from ...tables import Cell, Num, Table, sig, status_cell
 
 PASS_COLUMNS = (("forward", "forward"), ("forward_backward", "forward + backward"))
 
@@ -80,3 +80,56 @@ def table(records: list[dict], d: int, implementation: str = "triton", label: st
              "kernels only: the GPU time of the call's kernels (torch.profiler); overhead = do_bench − kernels; "
              "rate: matmul FLOPs of the causal pass (forward 2·B·T²·d, backward 2.5× that) over the kernels' time"
              + longer)
+
+
+HOST_SHARE = 0.5  # a call whose kernels take under this share of do_bench's time is mostly host overhead
+
+
+def _ms(seconds: float) -> str:
+    return sig(seconds * 1e3)
+
+
+def short_sequences(records: list[dict], d: int, dtype: str, implementation: str = "triton") -> dict | None:
+    """Where ``implementation``'s forward + backward call is mostly host overhead (kernels under
+    HOST_SHARE of do_bench's median): the seqs at head size ``d`` and ``dtype``, do_bench's and the
+    kernels' time of each pass at the shortest, and, over every such shape of the records, how far
+    the kernels' forward + backward is from the sum of their forward and backward. None without."""
+    df = frame(records, implementation)
+    if df.empty:
+        return None
+    wide = df.pivot_table(index=["dtype", "d", "seq"], columns="pass", values=["bench_s", "kernel_s"])
+    if not {"forward", "backward", "forward_backward"} <= set(wide["kernel_s"].columns):
+        return None
+    k, b = wide["kernel_s"].dropna(), wide["bench_s"]
+    host = k[k["forward_backward"] < HOST_SHARE * b.loc[k.index, "forward_backward"]]
+    mine = host[[i[0] == dtype and i[1] == d for i in host.index]]
+    if mine.empty:
+        return None
+    gap = (host["forward_backward"] / (host["forward"] + host["backward"]) - 1).abs()
+    bench_gap = (b.loc[host.index, "forward_backward"] / (b.loc[host.index, "forward"] + b.loc[host.index, "backward"]) - 1)
+    first = mine.index[0]
+    seqs = [int(i[2]) for i in mine.index]
+    grid = sorted({int(i[2]) for i in k.index if i[0] == dtype and i[1] == d})
+    return {"dtype": dtype, "d": d, "seq": seqs[0], "lo": min(seqs), "hi": max(seqs), "n_seqs": len(seqs),
+            "from_shortest": seqs == grid[:len(seqs)],
+            "n_shapes": len(host), "n_all": len(k),
+            "bench": {p: _ms(b.loc[first, p]) for p in ("forward", "backward", "forward_backward")},
+            "kernels": {p: sig(host.loc[first, p] * 1e6) for p in ("forward", "backward", "forward_backward")},
+            "kernel_gap": f"{100 * gap.max():.0f}", "bench_gap_min": f"{100 * bench_gap.min():.0f}",
+            "bench_gap_max": f"{100 * bench_gap.max():.0f}"}
+
+
+def longest_rates(records: list[dict], d: int, labels: dict[str, str]) -> list[dict]:
+    """The kernels' FLOP rate of forward + backward at the longest seq each implementation of
+    ``labels`` ran at head size ``d``, per dtype."""
+    out = []
+    for impl, label in labels.items():
+        df = frame(records, impl)
+        if df.empty:
+            continue
+        fb = df[(df["d"] == d) & (df["pass"] == "forward_backward") & df["tflops"].notna()]
+        for dtype, g in fb.groupby("dtype"):
+            top = g.sort_values("seq").iloc[-1]
+            out.append({"impl": label, "key": impl, "dtype": dtype, "seq": int(top["seq"]),
+                        "tflops": Num(sig(top["tflops"]), top["source"])})
+    return out

@@ -8,9 +8,16 @@ import pandas as pd
 from ...tables import Cell, fmt_bytes, status_cell, table_from_frame
 
 
+# (b)'s columns: the handout's inference forward pass (no_grad) first, the forward pass with autograd
+# on beside it, then the full step
+COLUMNS = {"forward_no_grad": "forward pass, inference (no_grad)", "forward": "forward pass, autograd on",
+           "train_step": "full training step"}
+
+
 def answer_part(ctx, df: pd.DataFrame, timeline_figure, mode_labels: dict) -> dict:
     """(a): two timeline images (forward pass; full training step) of one context and precision;
-    (b): one table with two numbers per context length (peak of the forward pass and of the step)."""
+    (b): one table with a number per context length and pass: the inference forward pass (no_grad),
+    where the grid ran it, the forward pass with autograd on, and the full step."""
     if df.empty:
         return {}
     impl = "naive" if "naive" in set(df["implementation"]) else sorted(set(df["implementation"]))[0]
@@ -23,10 +30,11 @@ def answer_part(ctx, df: pd.DataFrame, timeline_figure, mode_labels: dict) -> di
         if rows:
             title = f"{name}, {rows[0]['size']}, context {context}, {precision}"
             out["images"].append(ctx.figure(f"answer_memory_{label}", timeline_figure(rows, title),
-                                            f"Active memory over two recorded steps: {title}.",
-                                            alt=f"Active memory timeline, {title}"))
+                                            f"Two recorded steps of the {name}.",
+                                            alt=f"Active memory, {name}"))
     out["context"] = context
-    peaks = sub[sub["label"].isin(["forward", "train_step"])].pivot_table(
+    shown_labels = [m for m in ("forward_no_grad", "forward", "train_step") if m in set(sub["label"])]
+    peaks = sub[sub["label"].isin(shown_labels)].pivot_table(
         index="context", columns="label", values="peak", aggfunc="max")
     status = sub.set_index(["context", "label"])["status"].to_dict()
     records = sub.groupby(["context", "label"])["source"].agg(list).to_dict()
@@ -40,10 +48,11 @@ def answer_part(ctx, df: pd.DataFrame, timeline_figure, mode_labels: dict) -> di
         one = records.get((c, label), [])
         return Cell(fmt_bytes(v), source=one[0] if len(one) == 1 else None)
 
-    shown = pd.DataFrame({"context": [str(c) for c in sorted(set(sub["context"]))]})
-    shown["forward pass"] = [cell(c, "forward") for c in sorted(set(sub["context"]))]
-    shown["full training step"] = [cell(c, "train_step") for c in sorted(set(sub["context"]))]
-    shown_cells = sub[sub["label"].isin(["forward", "train_step"])]
+    contexts = sorted(set(sub["context"]))
+    shown = pd.DataFrame({"context": [str(c) for c in contexts]})
+    for label in shown_labels:
+        shown[COLUMNS[label]] = [cell(c, label) for c in contexts]
+    shown_cells = sub[sub["label"].isin(shown_labels)]
     out["table"] = table_from_frame(shown, f"Peak allocated memory, {sub['size'].iloc[0]}, {precision}, {impl} "
                                            "implementation", sources=sorted(shown_cells["source"]))
     return out

@@ -55,6 +55,8 @@ def build(ctx) -> dict:
         return out
     naive = df[df["variant"] == "naive"]
     out["table"] = grid_table(naive, "Naive attention: time and memory per d_head × seq") if not naive.empty else None
+    out["answer_table"] = grid_table(naive, "Naive attention: time and memory per d_head × seq",
+                                     brief=True) if not naive.empty else None
     sdpa = df[df["variant"].astype(str).str.startswith("sdpa")]
     out["sdpa_table"] = grid_table(sdpa, "SDPA backends on the same grid", with_variant=True) if not sdpa.empty else None
     out["comparison"] = comparison_table(df)

@@ -7,8 +7,10 @@ import pandas as pd
 
 from ... import checks
 from ....accounting import transformer as accounting
+from ....parsers.oom import oom_bytes
 from ...tables import Cell, Num, Table, fmt_bytes, sig
 from .frame import label, memory_column
+from .ooms import oom_causes, on_80_gb
 from .tables import bytes_cell
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -116,19 +118,10 @@ def accounting_tables(df: pd.DataFrame) -> dict:
     return out
 
 
-# PyTorch's out-of-memory message: what was asked for, and the allocator's state at that moment.
-OOM_FIELDS = {"requested": r"Tried to allocate ([\d.]+ [KMGT]iB)",
-              "capacity": r"total capacity of ([\d.]+ [KMGT]iB)",
-              "allocated": r"([\d.]+ [KMGT]iB) is allocated by PyTorch",
-              "unallocated": r"([\d.]+ [KMGT]iB) is reserved by PyTorch but unallocated"}
-
-
 def oom_numbers(error: str | None) -> dict:
-    """The sizes an out-of-memory error names (``OOM_FIELDS``), as written; empty where it names none."""
-    import re
-
-    found = {k: re.search(p, error or "") for k, p in OOM_FIELDS.items()}
-    return {k: m.group(1) for k, m in found.items() if m}
+    """The sizes an out-of-memory error names (:func:`cs336report.parsers.oom.oom_bytes`), formatted;
+    empty where it names none."""
+    return {k: fmt_bytes(v) for k, v in oom_bytes(error).items()}
 
 
 def measured_against_formula(fit, oom_seq: int, device: float) -> dict:
@@ -241,6 +234,8 @@ def analysis(df: pd.DataFrame) -> dict:
     out["sdpa"] = sdpa_savings(df)
     ok = naive[naive["status"] == "ok"]
     out["handout_largest"] = handout_largest(naive)
+    out["oom_causes"] = oom_causes(naive)
+    out["on_80_gb"] = on_80_gb(naive, (out["accounting"].get("fit") or {}).get("d"))
     if not ok.empty:
         ratio = ok["bwd_mean_s"] / ok["fwd_mean_s"]
         out["bwd_over_fwd"] = {"min": sig(ratio.min()), "max": sig(ratio.max()), "median": sig(ratio.median())}

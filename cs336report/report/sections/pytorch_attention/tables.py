@@ -8,11 +8,12 @@ from ...tables import Cell, Table, fmt_bytes, fmt_mean_std, sig, status_cell
 from .frame import label
 
 
-def time_cell(r, which: str) -> Cell:
-    """Mean ± std of ``which`` (fwd, bwd), linked to the row's record."""
+def time_cell(r, which: str, spread: bool = True) -> Cell:
+    """Mean ± std of ``which`` (fwd, bwd), or the mean alone, linked to the row's record."""
     mean = r[f"{which}_mean_s"]
     if mean == mean:
-        return Cell(fmt_mean_std(mean, r[f"{which}_std_s"], 1e-3), source=r.get("source"))
+        text = fmt_mean_std(mean, r[f"{which}_std_s"], 1e-3) if spread else sig(mean * 1e3)
+        return Cell(text, source=r.get("source"))
     return status_cell(r["status"] if r["status"] != "ok" else "missing")
 
 
@@ -27,21 +28,27 @@ def status_text(r) -> Cell:
     return Cell("ok") if r["status"] == "ok" else status_cell(r["status"])
 
 
-def grid_table(df: pd.DataFrame, title: str, with_variant: bool = False) -> Table:
-    """The handout's table: rows (d, seq); forward, backward, allocated before backward, peak allocated, saved, status."""
+def grid_table(df: pd.DataFrame, title: str, with_variant: bool = False, brief: bool = False) -> Table:
+    """The handout's table: rows (d, seq); forward, backward, allocated before backward, peak allocated, saved, status.
+    ``brief`` (the answer's view): times without their spread, and no status column where every cell ran
+    or ran out of memory (its OOM cells say so); the evidence keeps both."""
+    status = not brief or not set(df["status"]) <= {"ok", "oom"}
     columns = (["implementation"] if with_variant else []) + [
-        "d_head", "seq", "forward", "backward", "allocated before backward", "peak allocated", "saved for backward", "status"]
-    units = ([""] if with_variant else []) + ["", "", "ms", "ms", "", "", "", ""]
+        "d_head", "seq", "forward", "backward", "allocated before backward", "peak allocated", "saved for backward"] \
+        + (["status"] if status else [])
+    units = ([""] if with_variant else []) + ["", "", "ms", "ms", "", "", ""] + ([""] if status else [])
     rows = []
     for _, r in df.iterrows():
         row = [Cell(label(r["variant"], r["dtype"]))] if with_variant else []
-        row += [Cell(str(r["d"])), Cell(str(r["seq"])), time_cell(r, "fwd"), time_cell(r, "bwd"),
+        row += [Cell(str(r["d"])), Cell(str(r["seq"])), time_cell(r, "fwd", not brief), time_cell(r, "bwd", not brief),
                 bytes_cell(r["before_bwd_bytes"], r["status"], r["source"]),
                 bytes_cell(r["peak_bytes"], r["status"], r["source"]),
-                bytes_cell(r["saved_bytes"], r["status"], r["source"]), status_text(r)]
+                bytes_cell(r["saved_bytes"], r["status"], r["source"])] + ([status_text(r)] if status else [])
         rows.append(row)
+    times = ("times: mean over the timed passes" if brief
+             else "times: mean ± sample standard deviation over the timed passes")
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]),
-                 note="times: mean ± sample standard deviation over the timed passes; allocated before backward: "
+                 note=f"{times}; allocated before backward: "
                       "torch.cuda.memory_allocated with the forward graph alive; peak allocated: torch.cuda.max_memory_allocated over "
                       "that forward and the backward passes; saved for backward: bytes of the tensors autograd kept "
                       "(inputs excluded), counted with saved_tensors_hooks" + memory_notes(df))
@@ -93,3 +100,4 @@ def _ratio(base, r) -> str:
     if not (r[key] > 0):
         return "–"
     return sig(base[key] / r[key])
+
