@@ -88,6 +88,7 @@ def nsys_profile_command(cell: dict, out_dir: Path, child: list[str], ranges: in
     if ranges > 1:
         flags = [f"--capture-range-end=repeat:{ranges}" if f == "--capture-range-end=stop" else f for f in flags]
     flags += ["--python-backtrace=cuda"] if cell.get("python_backtrace") else []
+    flags += list(cell.get("nsys_flags") or [])  # a cell's own, e.g. memory_profiling (f)'s --cuda-memory-usage=true
     return [nsys, "profile", *flags, "--force-overwrite=true", "-o", str(out_dir / "profile"), *child]
 
 
