@@ -1,6 +1,7 @@
 """Run one experiment cell and write its result record, whatever happens.
 
-A cell that runs out of memory is a result with status "oom"; a distributed cell that needs
+A cell that runs out of memory is a result with status "oom", with the analytic bytes of its step
+(``data.memory_needed``, :mod:`cs336report.measure.fit_check`); a distributed cell that needs
 more GPUs than the host has is one with status "not_run" ("not run: needs N GPUs"); any other
 exception is a result with status "error" and the message (the traceback goes to the log). Either way the
 workflow goes on, and the report shows the cell as such. A cell that runs a user's model
@@ -43,6 +44,7 @@ from ..lm.check import checked_cell
 from ..machine import contention
 from ..machine.scratch import scratch
 from ..measure.compiling import pin_ptxas
+from ..measure.fit_check import memory_needed
 from ..measure.timing import is_out_of_memory, release_memory, summarize, thaw
 from ..records.provenance import provenance
 from ..records.store import SCHEMA, ResultError, check_data, load, now_iso, save, whole_step
@@ -80,6 +82,14 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         # a cell that needs more GPUs than present: "not_run")
         status = "oom" if is_out_of_memory(exc) else getattr(exc, "result_status", None) or "error"
         data = getattr(exc, "partial_data", None) or {}  # what the cell measured before it failed
+        if status == "oom" and "memory_needed" not in data:  # the analytic bytes that explain it
+            try:
+                needed = memory_needed(cell)
+            except Exception as why:  # a cell the accounting cannot read: its OOM stands alone
+                print(f"[cs336report] no analytic bytes for {name}: {why}", file=sys.stderr, flush=True)
+                needed = None
+            if needed:
+                data = {**data, "memory_needed": needed}
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if status == "not_run":
             error = str(exc)  # "not run: needs N GPUs, M present"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ....accounting import transformer as accounting, peak as accounting_peak
 from ...labels import MEMORY_LABELS, PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK
+from ...oom import does_not_fit
 from ...tables import Table, fmt_bytes
 from .analysis import analysis, settings, weight_copies
 from .answer import answer_part
@@ -44,7 +45,8 @@ def skip_reason(ctx) -> str:
 def build(ctx) -> dict:
     df = frame(ctx.records("memory_profiling_parse"), ctx.records("memory_profiling"))
     nsys_records = ctx.records(NSYS_EXPERIMENT)
-    nsys = {"nsys_memory": nsys_memory(nsys_records), "nsys_memory_reason": nsys_memory_reason(nsys_records)}
+    nsys = {"nsys_memory": nsys_memory(nsys_records), "nsys_memory_reason": nsys_memory_reason(nsys_records),
+            "does_not_fit": does_not_fit(ctx.records("memory_profiling"))}
     out = {"figures": [], "peak_tables": [], "top_tables": [], "category_tables": [], "precision_table": None,
            "residual_table": None, "residual": [], "ramp_table": None, "accounting_table": None, "sizes": [],
            "formulas": {"activations": accounting.ACTIVATION_FORMULA, "peak": accounting_peak.PEAK_FORMULA,
