@@ -413,6 +413,7 @@ class NsysProfile:
     empty_reason: str | None = None
     exact: bool | None = None
     exports: list | None = None
+    fit_search: dict | None = None
     flops_per_step: float | None = None
     grad_mode: str | None = None
     kernels: list | dict | None = None

@@ -138,10 +138,38 @@ def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]
     info = {"name": job, "cells": [name for name, _, _ in cells]}
     records = []
     for name, cell, out in cells:
+        enough = fitted_enough(cell, records)
+        if enough:  # a longest-fitting search that has what it needs: the shorter contexts are not run
+            records.append(skipped_record(experiment, name, cell, out, enough, info))
+            continue
         records.append(run_cell(experiment, name, cell, out, shared=shared, job=info))
         if not share:
             release_memory(cell.get("device", "cpu"))
     return records
+
+
+def fitted_enough(cell: dict, records: list[dict]) -> str | None:
+    """Where the job's cells search for the longest contexts that fit (``longest_fitting``: K, the cells in
+    order longest first, an out-of-memory cell a result): why ``cell`` is not run, once K cells before it ran
+    ok; else None."""
+    keep = cell.get("longest_fitting")
+    fitted = [r["config"]["context"] for r in records if r["status"] == "ok"]
+    if not keep or len(fitted) < keep:
+        return None
+    return (f"skipped: the {keep} longest contexts that fit ({', '.join(map(str, fitted))}) are already run "
+            f"(longest_fitting: {keep})")
+
+
+def skipped_record(experiment: str, name: str, cell: dict, out: str | Path, reason: str, job: dict) -> dict:
+    """The record of a cell not run because it is not needed (status ``skipped``, ``reason`` its error)."""
+    now = now_iso()
+    record = {"schema": SCHEMA, "experiment": experiment, "cell": name, "status": "skipped", "error": reason,
+              "config": cell, "data": {}, "provenance": provenance(cell.get("device", "cpu")),
+              "process": {"pid": os.getpid(), "cells_before": _cells_run}, "job": job,
+              "started_at": now, "finished_at": now, "wall_s": 0.0}
+    save(record, out)
+    print(f"[cs336report] {experiment}/{name}: {reason}", file=sys.stderr, flush=True)
+    return record
 
 
 def needs_repeats(cell: dict, data: dict) -> bool:
