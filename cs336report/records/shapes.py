@@ -593,6 +593,18 @@ class FsdpAccounting:
     saving: dict
 
 
+@dataclass(frozen=True, kw_only=True)
+class LeaderboardStep:
+    """leaderboard: each rank's timed steps and memory (``ranks``), the step times (each the slowest
+    rank's), their statistics and how they were timed."""
+
+    ranks: list
+    step_s: list
+    stats_s: dict
+    tokens_per_step: int
+    timing: str
+
+
 # experiment (a record's "experiment") -> the shape of its data
 SHAPES: dict[str, type] = {
     "benchmarking": StepTimes, "benchmarking_bf16": StepTimes, "benchmarking_warmup": StepTimes,
@@ -609,6 +621,7 @@ SHAPES: dict[str, type] = {
     "memory_profiling_nsys": NsysMemory, "nsys_profile": NsysProfile,
     "optimizer_state_sharding_accounting": OptimizerSharding, "roofline": Roofline,
     "parallelism_calcs": Derivation, "gradient_checkpointing": CheckpointPeaks, "fsdp_accounting": FsdpAccounting,
+    "leaderboard": LeaderboardStep,
 }
 
 # a JSON array is a list; a tuple is one before it is written (dataclasses.asdict keeps tuples)
