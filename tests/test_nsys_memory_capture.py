@@ -94,3 +94,41 @@ def test_a_missing_report_or_an_unattributable_export_is_an_error_that_says_whic
     parsed = nsys_memory_step.parse(record, folder)
     assert parsed["status"] == "error" and "could not be attributed to blocks" in parsed["error"]
     assert nsys_memory([parsed]) is None and "could not be attributed" in nsys_memory_reason([parsed])
+
+
+def test_the_block_ranges_open_and_close_in_order_and_change_nothing_the_model_computes(monkeypatch):
+    """The hooks that mark each block's forward and backward push and pop balanced NVTX ranges (forward
+    0, 1, backward 1, 0) and leave the loss and every gradient as they are without them."""
+    import torch
+
+    from cs336report.experiments.memory_profiling import nsys_capture
+    from cs336report.lm.model import TransformerLM, cross_entropy
+    from cs336report.names.spec import ModelSpec
+
+    events = []
+    # like NVTX's own, they return the range's depth: a hook must not hand that back to the module
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: events.append(("push", name)) or len(events))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append(("pop", None)) or len(events))
+    torch.manual_seed(0)
+    model = TransformerLM(ModelSpec(**TINY), 16)
+    tokens = torch.randint(0, TINY["vocab_size"], (2, 16))
+
+    def loss_and_grads():
+        model.zero_grad(set_to_none=True)
+        loss = cross_entropy(model(tokens), tokens)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    plain_loss, plain_grads = loss_and_grads()
+    handles = nsys_capture.mark_blocks(nsys_capture.blocks_of(model))
+    loss, grads = loss_and_grads()
+    for handle in handles:
+        handle.remove()
+    assert torch.equal(loss, plain_loss) and all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
+    pushes = [name for kind, name in events if kind == "push"]
+    assert pushes == ["block 0 forward", "block 1 forward", "block 1 backward", "block 0 backward"]
+    depth = 0
+    for kind, _ in events:
+        depth += 1 if kind == "push" else -1
+        assert depth in (0, 1)  # each block's range closes before the next opens
+    assert depth == 0

@@ -63,16 +63,29 @@ def blocks_of(model) -> list:
     return list(layers)
 
 
+def _push(name: str):
+    """A hook that opens the NVTX range ``name`` and returns None (a hook's return value would replace
+    the module's input, output or gradient)."""
+
+    def hook(*_) -> None:
+        torch.cuda.nvtx.range_push(name)
+
+    return hook
+
+
+def _pop(*_) -> None:
+    torch.cuda.nvtx.range_pop()
+
+
 def mark_blocks(blocks: list) -> list:
     """NVTX ranges around each block's forward and backward; returns the hooks' handles."""
     handles = []
     for i, block in enumerate(blocks):
-        fwd, bwd = f"block {i} forward", f"block {i} backward"
         handles += [
-            block.register_forward_pre_hook(lambda *_, name=fwd: torch.cuda.nvtx.range_push(name)),
-            block.register_forward_hook(lambda *_: torch.cuda.nvtx.range_pop()),
-            block.register_full_backward_pre_hook(lambda *_, name=bwd: torch.cuda.nvtx.range_push(name)),
-            block.register_full_backward_hook(lambda *_: torch.cuda.nvtx.range_pop()),
+            block.register_forward_pre_hook(_push(f"block {i} forward")),
+            block.register_forward_hook(_pop),
+            block.register_full_backward_pre_hook(_push(f"block {i} backward")),
+            block.register_full_backward_hook(_pop),
         ]
     return handles
 
