@@ -42,6 +42,7 @@ include: "workflow/rules/optimizer_state_sharding_accounting.smk"
 include: "workflow/rules/parallelism_calcs.smk"
 include: "workflow/rules/gradient_checkpointing.smk"
 include: "workflow/rules/fsdp_accounting.smk"
+include: "workflow/rules/leaderboard.smk"
 include: "workflow/rules/report.smk"
 
 

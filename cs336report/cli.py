@@ -173,6 +173,13 @@ def _profile_job(args) -> int:
     return 0
 
 
+def _capture_nsys_memory(args) -> int:
+    from .steps.nsys_memory_step import capture
+
+    capture(args.name, _json_arg(args.cell), args.out_dir, args.out)
+    return 0
+
+
 def _nsys_stats(args) -> int:
     from .run.profiling import REPORTS, export_stats
 
@@ -364,6 +371,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cells", required=True, help="the cells as a JSON list of [name, resolved cell], or @FILE")
     p.add_argument("--out-dir", required=True, help="the job's folder: <out-dir>/<cell>/ gets each cell's files")
     p.set_defaults(func=_profile_job)
+
+    p = command("capture-nsys-memory", help="memory_profiling (f): one step under nsys with CUDA memory tracking, "
+                "exported to SQLite and parsed by block into a result JSON (not run without a GPU and nsys)")
+    _gpus_argument(p)
+    p.add_argument("--name", required=True, help="cell name")
+    p.add_argument("--cell", required=True, help="the resolved cell, as JSON or @FILE")
+    p.add_argument("--out-dir", required=True, help="folder for run.json, the report, its SQLite export and stats")
+    p.add_argument("--out", required=True, help="result JSON to write")
+    p.set_defaults(func=_capture_nsys_memory)
 
     p = command("nsys-stats", help="export the stats CSVs of a profiled cell's folder")
     p.add_argument("profile_dir")

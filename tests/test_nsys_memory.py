@@ -88,3 +88,25 @@ def test_a_capture_without_block_ranges_is_an_error_naming_the_file(tmp_path):
     db.close()
     with pytest.raises(ValueError, match="empty.sqlite.*block"):
         block_memory(path)
+
+
+def test_a_factory_range_gives_its_bytes_to_the_operator_around_it_and_host_memory_is_left_out(tmp_path):
+    """An output allocated inside ``aten::empty_strided`` (nested in ``aten::clone``) counts for the clone;
+    a pinned host allocation (memKind 1) inside the block is not device memory and is not counted."""
+    path = tmp_path / "nested.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, text TEXT, textId INTEGER)")
+    db.execute("CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER NOT NULL, address INTEGER NOT NULL, "
+               "bytes INTEGER NOT NULL, memKind INTEGER, memoryOperationType INTEGER NOT NULL)")
+    ranges = [(0, 100, "block 0 forward"), (10, 40, "aten::clone, seq = 1"), (12, 20, "aten::empty_strided"),
+              (50, 60, "aten::mm, seq = 2"), (200, 300, "block 0 backward")]
+    db.executemany("INSERT INTO NVTX_EVENTS (start, end, text) VALUES (?, ?, ?)", ranges)
+    events = [(15, 0x10, 8 * MiB, 2, 0), (55, 0x20, 3 * MiB, 2, 0), (56, 0x30, 50 * MiB, 1, 0),
+              (250, 0x40, 4 * MiB, 2, 0)]
+    db.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, ?, ?)", events)
+    db.commit()
+    db.close()
+    out = block_memory(path)
+    assert out["saved_bytes"] == {0: 11 * MiB}
+    assert [(o["op"], o["bytes"]) for o in out["largest_ops"]] == [("aten::clone", 8 * MiB), ("aten::mm", 3 * MiB)]
+    assert out["gradient_bytes"] == {0: 4 * MiB}

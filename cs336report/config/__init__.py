@@ -172,10 +172,16 @@ def handout_grid(grids: dict, edition: int | None = None) -> dict:
     return merge(editions.get(year).handout_grid, grids.get("handout") or {})
 
 
+# Settings of the gpu grid that another edition's handout grid decides beside the sizes: 2026's
+# nsys_profile searches its contexts for the longest that fit.
+EDITION_KEYS = {"nsys_profile": ("contexts", "longest_fitting")}
+
+
 def _gpu_grid(grids: dict, edition: int) -> dict:
     """The gpu grid for ``edition``: as written for :data:`GPU_GRID_EDITION`; for another edition, each
-    experiment its handout grid holds takes that grid's model sizes (``sizes``, ``size``), and in the
-    others the sizes the edition's table lacks are left out (an experiment left with none is not run)."""
+    experiment its handout grid holds takes that grid's model sizes (``sizes``, ``size``) and the
+    settings of :data:`EDITION_KEYS`, and in the others the sizes the edition's table lacks are left
+    out (an experiment left with none is not run)."""
     gpu = copy.deepcopy(grids.get("gpu") or {})
     if edition == GPU_GRID_EDITION:
         return gpu
@@ -187,7 +193,7 @@ def _gpu_grid(grids: dict, edition: int) -> dict:
             out[name] = cell
             continue
         theirs = handout.get(name) or {}
-        cell.update({k: theirs[k] for k in ("sizes", "size") if k in theirs})
+        cell.update({k: theirs[k] for k in ("sizes", "size", *EDITION_KEYS.get(name, ())) if k in theirs})
         if isinstance(cell.get("sizes"), list):
             cell["sizes"] = [s for s in cell["sizes"] if s in table]
             if not cell["sizes"]:

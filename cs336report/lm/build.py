@@ -37,7 +37,7 @@ from torch import nn
 
 from ..accounting import transformer as accounting
 from ..config.checkout import files_hash, package_files
-from ..measure import annotate
+from ..measure import annotate, fit_check
 from . import staff
 from .model import ModelSpec, TransformerLM
 from .model_paths import (  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)
@@ -276,6 +276,7 @@ def build_model(cell: dict) -> tuple[nn.Module, dict]:
     """
     spec = ModelSpec(**cell["model"])
     device = cell["device"]
+    fit_check.check(cell)  # a step that cannot fit the card is out of memory before anything is built
     source = cell.get("model_source") or {}
     if source.get("missing"):
         raise NoModelFound(source["missing"])

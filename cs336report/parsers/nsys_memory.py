@@ -11,7 +11,8 @@ PyTorch's caching allocator these are cudaMalloc/cudaFree calls, so the capture 
 - The memory a block saves for backward: the bytes allocated inside its forward range and still live
   when the range ends.
 - Its largest operations: those bytes by the innermost operator range that allocated them, with
-  their share of the block's.
+  their share of the block's; a range of an allocating factory (``aten::empty``, ``aten::empty_strided``,
+  ``aten::empty_like``, which an operator calls for its output) gives its bytes to the operator around it.
 - One block's gradient size: the bytes allocated inside its backward range and still live when the
   whole capture ends (the gradients; what the backward frees in between is not counted).
 """
@@ -24,7 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BLOCK = re.compile(r"^block (\d+) (forward|backward)$")
+# Where the names come from: the SQLite export's schema of Nsight Systems (nsys 2025.3, ``nsys export
+# --type sqlite``; the user guide's "SQLite Schema Reference", and ``.schema`` of an export):
+# - CUDA_GPU_MEMORY_USAGE_EVENTS (written with ``--cuda-memory-usage=true``): ``start`` (ns),
+#   ``address``, ``bytes``, ``memKind`` (ENUM_CUDA_MEM_KIND: 0 pageable, 1 pinned host memory, 2 device,
+#   ...) and ``memoryOperationType`` (ENUM_CUDA_DEV_MEM_EVENT_OPER: 0 allocation, 1 deallocation).
+# - NVTX_EVENTS: ``start``, ``end`` (NULL for a mark), ``text`` (the name, where the export keeps it
+#   inline) or ``textId`` (the name's id in StringIds).
+# - StringIds: ``id``, ``value``.
 ALLOCATION, FREE = 0, 1
+HOST_MEMORY_KINDS = (0, 1)
+# Operator ranges that only allocate an output for the operator that calls them.
+FACTORY_OPS = ("aten::empty", "aten::empty_strided", "aten::empty_like")
 
 
 @dataclass(frozen=True)
@@ -46,8 +58,10 @@ def _ranges(db: sqlite3.Connection) -> list[tuple[int, int, str]]:
 
 def _allocations(db: sqlite3.Connection) -> list[Allocation]:
     """Each allocation with the time it was freed (matched by address, in time order)."""
-    rows = db.execute("SELECT start, address, bytes, memoryOperationType FROM CUDA_GPU_MEMORY_USAGE_EVENTS "
-                      "ORDER BY start").fetchall()
+    columns = {row[1] for row in db.execute("PRAGMA table_info(CUDA_GPU_MEMORY_USAGE_EVENTS)")}
+    device_only = (f" WHERE memKind IS NULL OR memKind NOT IN {HOST_MEMORY_KINDS}" if "memKind" in columns else "")
+    rows = db.execute("SELECT start, address, bytes, memoryOperationType FROM CUDA_GPU_MEMORY_USAGE_EVENTS"
+                      f"{device_only} ORDER BY start").fetchall()
     live: dict[int, tuple[int, int]] = {}
     out = []
     for start, address, nbytes, op in rows:
@@ -85,7 +99,8 @@ def block_memory(path: str | Path, block: int | None = None, top: int = 5) -> di
         saved[i] = sum(a.nbytes for a in allocations if lo <= a.start < hi and (a.end is None or a.end >= hi))
     chosen = forwards[len(forwards) // 2] if block is None else block
     lo, hi = blocks[(chosen, "forward")]
-    ops = [(s, e, _op_name(t)) for s, e, t in ranges if lo <= s and e <= hi and not BLOCK.match(t)]
+    ops = [(s, e, _op_name(t)) for s, e, t in ranges
+           if lo <= s and e <= hi and not BLOCK.match(t) and _op_name(t) not in FACTORY_OPS]
     by_op: dict[str, int] = {}
     for a in allocations:
         if lo <= a.start < hi and (a.end is None or a.end >= hi):

@@ -370,6 +370,28 @@ class MemoryCapture:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NsysMemory:
+    """memory_profiling (f): one step captured under Nsight Systems with CUDA memory tracking. The run
+    inside nsys writes the first fields; the capture step adds what nsys ran (``launch``), its exports
+    (``export``) and the parse of the SQLite export (``nsys_memory``: saved bytes per block, the chosen
+    block's largest operations, gradient bytes per block and the bytes one block's parameters predict)."""
+
+    model: dict
+    params: int
+    params_expected: int
+    grad_mode: str
+    blocks: int
+    captured_steps: int
+    captured_s: float
+    no_caching: bool
+    peak_memory: dict
+    device_memory_bytes: int
+    launch: dict | None = None
+    export: dict | None = None
+    nsys_memory: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryParse:
     """A memory snapshot parsed: its capture record's fields (None for a snapshot with no capture
     record), the parse, and what the snapshot holds (None where it did not parse)."""
@@ -411,6 +433,7 @@ class NsysProfile:
     empty_reason: str | None = None
     exact: bool | None = None
     exports: list | None = None
+    fit_search: dict | None = None
     flops_per_step: float | None = None
     grad_mode: str | None = None
     kernels: list | dict | None = None
@@ -590,6 +613,18 @@ class FsdpAccounting:
     saving: dict
 
 
+@dataclass(frozen=True, kw_only=True)
+class LeaderboardStep:
+    """leaderboard: each rank's timed steps and memory (``ranks``), the step times (each the slowest
+    rank's), their statistics and how they were timed."""
+
+    ranks: list
+    step_s: list
+    stats_s: dict
+    tokens_per_step: int
+    timing: str
+
+
 # experiment (a record's "experiment") -> the shape of its data
 SHAPES: dict[str, type] = {
     "benchmarking": StepTimes, "benchmarking_bf16": StepTimes, "benchmarking_warmup": StepTimes,
@@ -603,9 +638,11 @@ SHAPES: dict[str, type] = {
     "ddp_overlap_individual_parameters_benchmarking": DDPTraining, "ddp_bucketed_benchmarking": DDPTraining,
     "ddp_overlap_profile": DDPOverlapProfile, "distributed_communication_single_node": Collectives,
     "flash_benchmarking": FlashTimes, "flash_leaderboard": FlashLeaderboard, "handout_tests": HandoutTests,
-    "memory_profiling": MemoryCapture, "memory_profiling_parse": MemoryParse, "nsys_profile": NsysProfile,
+    "memory_profiling": MemoryCapture, "memory_profiling_parse": MemoryParse,
+    "memory_profiling_nsys": NsysMemory, "nsys_profile": NsysProfile,
     "optimizer_state_sharding_accounting": OptimizerSharding, "roofline": Roofline,
     "parallelism_calcs": Derivation, "gradient_checkpointing": CheckpointPeaks, "fsdp_accounting": FsdpAccounting,
+    "leaderboard": LeaderboardStep,
 }
 
 # a JSON array is a list; a tuple is one before it is written (dataclasses.asdict keeps tuples)

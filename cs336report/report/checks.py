@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from ..accounting.fits import CARD_BYTES
 from ..records.shapes import Stats, StepConfig, StepTimes, read_as, typed
 from ..records.store import host_bound_beside_jobs
 from .record_frame import record_frame
@@ -181,7 +182,7 @@ def cut_down_grid(settings: RenderSettings) -> list[str]:
 # The handout's own grids where a report goes beyond them (a point outside is an extension).
 HANDOUT_GRIDS = {"pytorch_attention": {"d": (16, 32, 64, 128), "seq": (256, 1024, 4096, 8192, 16384)}}
 # The card the handout's sizes are meant for, in bytes (80 GB).
-H100_BYTES = 80 * 10**9
+H100_BYTES = CARD_BYTES
 
 
 def beyond_handout_grid(experiment: str, **point) -> bool:

@@ -88,6 +88,7 @@ def nsys_profile_command(cell: dict, out_dir: Path, child: list[str], ranges: in
     if ranges > 1:
         flags = [f"--capture-range-end=repeat:{ranges}" if f == "--capture-range-end=stop" else f for f in flags]
     flags += ["--python-backtrace=cuda"] if cell.get("python_backtrace") else []
+    flags += list(cell.get("nsys_flags") or [])  # a cell's own, e.g. memory_profiling (f)'s --cuda-memory-usage=true
     return [nsys, "profile", *flags, "--force-overwrite=true", "-o", str(out_dir / "profile"), *child]
 
 
@@ -248,9 +249,26 @@ def profile_job(experiment: str, job: str, cells: list[tuple[str, dict]], out_di
         run_job(experiment, job, [(name, cell, folders[name] / RUN_FILE) for name, cell in cells], share=False)
         launch["returncode"] = 0
     launch["wall_s"] = time.perf_counter() - t0
+    if cells[0][1].get("longest_fitting"):
+        launch["fit_search"] = fit_search(cells, {name: read_step_file(folders[name] / RUN_FILE) for name, _ in cells})
     for name, _ in cells:
         _write_json(folders[name] / LAUNCH_FILE, {**launch, "report": reports.get(name)})
     return launch
+
+
+def fit_search(cells: list[tuple[str, dict]], runs: dict[str, dict]) -> dict:
+    """Which contexts of a longest-fitting job fitted (cs336report.run.runner.fitted_enough): each tried
+    context, longest first, with its outcome (ok, oom measured or predicted, skipped, error), and the
+    longest that fitted (None where none did)."""
+    tried = []
+    for name, cell in cells:
+        run = runs.get(name) or {}
+        status = run.get("status", "missing")
+        predicted = status == "oom" and "predicted" in str(run.get("error") or "")
+        tried.append({"context": cell["context"], "status": status, "predicted": predicted})
+    fitted = [t["context"] for t in tried if t["status"] == "ok"]
+    return {"keep": cells[0][1]["longest_fitting"], "tried": tried, "fitted": fitted,
+            "longest": max(fitted) if fitted else None}
 
 
 def export_stats(profile_dir: str | Path, out_dir: str | Path, nsys: str | None = None,

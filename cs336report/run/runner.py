@@ -1,6 +1,7 @@
 """Run one experiment cell and write its result record, whatever happens.
 
-A cell that runs out of memory is a result with status "oom"; a distributed cell that needs
+A cell that runs out of memory is a result with status "oom", with the analytic bytes of its step
+(``data.memory_needed``, :mod:`cs336report.measure.fit_check`); a distributed cell that needs
 more GPUs than the host has is one with status "not_run" ("not run: needs N GPUs"); any other
 exception is a result with status "error" and the message (the traceback goes to the log). Either way the
 workflow goes on, and the report shows the cell as such. A cell that runs a user's model
@@ -43,6 +44,7 @@ from ..lm.check import checked_cell
 from ..machine import contention
 from ..machine.scratch import scratch
 from ..measure.compiling import pin_ptxas
+from ..measure.fit_check import memory_needed
 from ..measure.timing import is_out_of_memory, release_memory, summarize, thaw
 from ..records.provenance import provenance
 from ..records.store import SCHEMA, ResultError, check_data, load, now_iso, save, whole_step
@@ -80,6 +82,14 @@ def run_cell(experiment: str, name: str, cell: dict, out: str | Path, shared: di
         # a cell that needs more GPUs than present: "not_run")
         status = "oom" if is_out_of_memory(exc) else getattr(exc, "result_status", None) or "error"
         data = getattr(exc, "partial_data", None) or {}  # what the cell measured before it failed
+        if status == "oom" and "memory_needed" not in data:  # the analytic bytes that explain it
+            try:
+                needed = memory_needed(cell)
+            except Exception as why:  # a cell the accounting cannot read: its OOM stands alone
+                print(f"[cs336report] no analytic bytes for {name}: {why}", file=sys.stderr, flush=True)
+                needed = None
+            if needed:
+                data = {**data, "memory_needed": needed}
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if status == "not_run":
             error = str(exc)  # "not run: needs N GPUs, M present"
@@ -128,10 +138,38 @@ def run_job(experiment: str, job: str, cells: list[tuple[str, dict, str | Path]]
     info = {"name": job, "cells": [name for name, _, _ in cells]}
     records = []
     for name, cell, out in cells:
+        enough = fitted_enough(cell, records)
+        if enough:  # a longest-fitting search that has what it needs: the shorter contexts are not run
+            records.append(skipped_record(experiment, name, cell, out, enough, info))
+            continue
         records.append(run_cell(experiment, name, cell, out, shared=shared, job=info))
         if not share:
             release_memory(cell.get("device", "cpu"))
     return records
+
+
+def fitted_enough(cell: dict, records: list[dict]) -> str | None:
+    """Where the job's cells search for the longest contexts that fit (``longest_fitting``: K, the cells in
+    order longest first, an out-of-memory cell a result): why ``cell`` is not run, once K cells before it ran
+    ok; else None."""
+    keep = cell.get("longest_fitting")
+    fitted = [r["config"]["context"] for r in records if r["status"] == "ok"]
+    if not keep or len(fitted) < keep:
+        return None
+    return (f"skipped: the {keep} longest contexts that fit ({', '.join(map(str, fitted))}) are already run "
+            f"(longest_fitting: {keep})")
+
+
+def skipped_record(experiment: str, name: str, cell: dict, out: str | Path, reason: str, job: dict) -> dict:
+    """The record of a cell not run because it is not needed (status ``skipped``, ``reason`` its error)."""
+    now = now_iso()
+    record = {"schema": SCHEMA, "experiment": experiment, "cell": name, "status": "skipped", "error": reason,
+              "config": cell, "data": {}, "provenance": provenance(cell.get("device", "cpu")),
+              "process": {"pid": os.getpid(), "cells_before": _cells_run}, "job": job,
+              "started_at": now, "finished_at": now, "wall_s": 0.0}
+    save(record, out)
+    print(f"[cs336report] {experiment}/{name}: {reason}", file=sys.stderr, flush=True)
+    return record
 
 
 def needs_repeats(cell: dict, data: dict) -> bool:

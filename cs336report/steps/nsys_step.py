@@ -91,6 +91,8 @@ def parse_stats(prefix: str | Path, out: str | Path, run_path: str | Path | None
                                 "measured_s": times.get("measured_s"), "warmup_s": times.get("warmup_s")}
         data["params"] = d.get("params")
         data["model"] = d.get("model")
+    if launch.get("fit_search"):  # the job's search for the longest contexts that fit: which did
+        data["fit_search"] = launch["fit_search"]
     data["tool"] = {"source": source, "activity": activity,
                     "nsys_version": export.get("nsys_version") or launch.get("nsys_version"),
                     "torch_version": export.get("torch_version"),

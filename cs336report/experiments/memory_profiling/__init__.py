@@ -20,6 +20,14 @@ The snapshot is written whatever happens: if a step runs out of memory, the snap
 memory up to the failure (the runner records the cell as ``oom``).
 
     python -m cs336report run memory_profiling --name NAME --cell JSON --out results/memory_profiling/NAME.json
+
+``memory_profiling_nsys`` (2026's (f)) is the same model's step captured under Nsight Systems with
+CUDA memory tracking instead: one cell of the grid's ``memory_profiling_nsys`` (size, context, mode)
+where the edition asks for (f). Its run (:mod:`.nsys_capture`) marks each TransformerBlock's forward
+and backward with NVTX ranges; the capture, export and parse are
+:mod:`cs336report.steps.nsys_memory_step`.
+
+    python -m cs336report capture-nsys-memory --name NAME --cell JSON --out-dir DIR --out results/memory_profiling_nsys/NAME.json
 """
 
 from __future__ import annotations
@@ -67,4 +75,22 @@ def cells(cfg) -> dict[str, dict]:
     return out
 
 
-EXPERIMENTS = {"memory_profiling": (cells, ".capture:run")}
+def nsys_cells(cfg) -> dict[str, dict]:
+    """The Nsight capture of (f): one cell where the edition's memory_profiling has a part (f) and the
+    grid configures it; on any device (without a GPU and nsys the cell is recorded as not run)."""
+    from ... import editions
+
+    grid = cfg.grid("memory_profiling_nsys")
+    edition = editions.get(cfg.edition)
+    if not grid or "memory_profiling" not in edition.order:
+        return {}
+    if "f" not in edition.problem("memory_profiling").subquestions:
+        return {}
+    mode, grad = MODE_LABELS[grid["mode"]]
+    cell = transformer_cell(cfg, grid["size"], grid["context"], mode, "fp32", cfg.run["implementation"],
+                            grad=grad, repeatable=False, warmup_steps=grid["warmup_steps"], measured_steps=1,
+                            nsys=grid["nsys"])
+    return {cell_name(cell): cell}
+
+
+EXPERIMENTS = {"memory_profiling": (cells, ".capture:run"), "memory_profiling_nsys": (nsys_cells, ".nsys_capture:run")}

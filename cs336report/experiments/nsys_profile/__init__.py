@@ -20,6 +20,13 @@ Two profilers, chosen per cell by ``profiler``:
     steps (CUDA kernels on a GPU, operators on a CPU); the trace is written as
     ``trace.json.gz`` into ``profile_dir``.
 
+With ``longest_fitting: K`` in the grid, a job searches its contexts for the K longest whose step
+fits the card, found by the run and not guessed: it tries them from the longest down, a context that
+runs out of memory is a result (an ``oom`` record, told before running where the accounting is certain,
+:mod:`cs336report.measure.fit_check`), and once K contexts have run the shorter ones are recorded as
+``skipped`` without running (:func:`cs336report.run.runner.fitted_enough`). The launch record of each
+cell says which contexts fitted (``fit_search``), and so does its parsed record.
+
 The Python timer keeps timing every step, so each result also says how long the steps took
 under the profiler. ``timeline_s`` says where the profiled process's time went: when it started (on
 the host's boot-time clock, :mod:`cs336report.machine.clock`) and, in seconds since then, when the cell
@@ -65,6 +72,8 @@ def cells(cfg) -> dict[str, dict]:
         return {}
     profiler = resolve_profiler(grid["tool"], grid["nsys"], cfg.device)
     extra = {"profiler": profiler, "nsys": grid["nsys"], "python_backtrace": grid["python_backtrace"]}
+    if grid.get("longest_fitting"):  # the job keeps the longest contexts that fit (cs336report.run.runner.run_job)
+        extra["longest_fitting"] = grid["longest_fitting"]
     steps = {k: grid[k] for k in ("warmup_steps", "measured_steps") if k in grid}
     out = {}
     for size in grid["sizes"]:

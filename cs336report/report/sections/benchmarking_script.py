@@ -9,6 +9,7 @@ import pandas as pd
 from .. import checks, plots
 from ...accounting import transformer as accounting
 from ..bench_frame import MODE_COLUMNS, frame, phase_timing
+from ..oom import does_not_fit
 from ..tables import (Cell, Num, Table, fmt_mean_std, fmt_pct, fmt_seconds, pivot_cells, sig, status_cell,
                       time_unit)
 
@@ -365,5 +366,6 @@ def build(ctx) -> dict:
     out["analysis"] = analysis(df, wf, flags)
     out["answer"] = answer_part(df, full_step=asks_optimizer_step(ctx.edition))
     out["over_h100"] = checks.over_h100(ctx.records("benchmarking"))
+    out["does_not_fit"] = does_not_fit(ctx.records("benchmarking"))
     out["impossible"] = impossible_orderings(df, flags)
     return out

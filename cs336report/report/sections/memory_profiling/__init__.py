@@ -3,7 +3,8 @@ analytic accounting beside them.
 
 Reads the parse records (``memory_profiling_parse``: the parsed snapshot plus the capture's
 data) and, for cells whose snapshot was not parsed, the capture records
-(``memory_profiling``). Every number the template quotes is computed here or in the parts
+(``memory_profiling``); 2026's (f) reads the Nsight capture's records (``memory_profiling_nsys``,
+:mod:`.nsys`), which answer it alone and so are not among the section's EXPERIMENTS. Every number the template quotes is computed here or in the parts
 build() calls (the modules of this package).
 """
 
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 from ....accounting import transformer as accounting, peak as accounting_peak
 from ...labels import MEMORY_LABELS, PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK
+from ...oom import does_not_fit
 from ...tables import Table, fmt_bytes
 from .analysis import analysis, settings, weight_copies
 from .answer import answer_part
 from .analytic import (TRAIN_STEP_EXPERIMENTS, accounting_analysis, accounting_rows, accounting_table, train_step_rows,
                        train_step_table)
 from .frame import MODE_LABELS, frame, model_spec
+from .nsys import EXPERIMENT as NSYS_EXPERIMENT, nsys_memory, nsys_memory_reason
 from .shapes import explain_size
 from .tables import (category_tables, peak_table, precision_table, ramp_rows, ramp_table, residual_table,
                      snapshot_table, top_table)
@@ -29,16 +32,21 @@ EXPERIMENTS = ("memory_profiling", "memory_profiling_parse")
 
 
 def skip_reason(ctx) -> str:
+    nsys = nsys_memory_reason(ctx.records(NSYS_EXPERIMENT)) if hasattr(ctx, "records") else None
+    also = f"; (f)'s Nsight capture: {nsys}" if nsys else ""
     if ctx.device != "cuda":
         return ("needs a CUDA device: memory snapshots come from the CUDA caching allocator "
                 "(torch.cuda.memory._record_memory_history), so the CPU grid has no memory_profiling cells; "
                 "the parser, tables and figures are tested on real snapshots from a GPU "
-                "(tests/fixtures/snapshots/real)")
-    return "memory_profiling is not configured in this grid"
+                "(tests/fixtures/snapshots/real)" + also)
+    return "memory_profiling is not configured in this grid" + also
 
 
 def build(ctx) -> dict:
     df = frame(ctx.records("memory_profiling_parse"), ctx.records("memory_profiling"))
+    nsys_records = ctx.records(NSYS_EXPERIMENT)
+    nsys = {"nsys_memory": nsys_memory(nsys_records), "nsys_memory_reason": nsys_memory_reason(nsys_records),
+            "does_not_fit": does_not_fit(ctx.records("memory_profiling"))}
     out = {"figures": [], "peak_tables": [], "top_tables": [], "category_tables": [], "precision_table": None,
            "residual_table": None, "residual": [], "ramp_table": None, "accounting_table": None, "sizes": [],
            "formulas": {"activations": accounting.ACTIVATION_FORMULA, "peak": accounting_peak.PEAK_FORMULA,
@@ -46,7 +54,7 @@ def build(ctx) -> dict:
                         "state": "weights 4 B, gradients 4 B, AdamW moments 8 B per parameter (16 B/parameter)"},
            "labels": [{"name": k, "means": MEMORY_LABELS[k]} for k in (PEAK_ALLOCATED, PEAK_RESERVED, SNAPSHOT_PEAK)],
            "train_step_table": None, "accounting": {},
-           "analysis": {"n_cells": 0, "failed": [], "growth": [], "precision_cmp": [], "ramps": []}}
+           "analysis": {"n_cells": 0, "failed": [], "growth": [], "precision_cmp": [], "ramps": []}, **nsys}
     if df.empty:
         out["snapshot_table"] = Table(title="Snapshots", columns=["cell"], rows=[])
         out["answer"] = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ....accounting import transformer as accounting
 from ...tables import fmt_pct
 from .checks import checks_table
+from .contexts import fit_searches
 from .frames import MODE_LABELS, cell_frame, class_frame, forward_source, kernel_frame, span
 from .kernels import (NON_TRIVIAL, attention_table, class_figure, class_table, gain_table, gemm_shift_table,
                       non_gemm_table, reference_cell, top_kernel_table)
@@ -61,6 +62,7 @@ def build(ctx) -> dict:
         "settings": ctx.settings("nsys_profile", handout={k: ctx.edition.benchmarking[k] for k in PROFILE_HANDOUT}),
         "attention_formula": accounting.ATTENTION_FLOP_FORMULA,
         "non_trivial": fmt_pct(NON_TRIVIAL, 2),
+        "fit_searches": fit_searches(records),
     }
     if cells.empty or kernels.empty:
         return out
