@@ -7,7 +7,7 @@ import torch
 
 from cs336report import editions
 from cs336report.accounting import fits
-from cs336report.measure import fit_check
+from cs336report.lm import fit_check
 from cs336report.records.store import load
 from cs336report.run import runner
 

@@ -37,7 +37,8 @@ from torch import nn
 
 from ..accounting import transformer as accounting
 from ..config.checkout import files_hash, package_files
-from ..measure import annotate, fit_check
+from . import fit_check
+from ..measure import annotate
 from . import staff
 from .model import ModelSpec, TransformerLM
 from .model_paths import (  # noqa: F401  (ModelError, resolve and the checks: callers reach them here)

@@ -1,7 +1,7 @@
 """Run one experiment cell and write its result record, whatever happens.
 
 A cell that runs out of memory is a result with status "oom", with the analytic bytes of its step
-(``data.memory_needed``, :mod:`cs336report.measure.fit_check`); a distributed cell that needs
+(``data.memory_needed``, :mod:`cs336report.lm.fit_check`); a distributed cell that needs
 more GPUs than the host has is one with status "not_run" ("not run: needs N GPUs"); any other
 exception is a result with status "error" and the message (the traceback goes to the log). Either way the
 workflow goes on, and the report shows the cell as such. A cell that runs a user's model
@@ -44,7 +44,7 @@ from ..lm.check import checked_cell
 from ..machine import contention
 from ..machine.scratch import scratch
 from ..measure.compiling import pin_ptxas
-from ..measure.fit_check import memory_needed
+from ..lm.fit_check import memory_needed
 from ..measure.timing import is_out_of_memory, release_memory, summarize, thaw
 from ..records.provenance import provenance
 from ..records.store import SCHEMA, ResultError, check_data, load, now_iso, save, whole_step

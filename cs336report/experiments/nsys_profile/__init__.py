@@ -23,7 +23,7 @@ Two profilers, chosen per cell by ``profiler``:
 With ``longest_fitting: K`` in the grid, a job searches its contexts for the K longest whose step
 fits the card, found by the run and not guessed: it tries them from the longest down, a context that
 runs out of memory is a result (an ``oom`` record, told before running where the accounting is certain,
-:mod:`cs336report.measure.fit_check`), and once K contexts have run the shorter ones are recorded as
+:mod:`cs336report.lm.fit_check`), and once K contexts have run the shorter ones are recorded as
 ``skipped`` without running (:func:`cs336report.run.runner.fitted_enough`). The launch record of each
 cell says which contexts fitted (``fit_search``), and so does its parsed record.
 
