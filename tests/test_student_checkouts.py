@@ -115,6 +115,18 @@ def test_a_plain_class_wrapper_is_implemented_as_the_handouts_tests_accept_it(tm
     assert found["flash_pytorch"]["class"] == "cs336_systems.flash.TiledAttention"  # named in the answers
 
 
+def test_a_class_defined_in_the_adapters_is_named_as_the_students_tests_import_it(tmp_path):
+    """Not by the module name the adapters are loaded under, which the student never sees."""
+    import torch
+
+    found = checked(config(checkout(tmp_path, "edited_tests")))["student"]["adapters"]
+    assert found["flash_pytorch"]["class"] == "tests.adapters.get_flashattention_autograd_function_pytorch.<locals>.Doubled"
+    repo = tmp_path / "student_repo"
+    impl = student.implementation("flash_pytorch", {"checkout": str(repo), "name": repo.name})
+    assert student.class_name(impl.obj) == found["flash_pytorch"]["class"]
+    assert student.class_name(torch.nn.Linear(1, 1)) == "torch.nn.modules.linear.Linear"
+
+
 def test_a_wrapper_without_what_the_tests_use_is_still_the_wrong_kind(tmp_path):
     import torch
 
