@@ -286,6 +286,7 @@ def test_the_answer_names_the_students_conftest_and_sets_their_own_tests_apart()
     assert ("defines `pytest_runtest_makereport`, which can change a test's outcome: the copies ran without it."
             in text)
     assert "The checkout's conftest code runs with the rights of the user running the report." in text
+    assert "the copies ran without it. The checkout's conftest code" in text  # two sentences, not run together
     assert "apart from the counts above: `test_flash_backward_pytorch_loose` passed." in text
     assert "not counted as the handout's tests: `test_mine.py`." in text
     # with a course clone the course's tests ran without the student's conftest
