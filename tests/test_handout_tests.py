@@ -286,6 +286,7 @@ def test_the_answer_names_the_students_conftest_and_sets_their_own_tests_apart()
     assert ("defines `pytest_runtest_makereport`, which can change a test's outcome: the copies ran without it."
             in text)
     assert "The checkout's conftest code runs with the rights of the user running the report." in text
+    assert "the copies ran without it. The checkout's conftest code" in text  # two sentences, not run together
     assert "apart from the counts above: `test_flash_backward_pytorch_loose` passed." in text
     assert "not counted as the handout's tests: `test_mine.py`." in text
     # with a course clone the course's tests ran without the student's conftest
@@ -325,3 +326,25 @@ def test_the_answer_names_the_students_class_with_ours_as_the_reference(problem,
     assert f"Your implementation: `cs336_systems.mine.MyWrapper` (from `get_{piece}`); ours, the reference: `{ours}`" \
         in text
     assert "Our implementation" not in text and "wraps any optimizer class" not in text
+
+
+@pytest.mark.parametrize("problem, piece, ours", [
+    ("ddp_overlap_bucketed", "ddp_bucketed", "DDPBucketed"),
+    ("optimizer_state_sharding", "sharded_optimizer", "cs336report.distributed.sharded_optimizer.ShardedOptimizer")])
+def test_a_checkout_without_a_class_of_its_own_is_not_described_by_ours(problem, piece, ours):
+    """The check named no class of the student's (the adapter raises, or returns the wrong kind): the
+    answer says so first, ours beside it as the reference, never ours as what the tests tested."""
+    tests = [{"name": "test_x", "problem": problem, "subquestion": "", "outcome": "not_implemented", "seconds": 0.2,
+              "message": f"get_{piece} raises NotImplementedError", "max_abs_error": None}]
+    record = {"experiment": "handout_tests", "cell": "ddp", "status": "ok", "config": {},
+              "data": {"tests": tests, "checkout": "/home/student/a2", "implementation": "a2",
+                       "classes": {"flash_pytorch": "cs336_systems.flash.Mine"}},
+              "_path": "results/handout_tests/ddp.json"}
+    part, text = _shared_answer(problem, [record])
+    assert (f"Your implementation: none that ran (`get_{piece}`: not implemented); ours, the reference: `{ours}`"
+            in text)
+    assert "Our implementation" not in text and "wraps any optimizer class" not in text
+    assert "(tested: a2)" not in text
+    tests[0].update(outcome="failed", message="AssertionError")  # ran and failed: the check named no class
+    part, text = _shared_answer(problem, [record])
+    assert f"Your implementation: from `get_{piece}` (the check's probe named no class); ours, the reference" in text

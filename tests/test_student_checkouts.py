@@ -115,6 +115,18 @@ def test_a_plain_class_wrapper_is_implemented_as_the_handouts_tests_accept_it(tm
     assert found["flash_pytorch"]["class"] == "cs336_systems.flash.TiledAttention"  # named in the answers
 
 
+def test_a_class_defined_in_the_adapters_is_named_as_the_students_tests_import_it(tmp_path):
+    """Not by the module name the adapters are loaded under, which the student never sees."""
+    import torch
+
+    found = checked(config(checkout(tmp_path, "edited_tests")))["student"]["adapters"]
+    assert found["flash_pytorch"]["class"] == "tests.adapters.get_flashattention_autograd_function_pytorch.<locals>.Doubled"
+    repo = tmp_path / "student_repo"
+    impl = student.implementation("flash_pytorch", {"checkout": str(repo), "name": repo.name})
+    assert student.class_name(impl.obj) == found["flash_pytorch"]["class"]
+    assert student.class_name(torch.nn.Linear(1, 1)) == "torch.nn.modules.linear.Linear"
+
+
 def test_a_wrapper_without_what_the_tests_use_is_still_the_wrong_kind(tmp_path):
     import torch
 
@@ -372,3 +384,21 @@ def test_a_pass_never_stands_for_an_adapter_that_is_not_implemented(tmp_path):
     verdicts = {"flash_triton": {"status": "not_implemented", "reason": "raises NotImplementedError"}}
     [test] = parse_junit(path, "attention", verdicts)
     assert test["outcome"] == "not_implemented" and "the test passed" in test["message"]
+
+
+def test_a_not_implemented_part_of_an_implemented_piece_is_not_called_its_adapters(tmp_path):
+    """A forward-only FlashAttention (its backward raises NotImplementedError) is not implemented in the
+    backward test, and the message says the code the adapter returned raised, not the adapter."""
+    from cs336report.experiments.handout_tests.suite import parse_junit
+
+    path = tmp_path / "a.xml"
+    path.write_text('<testsuites><testsuite><testcase classname="tests.test_attention" name="test_flash_backward_pytorch"'
+                    ' time="0.1"><failure message="NotImplementedError: You must implement either the backward or'
+                    ' the vjp method">NotImplementedError</failure></testcase></testsuite></testsuites>')
+    verdicts = {"flash_pytorch": {"status": "implemented", "class": "tests.adapters.Doubled"}}
+    [test] = parse_junit(path, "attention", verdicts)
+    assert test["outcome"] == "not_implemented"
+    assert test["message"] == ("what get_flashattention_autograd_function_pytorch returned "
+                               "(tests.adapters.Doubled) raises NotImplementedError")
+    [test] = parse_junit(path, "attention", {"flash_pytorch": {"status": "not_implemented"}})
+    assert test["message"] == "get_flashattention_autograd_function_pytorch raises NotImplementedError"

@@ -39,7 +39,8 @@ from torch import nn
 
 from ..config.checkout import ADAPTERS_FILE, KEY, ModelError, StudentError, checkout_entry, checkout_paths
 from ..machine.time_limit import TimeLimitExceeded, time_limit
-from .resolve import HOOK_ARGS, PIECES, AdapterNotImplemented, call, edition_pieces, implementation, load_adapters
+from .resolve import (HOOK_ARGS, PIECES, AdapterNotImplemented, call, class_name, edition_pieces, implementation,
+                      load_adapters)
 
 IMPORT_TIMEOUT_S = 60  # the default of student.import_timeout_s
 PROBE_SHAPE = (2, 32, 16)  # (batch, seq, d): powers of two >= 16, as the handout's tests use
@@ -145,12 +146,6 @@ def one_process_group():
 def _mlp() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-
-
-def class_name(obj) -> str:
-    """The dotted name of ``obj``'s class (``obj`` itself where it is a class), as the answers name it."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def probe_training_step(impl, name: str) -> dict:

@@ -144,12 +144,15 @@ class FailedAdapter(NotImplementedAdapter):
 # --------------------------------------------------------------------------- loading a checkout
 
 
+ADAPTERS_MODULE = "cs336report_student_adapters_"  # the prefix of the name a checkout's adapters load under
+
+
 @cache
 def load_adapters(checkout: str):
     """The checkout's ``tests/adapters.py`` as a module of its own name (not ``tests.adapters``)."""
     path = Path(checkout).resolve() / ADAPTERS_FILE
     add_paths(checkout_paths(checkout))
-    name = f"cs336report_student_adapters_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    name = f"{ADAPTERS_MODULE}{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -159,6 +162,16 @@ def load_adapters(checkout: str):
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def class_name(obj) -> str:
+    """The dotted name of ``obj``'s class (``obj`` itself where it is a class), as the answers name it:
+    a class defined in a checkout's adapters by the module name its tests import (``tests.adapters``)."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    module = cls.__module__
+    if module.startswith(ADAPTERS_MODULE):
+        module = ".".join(ADAPTERS_FILE.with_suffix("").parts)
+    return f"{module}.{cls.__qualname__}"
 
 
 def _adapters_module(student: dict | None):

@@ -115,6 +115,8 @@ def kernels_of_last_step(events: list[dict], range_name: str = "ddp_step") -> di
 
 
 def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list | dict:
+    from ...student.resolve import class_name
+
     dev = str(device)
     cuda = device.type == "cuda"
     set_tf32(cell["tf32"])
@@ -177,7 +179,7 @@ def _rank(rank: int, world_size: int, device: torch.device, cell: dict) -> list 
     grad_bytes = sum(p.numel() * p.element_size() for p in trainable(model))
     return {"ranks": gathered, "profile": profile, "model": model_info, "grad_bytes": grad_bytes,
             "params": sum(p.numel() for p in model.parameters()), "allreduce_calls": calls,
-            "provenance": provenance, "wrapper": f"{type(wrapped).__module__}.{type(wrapped).__qualname__}"}
+            "provenance": provenance, "wrapper": class_name(wrapped)}
 
 
 def slowest(ranks: list[dict], phase: str, key: str = "measured") -> list[float]:

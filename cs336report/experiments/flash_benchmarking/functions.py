@@ -59,7 +59,7 @@ def _flash_function(impl: str, causal: bool, student: dict | None) -> tuple[Call
     function, provenance = found
     notes: dict = {"provenance": provenance}
     if provenance != resolver.BUILTIN:  # the handout's interface: apply(q, k, v, is_causal)
-        notes["class"] = f"{function.__module__}.{function.__qualname__}"  # named in the answer
+        notes["class"] = resolver.class_name(function)  # named in the answer
         return (lambda q, k, v: function.apply(q, k, v, causal)), notes
     if impl in ("triton", "triton_fixed"):
         autotune = impl == "triton"

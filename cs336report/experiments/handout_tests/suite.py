@@ -99,7 +99,9 @@ def parse_junit(path: str | Path, suite: str, adapters: dict | None = None,
                 verdict = (adapters or {}).get(piece) or {}
                 adapter = adapter_name(piece, edition)
                 if tag != "skipped" and _not_implemented_reason(full):
-                    outcome, message = "not_implemented", f"{adapter} raises NotImplementedError"
+                    raised = (f"what {adapter} returned ({verdict['class']})" if verdict.get("status") == "implemented"
+                              and verdict.get("class") else adapter)  # e.g. a forward-only function's backward
+                    outcome, message = "not_implemented", f"{raised} raises NotImplementedError"
                 elif tag != "skipped" and verdict.get("status") == "not_implemented":
                     outcome, message = "not_implemented", f"{adapter}: {verdict.get('reason', '')}"
                 break

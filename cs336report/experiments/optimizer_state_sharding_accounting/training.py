@@ -19,7 +19,7 @@ from ...distributed.sharded_optimizer import ShardedOptimizer, tensor_bytes
 from ...lm.build import build_model
 from ...lm.model import ModelSpec, cross_entropy
 from ...measure.timing import PhaseTimer, summarize, synchronize, time_steps
-from ...student.resolve import adapter_errors
+from ...student.resolve import adapter_errors, class_name
 from ..benchmarking_script.step import set_tf32
 from . import OPTIMIZERS
 
@@ -188,7 +188,7 @@ def _rank(rank: int, world: int, device, cell: dict) -> dict:
                          "broadcast": param_bytes if sharded else 0 if cell["optimizer"] == "adamw" else None,
                          "broadcast_owned": 4 * owned if sharded else 0 if cell["optimizer"] == "adamw" else None},
         "param_checksum": checksum,
-        "optimizer_class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        "optimizer_class": class_name(optimizer),
     }
 
 

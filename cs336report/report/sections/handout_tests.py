@@ -109,6 +109,17 @@ def yours(problem: Problem, data: dict, edition: Edition) -> list[dict]:
             if piece.problems[0] == problem.id and name in classes]
 
 
+def not_yours(problem: Problem, data: dict, edition: Edition) -> list[dict]:
+    """With a checkout and no class of the student's named for ``problem``: each adapter of the
+    problem, and whether every test of the problem found it not implemented; empty otherwise."""
+    if not data.get("student") or yours(problem, data, edition):
+        return []
+    counts = data.get("all") or {}
+    not_implemented = bool(counts.get("n")) and counts.get("not_implemented") == counts.get("n")
+    return [{"adapter": piece.adapter.name, "not_implemented": not_implemented}
+            for piece in edition.pieces.values() if piece.problems[0] == problem.id]
+
+
 def noun(problem: Problem, data: dict) -> str:
     """What the answer calls one test of ``problem``: a test of the student's copies is a copied test."""
     if data.get("tests_kind") == "student_copies":
@@ -127,6 +138,7 @@ def build(ctx, problem: Problem) -> dict:
             "ours": dict(zip(("name", "file", "tests", "checks"), ours)) if ours else None,
             "design": DESIGN.get(problem.id, {}),
             "yours": yours(problem, data, ctx.edition),
+            "not_yours": not_yours(problem, data, ctx.edition),
             "parts": [{"letter": p.letter, "heading": p.heading, "key": p.letter or "all",
                        "what": what[p.letter or "all"]} for p in problem.parts]}
 
