@@ -69,7 +69,18 @@ def mixed_precision_accumulation(d: dict) -> list[str]:
 
 
 def benchmarking_mixed_precision(d: dict) -> list[str]:
-    """Its (c): bf16 autocast against fp32 by model size, as far as this run can tell."""
+    """Its (c): bf16 autocast against fp32 by model size, as far as this run can tell; from the pairs timed
+    side by side where they ran, as the answer is."""
+    pr = _get(d, "pairs", "analysis") or {}
+    if pr.get("n") and pr.get("by_mode"):
+        modes = pr["by_mode"]
+        ups = [m for m in modes if m["up"]]
+        trend = ("bf16 autocast pays off more the larger the model" if len(ups) == len(modes) else
+                 f"bf16 autocast pays off more the larger the model in {len(ups)} of {len(modes)} modes" if ups else
+                 "The speed-up does not grow with model size in every context here")
+        m = modes[0]
+        return [f"{trend}: {m['mode']}, {'at least ' if m['lo_bound'] else ''}{m['lo_x']}× ({m['lo_cell']}) to "
+                f"{'at least ' if m['hi_bound'] else ''}{m['hi_x']}× ({m['hi_cell']})"]
     sp = _get(d, "speed", "analysis") or {}
     if sp.get("modes"):
         f = sp["modes"][0]
@@ -122,8 +133,11 @@ def torch_compile(d: dict) -> list[str]:
                    f"{at['bwd']['median']}×")
     if model and "model_table" in d:
         b = model[0]
-        out.append(f"{b['mode'].capitalize()}: {b['min']}× as fast compiled ({b['min_cell']})" if b["min"] == b["max"]
-                   else f"{b['mode'].capitalize()}: {b['min']}× to {b['max']}× as fast compiled")
+        # as the answer opens: on the compute-bound cells where host-bound ones are set apart
+        lead = ("Where neither step is host-bound, " + b["mode"] if any(m.get("host_bound") and m.get("compute_bound")
+                                                                     for m in model) else b["mode"].capitalize())
+        out.append(f"{lead}: {b['min']}× as fast compiled ({b['min_cell']})" if b["min"] == b["max"]
+                   else f"{lead}: {b['min']}× ({b['min_cell']}) to {b['max']}× ({b['max_cell']}) as fast compiled")
     return out
 
 

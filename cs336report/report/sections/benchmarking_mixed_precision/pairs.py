@@ -92,11 +92,10 @@ def pairs_table(df: pd.DataFrame, title: str) -> Table:
             r = by_mode.loc[m]
             row += [_time_cell(r, "fp32"), _time_cell(r, "bf16"), _ratio_cell(r)]
         rows.append(row)
-    note = ("mean ± sample standard deviation over every measured step of the cell's rounds; fp32/bf16: the ratio "
-            "of the two means (above 1: bf16 is faster), in brackets its range over the rounds (each round's fp32 "
-            f"block mean over its bf16 block mean); {HOST_MARK}: host-bound steps (the launches, not the kernels, set "
-            "the time); ≥: bf16 host-bound and fp32 not, so the GPU's bf16 time is at most the measured one and the "
-            "ratio a lower bound")
+    note = ("mean ± sample standard deviation over the measured steps of all rounds; fp32/bf16: the ratio of the "
+            "means (above 1: bf16 is faster), in brackets its range over the rounds; "
+            f"{HOST_MARK}: host-bound steps (the launches set the time); ≥: only bf16 host-bound, so the ratio is a "
+            "lower bound")
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]), note=note)
 
 
@@ -119,6 +118,22 @@ def _trends(df: pd.DataFrame) -> list[dict]:
     return out
 
 
+def _by_mode(df: pd.DataFrame, trends: list[dict], name) -> list[dict]:
+    """Per mode: the smallest and the largest ratio over its timed cells (``lo_bound``/``hi_bound``: a
+    lower bound), whether every context's trend with size is up, and Spearman's ρ per context."""
+    out = []
+    for mode, g in df[df["kind"] != "none"].groupby("mode", sort=False):
+        label = MODE_COLUMNS[mode]
+        lo, hi = g.loc[g["ratio"].astype(float).idxmin()], g.loc[g["ratio"].astype(float).idxmax()]
+        ts = [t for t in trends if t["mode"] == label]
+        out.append({"mode": label, "lo_x": sig(lo["ratio"]), "lo_cell": name(lo), "lo_bound": lo["kind"] == "lower_bound",
+                    "hi_x": sig(hi["ratio"]), "hi_cell": name(hi), "hi_bound": hi["kind"] == "lower_bound",
+                    "up": bool(ts) and all(t["trend"] == "up" for t in ts),
+                    "rhos": [t["rho"] for t in ts if t["trend"] != "few"],
+                    "contexts": [t["context"] for t in ts if t["trend"] != "few"]})
+    return out
+
+
 def _best(clean: pd.DataFrame, name) -> dict | None:
     """The cell of the largest measured ratio."""
     if clean.empty:
@@ -133,10 +148,13 @@ def pairs_analysis(df: pd.DataFrame) -> dict:
     name = lambda r: _cell_name(r, contexts)  # noqa: E731
     timed = df[df["kind"] != "none"]
     clean = timed[timed["kind"] == "measured"]
+    trends = _trends(df)
     spread = ((clean["ratio_hi"] - clean["ratio_lo"]) / clean["ratio"]).max() if len(clean) else None
     return {
         "n": int(len(timed)), "n_cells": int(len(df)), "contexts": sorted(int(c) for c in df["context"].unique()),
-        "trends": _trends(df),
+        "trends": trends,
+        "by_mode": _by_mode(df, trends, lambda r: str(r["size"]) + (f", context {r['context']}" if contexts > 1 else "")),
+        "lo_bound_smallest": any(t["lo_bound"] and t["trend"] == "up" for t in trends),
         "lower_bounds": [{"cell": name(r), "at_least": sig(r["ratio"])} for _, r in
                          timed[timed["kind"] == "lower_bound"].iterrows()],
         "launch_rates": [name(r) for _, r in timed[timed["kind"] == "launch_rates"].iterrows()],

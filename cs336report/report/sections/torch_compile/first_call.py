@@ -17,8 +17,8 @@ def from_cache(rows: pd.DataFrame) -> pd.Series:
     return rows["cache_hits"].fillna(0) > 0
 
 
-JOB_NOTE = ("“(n calls)”: the cell ran in one job after cells of the same model (the forward cell of its size and "
-            "context), whose first calls compiled part of its step; the time is the sum of those first calls and its own")
+JOB_NOTE = ("“(n calls)”: the step compiled over the first calls of n cells of one job (the same model's forward "
+            "cell first); the time is their sum")
 
 
 def first_call_cell(seconds: float, cache_hits, calls: int = 1) -> Cell:

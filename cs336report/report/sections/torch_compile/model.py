@@ -120,8 +120,8 @@ def model_table(pairs: pd.DataFrame) -> Table:
         columns=["size", "context", "step", "vanilla", "compiled", "speed-up", "first compiled step", "graph breaks"],
         units=["", "tokens", "", "ms", "ms", "×", "s", ""], rows=rows,
         sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
-        note="mean ± sample standard deviation over the measured steps; the first compiled step (tracing, "
-             "Inductor code generation and one step) runs before the warm-up and is not in the mean"
+        note="mean ± sample standard deviation over the measured steps; the first compiled step (the compilation) "
+             "runs before the warm-up and is not in the mean"
              + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else "")
              + (f"; {JOB_NOTE}" if (pairs["first_calls"] > 1).any() else ""))
 
