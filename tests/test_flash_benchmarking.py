@@ -456,7 +456,7 @@ def test_rendered_section_has_tables_figures_tiles_and_leaderboard(tmp_path):
     # and the answer says it beside its fp32 table, where the PyTorch rows ran with TF32 off
     answers = (out / "answers.md").read_text().split('<a id="flash_benchmarking"></a>', 1)[1]
     assert {load(p)["config"]["tf32"] for p in gpu_like_records(tmp_path / "again")} == {False}
-    assert "so the fp32 table sets TF32 kernels against full-precision ones" in answers.split("<a id=", 1)[0]
+    assert "multiplies on TF32 tensor cores (Triton's default), the naive attention in full fp32" in answers.split("<a id=", 1)[0]
 
 
 def test_rendered_numbers_are_the_analysis_numbers(tmp_path):

@@ -186,6 +186,9 @@ def test_a_cut_down_grid_is_named_in_one_order_whatever_the_order_of_its_referen
     from cs336report.report.settings import RenderSettings
 
     published = json.loads((REPO / "report/data/config.json").read_text())
+    left_out = ("compiled_attention_overhead", "benchmarking_bf16_pairs")
+    published["grids"] = {**published["grids"],
+                          "gpu": {k: v for k, v in published["grids"]["gpu"].items() if k not in left_out}}
     reference = {"gpu": {"compiled_attention_overhead": {"d_heads": [16]}, "benchmarking_bf16_pairs": {"sizes": ["small"]},
                          **published["grids"]["gpu"]}}
     backwards = {"gpu": dict(reversed(list(reference["gpu"].items())))}

@@ -178,8 +178,10 @@ class RenderContext:
         self._by_experiment: dict[str, list[dict]] = defaultdict(list)
         for r in records:
             self._by_experiment[r["experiment"]].append(r)
-        # the cards the records name: where there are several, each answer's record folders say theirs
-        self.cards = sorted({gpu for r in records if (gpu := (r.get("provenance") or {}).get("gpu"))})
+        # the cards the records name, most records first: where there are several, each answer's record
+        # folders of another card than the first say theirs
+        counts = Counter(gpu for r in records if (gpu := (r.get("provenance") or {}).get("gpu")))
+        self.cards = [gpu for gpu, _ in counts.most_common()]
 
     def records(self, experiment: str) -> list[dict]:
         return sorted(self._by_experiment.get(experiment, []), key=lambda r: r["cell"])
@@ -234,7 +236,8 @@ def _skip_reason(module, ctx: RenderContext) -> str:
 
 def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> list[dict]:
     """The folders of a section's records, as links relative to the report folder where possible; where
-    the report's records name more than one card, each folder with the cards its records name."""
+    the report's records name more than one card, each folder whose records are not all of the card of
+    most records with the cards its records name."""
     folders, cards = {}, {}
     for e in experiments:
         for r in ctx.records(e):
@@ -246,7 +249,8 @@ def _record_folders(ctx: RenderContext, experiments, out_dir: Path | None) -> li
                 cards[folder].add(gpu)
     if len(ctx.cards) > 1:
         for folder, names in cards.items():
-            folders[folder]["cards"] = ", ".join(sorted(names))
+            if names != {ctx.cards[0]}:
+                folders[folder]["cards"] = ", ".join(sorted(names))
     return list(folders.values())
 
 

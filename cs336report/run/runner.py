@@ -153,8 +153,10 @@ def fitted_enough(cell: dict, records: list[dict]) -> str | None:
     order longest first, an out-of-memory cell a result): why ``cell`` is not run, once K cells before it ran
     ok; else None."""
     keep = cell.get("longest_fitting")
+    if not keep:  # the other jobs' cells need not have a context
+        return None
     fitted = [r["config"]["context"] for r in records if r["status"] == "ok"]
-    if not keep or len(fitted) < keep:
+    if len(fitted) < keep:
         return None
     return (f"skipped: the {keep} longest contexts that fit ({', '.join(map(str, fitted))}) are already run "
             f"(longest_fitting: {keep})")

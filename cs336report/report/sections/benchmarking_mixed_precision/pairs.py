@@ -93,7 +93,7 @@ def pairs_table(df: pd.DataFrame, title: str) -> Table:
             row += [_time_cell(r, "fp32"), _time_cell(r, "bf16"), _ratio_cell(r)]
         rows.append(row)
     note = ("mean ± sample standard deviation over the measured steps of all rounds; fp32/bf16: the ratio of the "
-            "means (above 1: bf16 is faster), in brackets its range over the rounds; "
+            "means, in brackets its range over the rounds; "
             f"{HOST_MARK}: host-bound steps (the launches set the time); ≥: only bf16 host-bound, so the ratio is a "
             "lower bound")
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]), note=note)

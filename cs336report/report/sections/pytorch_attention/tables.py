@@ -47,11 +47,12 @@ def grid_table(df: pd.DataFrame, title: str, with_variant: bool = False, brief: 
         rows.append(row)
     times = ("times: mean over the timed passes" if brief
              else "times: mean ± sample standard deviation over the timed passes")
+    how = ("how each memory column is measured: in the evidence" if brief
+           else "allocated before backward: torch.cuda.memory_allocated with the forward graph alive; peak allocated: "
+                "torch.cuda.max_memory_allocated over that forward and the backward passes; saved for backward: bytes "
+                "of the tensors autograd kept (inputs excluded), counted with saved_tensors_hooks")
     return Table(title=title, columns=columns, units=units, rows=rows, sources=sorted(df["source"]),
-                 note=f"{times}; allocated before backward: "
-                      "torch.cuda.memory_allocated with the forward graph alive; peak allocated: torch.cuda.max_memory_allocated over "
-                      "that forward and the backward passes; saved for backward: bytes of the tensors autograd kept "
-                      "(inputs excluded), counted with saved_tensors_hooks" + memory_notes(df))
+                 note=f"{times}; {how}" + memory_notes(df))
 
 
 def memory_notes(df: pd.DataFrame) -> str:
