@@ -1,6 +1,7 @@
 """benchmarking_mixed_precision (c) from benchmarking_bf16_pairs records: the table, the trend, the bounds."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,28 @@ def answer_c(answers: str) -> str:
     return answers.split('id="benchmarking_mixed_precision-c"', 1)[1].split("<a id=", 1)[0]
 
 
+def evidence_c(report: Path) -> str:
+    """The side-by-side part of the evidence of the report in ``report``: its table and what the answer
+    leaves to it (the trend per mode and context, the lower bounds, the cells not timed on both sides)."""
+    evidence = (report / "evidence.md").read_text()
+    return evidence.split("### (c) fp32 and bf16 autocast timed side by side", 1)[1].split("\n### ", 1)[0]
+
+
+def round_spread_pct(paths: list[str]) -> str:
+    """The largest range of the per-round ratio over the cells with neither side host-bound, in % of the
+    cell's ratio, from the records' round means."""
+    from cs336report.report.tables import sig
+
+    worst = 0.0
+    for path in paths:
+        fp32, bf16 = (load(path)["data"]["sides"][p] for p in ("fp32", "bf16"))
+        if any(side["status"] != "ok" or side["host"]["host_bound"] for side in (fp32, bf16)):
+            continue
+        per_round = [f / b for f, b in zip(fp32["round_means_s"], bf16["round_means_s"])]
+        worst = max(worst, (max(per_round) - min(per_round)) / (fp32["stats_s"]["mean"] / bf16["stats_s"]["mean"]))
+    return sig(100 * worst, 2)
+
+
 def test_the_table_marks_host_bound_steps_and_gives_their_ratios_as_lower_bounds(rendered, tmp_path):
     paths, config, _ = rendered
     records = [{**load(p), "_path": p} for p in paths]
@@ -94,19 +117,31 @@ def test_the_table_marks_host_bound_steps_and_gives_their_ratios_as_lower_bounds
     assert trends["forward + backward"]["n"] == 4 and trends["forward + backward"]["hi_size"] == "xl"
 
 
-def test_the_answer_states_the_trend_its_cause_and_the_lower_bounds(rendered):
-    text = answer_c(rendered[2])
-    assert "bf16 autocast pays off more the larger the model:" in text
-    assert (f"forward at context 512, at least {ratio(20, 19)}× for small to {ratio(300, 120)}× for 2.7B "
-            "(Spearman ρ = 1.0 over 5 sizes)") in text
-    assert f"forward + backward at context 512, {ratio(60, 50)}× for small to {ratio(600, 260)}× for xl" in text
+def test_the_answer_states_the_trend_its_cause_and_the_lower_bounds(rendered, tmp_path):
+    paths, _, answers = rendered
+    text = answer_c(answers)
+    assert f"Each row times both precisions in one process, {ROUNDS} rounds in alternating order." in text
+    # per mode, the smallest and the largest ratio over its cells (a lower bound marked), ρ per context
+    assert ("bf16 autocast pays off more the larger the model: "
+            f"forward, at least {ratio(20, 19)}× (small) to {ratio(300, 120)}× (2.7B), "
+            "Spearman ρ = 1.0 over sizes at context 512; "
+            f"forward + backward, {ratio(60, 50)}× (small) to {ratio(600, 260)}× (xl), "
+            "Spearman ρ = 1.0 over sizes at context 512.") in text
     assert "tensor cores" in text and "kernel launches" in text
-    assert "so fp32/bf16 is a lower bound on the speed-up" in text
-    assert (f"at least {ratio(20, 19)}× for small, forward, at least {ratio(50, 40)}× for medium, forward, "
-            f"at least {ratio(100, 70)}× for large, forward") in text
-    assert "the growth from them to the largest is at most what the table shows" in text
-    assert "2.7B, forward + backward (fp32 OOM, bf16 OK)" in text
+    assert f"Where neither side is host-bound, the ratio moved by at most {round_spread_pct(paths)} % from round to round." in text
+    assert "bounds nothing" not in text  # no cell has both sides host-bound
     assert "cannot show a trend" not in text  # the older pairs' fallback is not used
+    # the evidence carries the trend per mode and context, the lower bounds and the cells not timed
+    evidence = evidence_c(tmp_path / "r")
+    assert (f"bf16 autocast pays off more the larger the model: forward at context 512, at least {ratio(20, 19)}× for "
+            f"small to {ratio(300, 120)}× for 2.7B (Spearman ρ = 1.0 over 5 sizes); forward + backward at context 512, "
+            f"{ratio(60, 50)}× for small to {ratio(600, 260)}× for xl (Spearman ρ = 1.0 over 4 sizes).") in evidence
+    assert "so fp32/bf16 is a lower bound on the speed-up" in evidence
+    assert (f"at least {ratio(20, 19)}× for small, forward, at least {ratio(50, 40)}× for medium, forward, "
+            f"at least {ratio(100, 70)}× for large, forward") in evidence
+    assert "the growth from them to the largest is at most what the table shows" in evidence
+    assert f"the ratio is largest at 2.7B, forward ({ratio(300, 120)}×)" in evidence
+    assert "Not timed on both sides: 2.7B, forward + backward (fp32 OOM, bf16 OK)." in evidence
 
 
 def test_no_trend_is_claimed_where_the_ratio_falls_with_size(tmp_path):
@@ -135,11 +170,29 @@ def test_without_pair_records_the_published_answer_keeps_its_text(tmp_path):
 # ---------------------------------------------------------------------------
 
 
+# the experiments the published folder gained with --add-experiment; the fixture folder lacks them
+ADDED = ("benchmarking_bf16_pairs", "compiled_attention_overhead")
+
+
+def folder_config(tmp_path) -> dict:
+    """The published config (a copy in ``tmp_path``) as it was before ``ADDED`` joined its gpu grid."""
+    copy = tmp_path / "published_config.json"
+    shutil.copy(PUBLISHED / "config.json", copy)
+    config = json.loads(copy.read_text())
+    assert config["_grid"] == "gpu"
+    for experiment in ADDED:
+        config["grids"]["gpu"].pop(experiment, None)
+    copy.write_text(json.dumps(config, indent=2))
+    return config
+
+
 def folder_of(tmp_path) -> tuple[Path, dict]:
-    """A published folder with the published config (which lacks benchmarking_bf16_pairs) and no records."""
+    """A published folder with the published config less ``ADDED`` (so it lacks benchmarking_bf16_pairs)
+    and no records."""
     from cs336report.steps.publish import publish
 
-    config = json.loads((PUBLISHED / "config.json").read_text())
+    config = folder_config(tmp_path)
+    assert "benchmarking_bf16_pairs" not in config["grids"]["gpu"]
     out = tmp_path / "data"
     publish([], config, out)
     return out, config
@@ -210,5 +263,8 @@ def test_one_size_names_no_trend(tmp_path):
     config = json.loads((PUBLISHED / "config.json").read_text())
     render_report([path], config, tmp_path / "r", draw=False, expected=experiments.expected_cells(config))
     text = answer_c((tmp_path / "r" / "answers.md").read_text())
-    assert f"Too few sizes ran to show a trend with model size: forward at context 512, {ratio(20, 10)}× for small." in text
-    assert "pays off more" not in text and "is a lower bound on the speed-up" not in text
+    assert f"forward, {ratio(20, 10)}× (small)" in text
+    assert "pays off more" not in text and "Spearman" not in text and "bounds nothing" not in text
+    evidence = evidence_c(tmp_path / "r")
+    assert f"Too few sizes ran to show a trend with model size: forward at context 512, {ratio(20, 10)}× for small" in evidence
+    assert "pays off more" not in evidence and "is a lower bound on the speed-up" not in evidence

@@ -1,6 +1,6 @@
 """benchmarking_script (c) on the warm-up study's two record shapes: each setting in several fresh
-processes (the records' ``repeats``: every process's mean step), and one process per setting (the
-published records), whose wording stays."""
+processes (the records' ``repeats``: every process's mean step, as the published records now hold),
+and one process per setting (the earlier H200 records), whose wording stays."""
 
 import re
 import shutil
@@ -11,16 +11,27 @@ import pytest
 
 from conftest import REPO
 from cs336report.records.store import load
+from cs336report.report.bench_frame import MODE_COLUMNS
 from cs336report.report.render import render_report
-from cs336report.report.tables import fmt_seconds
+from cs336report.report.tables import fmt_seconds, sig
 
 FIXTURES = REPO / "tests" / "fixtures" / "warmup_processes_cpu"
+ONE_PROCESS = REPO / "tests" / "fixtures" / "warmup_h200"  # one process per setting
 PUBLISHED = REPO / "report" / "data" / "benchmarking_warmup"
 
 
+def unlinked(md: str) -> str:
+    return re.sub(r"\[([^\]]*)\]\([^)\s]*\)", r"\1", md)
+
+
 def part_c(md: str) -> str:
-    text = md.split('<a id="benchmarking_script-c"></a>', 1)[1].split("<a id=", 1)[0]
-    return re.sub(r"\[([^\]]*)\]\([^)\s]*\)", r"\1", text)
+    return unlinked(md.split('<a id="benchmarking_script-c"></a>', 1)[1].split("<a id=", 1)[0])
+
+
+def warmup_evidence(tmp_path: Path) -> str:
+    """The warm-up part of benchmarking_script's evidence of the report :func:`render` wrote."""
+    evidence = unlinked((tmp_path / "out" / "evidence.md").read_text())
+    return evidence.split("### Warm-up", 1)[1].split("<a id=", 1)[0]
 
 
 def render(paths: list[Path], tmp_path: Path, device: str) -> str:
@@ -60,20 +71,42 @@ def test_several_processes_give_each_setting_their_mean_and_spread(tmp_path):
         parts.append(f"{fmt_seconds(statistics.mean(means))} ± {fmt_seconds(statistics.stdev(means))} "
                      + ("without warm-up" if n == 0 else f"after {n}"))
     listed = ", ".join(parts[:-1]) + " and " + parts[-1]
-    assert f"Over {len(means)} fresh processes per setting the mean step is {listed} warm-up steps" in text
-    ranges = ", ".join(f"{fmt_seconds(min(r['data']['repeats']['means_s']))}–"
-                       f"{fmt_seconds(max(r['data']['repeats']['means_s']))}" for r in records)
-    assert f"(the mean and spread of the processes' means; {ranges} from the fastest process to the slowest)" in text
+    config = records[0]["config"]
+    cell = f"{config['size']}, context {config['context']}, {MODE_COLUMNS[config['mode']]}"
+    assert (f"Over {len(means)} fresh processes per setting ({cell}), the mean step is {listed} warm-up steps "
+            "(mean ± spread of the processes' means).") in text
+    measured = records[0]["data"]["times_s"]["measured_s"]  # without warm-up, the first process's steps
+    first, rest = measured[0], statistics.mean(measured[1:])
+    assert (f"Without warm-up the first measured step takes {fmt_seconds(first)}, {sig(first / rest)}× the "
+            f"{fmt_seconds(rest)} of the steps after it") in text
     assert "one run per setting cannot tell the two apart" not in text
     assert "lazy module loading" in text
+    # the range of the processes' means, from the fastest process to the slowest, is in the evidence
+    evidence = warmup_evidence(tmp_path)
+    for r in records[1:-1]:  # the settings between no warm-up and the longest
+        means = r["data"]["repeats"]["means_s"]
+        assert (f"the mean is {fmt_seconds(statistics.mean(means))} over {len(means)} processes "
+                f"({fmt_seconds(min(means))}–{fmt_seconds(max(means))}, ") in evidence
 
 
 def test_one_process_per_setting_keeps_its_wording(tmp_path):
+    paths = sorted(ONE_PROCESS.glob("*.json.gz"))
+    assert len(paths) >= 3
+    assert all(not (load(p)["data"].get("repeats") or {}).get("runs") for p in paths)  # one process each
+    text = render(paths, tmp_path, "cuda")
+    assert "fresh processes per setting" not in text and "spread of the processes' means" not in text
+    assert "one run per setting cannot tell the two apart" in text
+    assert "CUDA's lazy module loading" in text
+
+
+def test_the_published_answer_gives_the_processes_of_each_setting(tmp_path):
+    """The published records ran each setting in several fresh processes; the committed answer says so."""
     paths = sorted(PUBLISHED.glob("*.json.gz"))
     if not paths:
         pytest.skip("no published records")
-    assert all(not (load(p)["data"].get("repeats") or {}).get("runs") for p in paths)  # one process each
+    runs = {len((load(p)["data"].get("repeats") or {}).get("runs") or []) for p in paths}
+    assert len(runs) == 1 and min(runs) > 1
     text = part_c((REPO / "report" / "answers.md").read_text())
-    assert "fresh processes per setting" not in text
-    assert "one run per setting cannot tell the two apart" in text
+    assert f"Over {runs.pop()} fresh processes per setting" in text
+    assert "one run per setting cannot tell the two apart" not in text
     assert "CUDA's lazy module loading" in text
