@@ -75,12 +75,15 @@ def benchmarking_mixed_precision(d: dict) -> list[str]:
     if pr.get("n") and pr.get("by_mode"):
         modes = pr["by_mode"]
         ups = [m for m in modes if m["up"]]
+        # as the answer's sentence (templates/answers/benchmarking_mixed_precision.j2, pairs_trend_by_mode)
         trend = ("bf16 autocast pays off more the larger the model" if len(ups) == len(modes) else
                  f"bf16 autocast pays off more the larger the model in {len(ups)} of {len(modes)} modes" if ups else
-                 "The speed-up does not grow with model size in every context here")
+                 "The speed-up does not grow with model size in every context here" if any(x["rhos"] for x in modes)
+                 else "Too few sizes ran to show a trend with model size")
         m = modes[0]
-        return [f"{trend}: {m['mode']}, {'at least ' if m['lo_bound'] else ''}{m['lo_x']}× ({m['lo_cell']}) to "
-                f"{'at least ' if m['hi_bound'] else ''}{m['hi_x']}× ({m['hi_cell']})"]
+        lo = f"{'at least ' if m['lo_bound'] else ''}{m['lo_x']}× ({m['lo_cell']})"
+        hi = f" to {'at least ' if m['hi_bound'] else ''}{m['hi_x']}× ({m['hi_cell']})" if m["hi_cell"] != m["lo_cell"] else ""
+        return [f"{trend}: {m['mode']}, {lo}{hi}"]
     sp = _get(d, "speed", "analysis") or {}
     if sp.get("modes"):
         f = sp["modes"][0]
