@@ -54,7 +54,7 @@ def test_nsys_profile_e_sets_the_softmax_bytes_over_the_measured_bandwidth():
     assert (int(m[3]), int(m[4])) == (reads, writes)
     moved = (reads + writes) * layers * c["batch_size"] * model["num_heads"] * c["context"] ** 2 * 4
     measured = sum(k["per_step_ns"] for k in soft)
-    assert (f"move {fmt_bytes(moved)} a forward pass, {sig(moved / probe / 1e6)} ms at this card's measured "
+    assert (f"move {fmt_bytes(moved)} a forward pass, {sig(moved / probe / 1e6)} ms at the card's measured "
             f"{sig(probe)} GB/s, against {sig(measured / 1e6)} ms measured") in text
     assert moved / (probe * 1e9) < measured / 1e9  # the kernels take longer than their traffic at the copy rate
 
@@ -340,5 +340,5 @@ def test_flash_benchmarking_gives_the_kernels_rate_at_the_longest_seq():
     assert (f"At seq {seq} (d_head 64) the kernels run forward + backward at {sig(rates[('triton', 'bf16')][1])} "
             f"TFLOP/s in bf16 and {sig(rates[('triton', 'fp32')][1])} in fp32 for Triton FA2, "
             f"{sig(rates[('naive', 'bf16')][1])} and {sig(rates[('naive', 'fp32')][1])} for the naive attention, "
-            "counting the causal matmul FLOPs for both") in text
+            "counting causal matmul FLOPs for both") in text
     assert rates[("triton", "bf16")][1] > 10 * rates[("naive", "bf16")][1]
