@@ -50,6 +50,21 @@ class CudaMemory:
         torch.cuda.memory._record_memory_history(enabled=None)
 
 
+
+def warmed_step(cell: dict):
+    """The cell's model, its build info and its step (:func:`make_step`) on one fixed random batch, after
+    the cell's warm-up steps (the random state is the caller's: seed it first)."""
+    spec = ModelSpec(**cell["model"])
+    device, batch, context = cell["device"], cell["batch_size"], cell["context"]
+    model, model_info = build_model(cell)
+    tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
+    targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if cell["mode"] == "train_step" else None
+    step = make_step(model, tokens, targets, optimizer, cell)
+    for _ in range(cell["warmup_steps"]):
+        step()
+    return model, model_info, step
+
 def make_step(model, tokens, targets, optimizer, cell: dict):
     """One step of the cell's mode, its phases inside named ranges."""
     mode, device, precision = cell["mode"], cell["device"], cell["precision"]
@@ -99,20 +114,13 @@ def capture(cell: dict, memory) -> dict:
     set_tf32(cell["tf32"])
     torch.manual_seed(cell["seed"])
     spec = ModelSpec(**cell["model"])
-    device, batch, context = cell["device"], cell["batch_size"], cell["context"]
     path = Path(cell["snapshot_file"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     info: dict = {"file": str(path), "error": None, "max_entries": cell["max_entries"], "stacks": cell["stacks"]}
     recording = False
     try:
-        model, model_info = build_model(cell)
-        tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
-        targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if cell["mode"] == "train_step" else None
-        step = make_step(model, tokens, targets, optimizer, cell)
-        for _ in range(cell["warmup_steps"]):
-            step()
+        model, model_info, step = warmed_step(cell)
         memory.synchronize()
         before = memory.allocated()
         memory.reset_peak()

@@ -26,11 +26,10 @@ import time
 import torch
 
 from ...accounting import transformer as accounting
-from ...lm.build import build_model
 from ...lm.model import ModelSpec
 from ...measure.timing import peak_memory, reset_peak_memory, synchronize
 from ..benchmarking_script.step import set_tf32
-from .capture import make_step
+from .capture import warmed_step
 
 NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 
@@ -98,14 +97,8 @@ def run(cell: dict) -> dict:
     set_tf32(cell["tf32"])
     torch.manual_seed(cell["seed"])
     spec = ModelSpec(**cell["model"])
-    device, batch, context = cell["device"], cell["batch_size"], cell["context"]
-    model, model_info = build_model(cell)
-    tokens = torch.randint(0, spec.vocab_size, (batch, context), device=device)  # (batch, seq)
-    targets = torch.randint(0, spec.vocab_size, (batch, context), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3) if cell["mode"] == "train_step" else None
-    step = make_step(model, tokens, targets, optimizer, cell)
-    for _ in range(cell["warmup_steps"]):
-        step()
+    device = cell["device"]
+    model, model_info, step = warmed_step(cell)
     synchronize(device)
     blocks = blocks_of(model)
     handles = mark_blocks(blocks)
