@@ -132,3 +132,20 @@ def test_the_block_ranges_open_and_close_in_order_and_change_nothing_the_model_c
         depth += 1 if kind == "push" else -1
         assert depth in (0, 1)  # each block's range closes before the next opens
     assert depth == 0
+
+
+def test_the_f_answer_that_did_not_run_names_the_nsight_rule_to_rerun(tmp_path):
+    """2026's (f) reads memory_profiling_nsys alone: its not-run line says to rerun that rule, not the
+    memory_profiling rules of the rest of the problem, which would never make (f)'s record."""
+    from pathlib import Path
+
+    from cs336report.report.render import render_report
+
+    out = tmp_path / "results" / "memory_profiling_nsys" / "tiny.json"
+    nsys_memory_step.capture("tiny", CELL, tmp_path / "files", out)
+    published = sorted((Path(__file__).parent.parent / "report" / "data" / "memory_profiling_parse").glob("*.json.gz"))
+    render_report([str(p) for p in published[:3]] + [str(out)],
+                  {"_device": "cuda", "_grid": "gpu", "_handout": 2026}, tmp_path / "out", draw=False)
+    f = (tmp_path / "out" / "answers.md").read_text().split('<a id="memory_profiling-f"></a>', 1)[1].split("<a id=", 1)[0]
+    assert "the Nsight capture has no numbers: needs a GPU with nsys" in f
+    assert "--forcerun memory_profiling_nsys -- report" in f and "--forcerun memory_profiling " not in f
