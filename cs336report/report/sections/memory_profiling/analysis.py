@@ -17,6 +17,11 @@ FULL_STEP = ("train_step", "forward_backward")
 SIGNIFICANT = 0.05
 
 
+def _signed_pct(rel: float) -> str:
+    """A relative change as a signed percentage, with the same minus sign (U+2212) as the byte differences."""
+    return ("+" if rel > 0 else "−") + f"{abs(rel) * 100:.1f} %"
+
+
 def _live_before(row) -> int:
     """Bytes live before the recorded steps: the capture's counter, else the snapshot's baseline."""
     if is_measured(row["before"]):
@@ -176,11 +181,11 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
         if int(context) == top_ctx:
             prec.append({"impl": impl, "label": MODE_LABELS[label], "fp32": _gib(by["fp32"]["peak"]),
                          "bf16": _gib(by["bf16"]["peak"]), "diff": ("+" if diff > 0 else "−") + _gib(abs(diff)),
-                         "pct": f"{rel * 100:+.1f} %", "significant": abs(rel) >= SIGNIFICANT,
+                         "pct": _signed_pct(rel), "significant": abs(rel) >= SIGNIFICANT,
                          "rank": MODE_ORDER.index(label)})
     out["precision_cmp"] = sorted(prec, key=lambda x: (x["impl"], x["rank"]))
     spans = [{"impl": impl, "label": MODE_LABELS[label], "rank": MODE_ORDER.index(label),
-              "points": [{"context": c, "pct": f"{rel * 100:+.1f} %"} for c, rel in sorted(points)],
+              "points": [{"context": c, "pct": _signed_pct(rel)} for c, rel in sorted(points)],
               "sign_changes": min(r for _, r in points) < 0 < max(r for _, r in points),
               **peak_phases(phases.get((impl, label), {}))}
              for (impl, label), points in by_mode.items() if len(points) > 1]
