@@ -251,10 +251,10 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
 
 def processes(wok: pd.DataFrame) -> list[dict]:
     """Per warm-up setting measured in more than one fresh process: the mean of the processes' mean
-    steps, their spread (sample standard deviation) and range. Empty where every setting ran in one
-    process, as the text then reads the steps of that one process."""
+    steps, their spread (sample standard deviation) and range. Empty unless every setting ran in more
+    than one process, as the text then reads each setting on its own (its steps, or its processes)."""
     rows = wok.sort_values("warmup")
-    if not (rows["runs"] > 1).any():
+    if not (rows["runs"] > 1).all():
         return []
     return [{"n": int(r["warmup"]), "runs": int(r["runs"]), "mean": Num(fmt_seconds(r["runs_mean_s"]), r["source"]),
              "spread": Num(fmt_seconds(r["runs_std_s"]), r["source"]),
