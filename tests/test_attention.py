@@ -287,7 +287,7 @@ def test_torch_compile_section_pairs_compiled_cells_with_their_eager_twins(tmp_p
                   expected=experiments.expected_cells(config_json(cfg)))
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split('<a id="evidence-torch_compile"></a>', 1)[1].split("<a id=", 1)[0]
-    assert "forward 2.00× (micro, context 8)" in section
+    assert "forward 2.00× (micro)" in section  # one context, which the table gives: cells by size
     assert "The first compiled step took 12.5 s" in section
 
 
@@ -673,12 +673,12 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
     render_report([str(p) for p in eager + compiled], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r")
     answers = (tmp_path / "r" / "answers.md").read_text()
     evidence = (tmp_path / "r" / "evidence.md").read_text()
-    # the smallest OOM cell's Q, K, V and O: 4 × B·T·d fp32 values, from its own config
+    # the smallest OOM cell's two T×T matrices kept for backward: 2 × B·T² fp32 values, from its own config
     oom = min((load(p) for p in eager if load(p)["status"] == "oom"),
               key=lambda r: (r["config"]["seq"], r["config"]["d_head"]))
     c = oom["config"]
-    qkvo = fmt_bytes(4 * c["batch_size"] * c["seq"] * c["d_head"] * 4)
-    assert "(the exponentials and the softmax's output)" in answers and f"with Q, K, V and O ({qkvo}) beside them" in answers
+    kept = fmt_bytes(2 * c["batch_size"] * c["seq"] ** 2 * 4)
+    assert f"(the exponentials and the softmax's output), {kept} in all" in answers
     twin = load(PUBLISHED / "pytorch_attention" / f"naive-fp32-d{c['d_head']}-s{c['seq'] // 2}.json.gz")
     if "forward" in oom["data"]["oom_phase"]:
         # the smallest OOM cell failed in its forward passes: the answer says so, scales the forward's own
@@ -691,10 +691,11 @@ def test_published_attention_answers_name_what_is_kept_and_what_is_fused(tmp_pat
         assert f"the error records {allocated} allocated" in answers and "the backward then builds" not in answers
         assert "This cell never got that far: it ran out of memory in its" in evidence
     else:
-        # it ran out in backward: the answer scales the whole peak of the cell at half the sequence by
-        # (2)² = 4, as the T×T matrices grow, and does not say it failed before backward
-        assert (f"the backward then builds matrices of the same size, and scaling the peak allocated measured at "
-                f"seq {c['seq'] // 2}, d_head {c['d_head']}, by 4× gives") in answers
+        # it ran out in backward: the answer counts the whole peak of the cell at half the sequence in
+        # T×T matrices (which grow as T²), and does not say it failed before backward
+        k = twin["data"]["peak"]["allocated_bytes"] / twin["data"]["matrix_bytes"]
+        assert (f"The peak allocated measured at seq {c['seq'] // 2}, d_head {c['d_head']}, is {sig(k, 3)} T×T "
+                "matrices, so an 80 GB card holds") in answers
         assert "It fails before backward" not in answers and "This cell never got that far" not in evidence
     # SDPA against naive: both cells' bytes saved for backward (the table's column), and the dtypes named
     sdpa = sorted((PUBLISHED / "pytorch_attention").glob("sdpa_flash-bf16-*.json.gz"))
@@ -748,6 +749,11 @@ def test_published_compiled_model_answer_ranges_the_steps_that_are_not_host_boun
     answer = md.split('<a id="torch_compile-b"></a>', 1)[1].split("<a id=", 1)[0]
     modes = {"forward": "forward", "train_step": "train step (AdamW)"}
     left_out = []
+    one_context = len({records[str(p)]["config"]["context"] for p in compiled}) == 1
+
+    def cell(c) -> str:  # one context: the table's column says it, the text names sizes
+        return c["size"] if one_context else f"{c['size']}, context {c['context']}"
+
     for mode, label in modes.items():
         pairs = []
         for p in compiled:
@@ -760,9 +766,8 @@ def test_published_compiled_model_answer_ranges_the_steps_that_are_not_host_boun
         kept = [x for x in pairs if not x[2]]
         lo, hi = min(kept, key=lambda x: x[0]), max(kept, key=lambda x: x[0])
         # each mode's range is that of the steps that are not host-bound, named by its ends
-        assert (f"{label}: {sig(lo[0])}× ({lo[1]['size']}, context {lo[1]['context']}) to {sig(hi[0])}× "
-                f"({hi[1]['size']}, context {hi[1]['context']}) as fast compiled") in answer
-        left_out += [f"{c['size']}, context {c['context']}, {label}, {sig(r)}×" for r, c, b in pairs if b]
+        assert f"{label}: {sig(lo[0])}× ({cell(lo[1])}) to {sig(hi[0])}× ({cell(hi[1])}) as fast compiled" in answer
+        left_out += [f"{cell(c)}, {label}, {sig(r)}×" for r, c, b in pairs if b]
     if left_out:  # the host-bound steps are named apart, with their speed-ups
         assert answer.count("Where neither step is host-bound, forward: ") == 1
         assert ("Host-bound (flagged in benchmarking_script), so launch overhead rather than GPU work: "

@@ -17,8 +17,7 @@ def from_cache(rows: pd.DataFrame) -> pd.Series:
     return rows["cache_hits"].fillna(0) > 0
 
 
-JOB_NOTE = ("“(n calls)”: the step compiled over the first calls of n cells of one job (the same model's forward "
-            "cell first); the time is their sum")
+JOB_NOTE = "“(n calls)”: the sum of the first calls of n cells of one job (its forward cell first)"
 
 
 def first_call_cell(seconds: float, cache_hits, calls: int = 1) -> Cell:

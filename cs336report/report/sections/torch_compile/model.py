@@ -121,7 +121,7 @@ def model_table(pairs: pd.DataFrame) -> Table:
         units=["", "tokens", "", "ms", "ms", "×", "s", ""], rows=rows,
         sources=sorted(set(pairs["source"]) | set(pairs["source_eager"].dropna())),
         note="mean ± sample standard deviation over the measured steps; the first compiled step (the compilation) "
-             "runs before the warm-up and is not in the mean"
+             "is not in the mean"
              + (f"; {CACHE_NOTE}" if from_cache(pairs).any() else "")
              + (f"; {JOB_NOTE}" if (pairs["first_calls"] > 1).any() else ""))
 
@@ -146,6 +146,11 @@ def model_analysis(pairs: pd.DataFrame, host_bound: set[str] = frozenset()) -> d
     (``compute_bound``), and the host-bound pairs are named apart with their speed-ups."""
     both = pairs[(pairs["status"] == "ok") & (pairs["status_eager"] == "ok")]
     out: dict = {"n": len(pairs), "n_both": len(both), "by_mode": []}
+    one_context = both["context"].nunique() == 1  # then the table's context column says it: cells by size
+
+    def cell(r) -> str:
+        return str(r["size"]) if one_context else f"{r['size']}, context {r['context']}"
+
     bound = (both["source_eager"].isin(host_bound) | both["host_bound_eager"].map(lambda v: v is True)
              | both["host_bound"].map(lambda v: v is True))
     for mode, g in both.groupby("mode", sort=False):
@@ -153,11 +158,10 @@ def model_analysis(pairs: pd.DataFrame, host_bound: set[str] = frozenset()) -> d
         use = g[~g_bound] if (~g_bound).any() else g
         ratio = use["mean_s_eager"] / use["mean_s"]
         lo, hi = use.loc[ratio.idxmin()], use.loc[ratio.idxmax()]
-        host = [{"cell": f"{r['size']}, context {r['context']}", "ratio": sig(r["mean_s_eager"] / r["mean_s"])}
+        host = [{"cell": cell(r), "ratio": sig(r["mean_s_eager"] / r["mean_s"])}
                 for _, r in g[g_bound].iterrows()]
         out["by_mode"].append({"mode": MODE_LABELS[mode], "min": sig(ratio.min()), "max": sig(ratio.max()),
-                               "min_cell": f"{lo['size']}, context {lo['context']}",
-                               "max_cell": f"{hi['size']}, context {hi['context']}",
+                               "min_cell": cell(lo), "max_cell": cell(hi),
                                "compute_bound": bool((~g_bound).any()), "n": int(len(use)), "host_bound": host})
     first = first_call_summary(pairs, lambda r: f"{r['size']}, context {r['context']}, {MODE_LABELS[r['mode']]}")
     if first:
