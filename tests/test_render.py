@@ -536,3 +536,39 @@ def test_the_experiments_appendix_says_who_writes_a_profiled_cells_record(tmp_pa
     render_report([str(p) for p in paths], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "r", draw=False)
     evidence = (tmp_path / "r" / "evidence.md").read_text()
     assert "by the rule that parses its export" in evidence and "the run inside the profiler" in evidence
+
+
+def test_warmup_evidence_reads_the_processes_where_every_setting_had_several(tmp_path):
+    """The published warm-up study measured each setting in fresh processes: the evidence weighs the
+    middle settings against the spread between processes, and says no "one run" of a setting that had
+    several; the one-process fixture keeps saying that one run per setting cannot tell."""
+    import math
+    from pathlib import Path
+
+    from cs336report.records.store import load
+
+    root = Path(__file__).parent.parent
+    published = sorted((root / "report" / "data" / "benchmarking_warmup").glob("*.json.gz"))
+    if not published:
+        pytest.skip("no published warm-up records")
+    bench = sorted((root / "report" / "data" / "benchmarking").glob("*.json.gz"))  # the section needs its cells
+    render_report([str(p) for p in published + bench], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "p", draw=False)
+    evidence = (tmp_path / "p" / "evidence.md").read_text()
+    records = {int(p.name.split("-w")[-1].split(".")[0]): load(p)["data"]["repeats"] for p in published}
+    assert all(len(r["means_s"]) > 1 for r in records.values())  # every setting: several processes
+    warm = max(records)
+    middle = sorted(records)[1:-1]
+    apart = [n for n in middle if abs(records[n]["stats_s"]["mean"] - records[warm]["stats_s"]["mean"])
+             > math.hypot(records[n]["stats_s"]["std"], records[warm]["stats_s"]["std"])]
+    runs = len(records[warm]["means_s"])
+    assert "one run of the" not in evidence and "one run per setting" not in evidence
+    if apart:
+        assert f"Over {runs} processes per setting the mean" in evidence
+        assert f"apart from the {warm}-step one by more than the spread between processes" in evidence
+    else:
+        assert "is within the spread between processes" in evidence
+    fixtures = Path(__file__).parent / "fixtures"
+    single = sorted((fixtures / "warmup_h200").glob("*.json.gz"))
+    single += sorted((fixtures / "benchmarking_h200").glob("*.json.gz"))
+    render_report([str(p) for p in single], {"_device": "cuda", "_grid": "gpu"}, tmp_path / "s", draw=False)
+    assert "one run per setting cannot tell that spread" in (tmp_path / "s" / "evidence.md").read_text()
