@@ -77,16 +77,16 @@ def test_empty_config_file_names_the_file(tmp_path):
 
 
 def test_cuda_without_a_cuda_device_stops_at_validation(raw, monkeypatch):
-    import cs336report.config as config
+    from cs336report.config import validation
     from cs336report.machine.cuda import CudaDevices
 
     raw["device"] = "cuda"
-    monkeypatch.setattr(config, "devices", lambda: CudaDevices(False, 0, "2.13.0+cpu", "a CPU-only build"))
+    monkeypatch.setattr(validation, "devices", lambda: CudaDevices(False, 0, "2.13.0+cpu", "a CPU-only build"))
     with pytest.raises(ConfigError, match=r"key 'device': 'cuda', but this machine has no usable CUDA device "
                                           r"\(torch 2.13.0\+cpu, a CPU-only build\)"):
         Config.from_dict(raw, require_cuda=True)
     assert Config.from_dict(raw).device == "cuda"  # jobs that run elsewhere: not checked here
-    monkeypatch.setattr(config, "devices", lambda: CudaDevices(True, 1, "2.13.0", "CUDA 12.8"))
+    monkeypatch.setattr(validation, "devices", lambda: CudaDevices(True, 1, "2.13.0", "CUDA 12.8"))
     assert Config.from_dict(raw, require_cuda=True).device == "cuda"
 
 

@@ -101,5 +101,5 @@ def test_a_cut_down_grid_is_told_from_the_settings_alone(monkeypatch, tmp_path):
     config["grids"]["gpu"]["benchmarking"]["contexts"] = [128]
     settings = RenderSettings.from_config(config)
     # the report reads no config file: the default grids came with the config
-    monkeypatch.setattr("cs336report.config.DEFAULT_CONFIG", tmp_path / "absent.yaml")
+    monkeypatch.setattr("cs336report.config.grids.DEFAULT_CONFIG", tmp_path / "absent.yaml")
     assert cut_down_grid(settings) == ["benchmarking contexts: 1 of 4"]
