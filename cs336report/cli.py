@@ -13,6 +13,7 @@
     python -m cs336report nsys-stats results/nsys_profile/JOB/NAME --out-dir results/nsys_stats/NAME
     python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/JOB/NAME/run.json --out FILE
     python -m cs336report parse-ddp-timeline results/ddp_overlap_stats/NAME --run results/ddp_overlap_profile/NAME/run.json --out FILE
+    python -m cs336report parse-fsdp-forward results/fsdp_accounting_stats/NAME --run results/fsdp_accounting_profile/NAME/run.json --out FILE
     python -m cs336report rerender-check [--data report/data --report report/report.md]
 """
 
@@ -216,6 +217,19 @@ def _parse_ddp_timeline(args) -> int:
     return 0
 
 
+def _parse_fsdp_forward(args) -> int:
+    from .parsers.nsys_columns import NsysParseError
+    from .steps.fsdp_forward import parse_forward
+
+    try:
+        record = parse_forward(args.stats_dir, args.run, args.out, name=args.name)
+    except (NsysParseError, FileNotFoundError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
+    return 0
+
+
 def _missing(args) -> int:
     from .steps.publish import missing_targets
 
@@ -406,6 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="result JSON to write")
     p.add_argument("--name", help="cell name (default: the run's)")
     p.set_defaults(func=_parse_ddp_timeline)
+
+    p = command("parse-fsdp-forward", help="a profiled FSDP cell's nsys trace exports into a result JSON "
+                "(each rank's last forward pass: kernels per stream, all-gathers against compute)")
+    p.add_argument("stats_dir", help="the folder nsys-stats wrote (stats_cuda_gpu_trace.csv, stats_nvtx_gpu_proj_trace.csv)")
+    p.add_argument("--run", required=True, help="the profiled run's run.json")
+    p.add_argument("--out", required=True, help="result JSON to write")
+    p.add_argument("--name", help="cell name (default: the run's)")
+    p.set_defaults(func=_parse_fsdp_forward)
 
     p = command("parse-snapshot", help="parse a CUDA memory snapshot pickle into a result JSON")
     p.add_argument("snapshot", help="snapshot pickle (optionally .gz), as written by _dump_snapshot")
