@@ -1,9 +1,10 @@
 """fsdp_accounting (b), on the CPU: the profiled cell is recorded not run where GPUs or nsys are missing;
 the FSDP steps with their NVTX ranges run on two Gloo ranks; the parse of a synthetic pair of nsys
 exports (tests/fixtures/fsdp_forward_synthetic, written by hand in the exports' column layout) gives
-the numbers worked out by hand in its README."""
+the numbers worked out by hand in its README; the answer says in time or not as those numbers do."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import pytest
 from cs336report import experiments
 from cs336report.config import DEFAULT_CONFIG, Config, load_file
 from cs336report.parsers.nsys_columns import NsysParseError
-from cs336report.records.store import load
+from cs336report.records.store import load, save
+from cs336report.report.render import render_report
 from cs336report.run.profiling import LAUNCH_FILE, RUN_FILE, export_stats, profile_cell
+from cs336report.run.runner import run_cell
 from cs336report.steps.fsdp_forward import parse_forward
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fsdp_forward_synthetic"
@@ -102,3 +105,54 @@ def test_a_profile_without_the_forward_ranges_is_an_error_naming_them(tmp_path):
     ranges[~ranges["Name"].str.contains("fsdp_forward")].to_csv(tmp_path / "stats_nvtx_gpu_proj_trace.csv", index=False)
     with pytest.raises(NsysParseError, match="fsdp_forward rank 0"):
         parse_forward(tmp_path, tmp_path / RUN_FILE, tmp_path / "out.json")
+
+
+def _blocks(md: str) -> dict[str, str]:
+    ids = re.findall(r'<a id="([a-z0-9_]+)"></a>\n## ', md)
+    parts = {}
+    for i, pid in enumerate(ids):
+        start = md.index(f'<a id="{pid}"></a>\n## ')
+        end = md.index(f'<a id="{ids[i + 1]}"></a>\n## ') if i + 1 < len(ids) else len(md)
+        parts[pid] = md[start:end]
+    return parts
+
+
+def _answer_b(tmp_path: Path, profile: dict | None) -> str:
+    """(b) of fsdp_accounting, rendered from (a)'s record and ``profile`` (a record of the profiled cell)."""
+    files = []
+    for name, cell in experiments.cells("fsdp_accounting", _config()).items():
+        out = tmp_path / "results" / "fsdp_accounting" / f"{name}.json"
+        run_cell("fsdp_accounting", name, cell, out)
+        files.append(str(out))
+    if profile is not None:
+        out = tmp_path / "results" / "fsdp_accounting_parse" / f"{profile['cell']}.json"
+        save(profile, out)
+        files.append(str(out))
+    render_report(files, {"_device": "cpu", "_grid": "cpu", "_handout": 2026, "_expected": {}}, tmp_path / "out",
+                  draw=False)
+    block = _blocks((tmp_path / "out" / "answers.md").read_text())["fsdp_accounting"]
+    return block.split('<a id="fsdp_accounting-b"></a>')[1]
+
+
+def test_the_answer_says_not_in_time_where_the_forward_waited_longer(parsed, tmp_path):
+    b = _answer_b(tmp_path, parsed)
+    # rank 0 waited 120 us of a 1000 us forward: 12 %, above the 5 % counted as in time
+    assert "No: the weights' all-gathers do not finish in time" in b and "Yes:" not in b
+    assert "0.120 ms" in b and "12.0 %" in b and "1.00 ms" in b and "rank 1: " in b
+    assert "results/fsdp_accounting_parse/xl-ctx512-b4-w2-bf16.json" in b  # the numbers link to the record
+    assert "global batch 4 at context 512" in b and "bf16 compute" in b
+    assert "Not run" not in b
+
+
+def test_the_answer_says_in_time_where_the_forward_barely_waited(parsed, tmp_path):
+    record = json.loads(json.dumps(parsed))
+    record["data"]["ranks"]["0"]["wait"]["waited_us"] = 10.0  # 1 % of the forward; rank 1's is 3.75 %
+    b = _answer_b(tmp_path, record)
+    assert "Yes: the weights' all-gathers finish in time" in b and "No:" not in b
+    assert "0.0100 ms" in b and "1.00 %" in b and "3.75 %" in b
+
+
+def test_the_not_run_answer_names_the_rule_and_what_it_needs(tmp_path):
+    b = _answer_b(tmp_path, None)
+    assert "Not run: needs 2 GPUs and Nsight Systems" in b and "fsdp_accounting_profile" in b
+    assert "does not have" not in b and "this version" not in b
