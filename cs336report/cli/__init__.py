@@ -13,6 +13,7 @@
     python -m cs336report nsys-stats results/nsys_profile/JOB/NAME --out-dir results/nsys_stats/NAME
     python -m cs336report parse-nsys results/nsys_stats/NAME/stats --run results/nsys_profile/JOB/NAME/run.json --out FILE
     python -m cs336report parse-ddp-timeline results/ddp_overlap_stats/NAME --run results/ddp_overlap_profile/NAME/run.json --out FILE
+    python -m cs336report parse-fsdp-forward results/fsdp_accounting_stats/NAME --run results/fsdp_accounting_profile/NAME/run.json --out FILE
     python -m cs336report rerender-check [--data report/data --report report/report.md]
 
 This module builds the parser and dispatches; each subcommand's handler is in :mod:`.handlers`.
@@ -24,8 +25,8 @@ import argparse
 import textwrap
 
 from .handlers import (_capture_nsys_memory, _cells, _check_config, _check_student, _missing, _nsys_stats,
-                       _parse_ddp_timeline, _parse_nsys, _parse_snapshot, _profile, _profile_job, _publish, _render,
-                       _rerender_check, _run, _run_job, _worker_stop)
+                       _parse_ddp_timeline, _parse_fsdp_forward, _parse_nsys, _parse_snapshot, _profile, _profile_job,
+                       _publish, _render, _rerender_check, _run, _run_job, _worker_stop)
 
 
 # The commands a user types; the others are the workflow's steps, which its rules run.
@@ -186,6 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="result JSON to write")
     p.add_argument("--name", help="cell name (default: the run's)")
     p.set_defaults(func=_parse_ddp_timeline)
+
+    p = command("parse-fsdp-forward", help="a profiled FSDP cell's nsys trace exports into a result JSON "
+                "(each rank's last forward pass: kernels per stream, all-gathers against compute)")
+    p.add_argument("stats_dir", help="the folder nsys-stats wrote (stats_cuda_gpu_trace.csv, stats_nvtx_gpu_proj_trace.csv)")
+    p.add_argument("--run", required=True, help="the profiled run's run.json")
+    p.add_argument("--out", required=True, help="result JSON to write")
+    p.add_argument("--name", help="cell name (default: the run's)")
+    p.set_defaults(func=_parse_fsdp_forward)
 
     p = command("parse-snapshot", help="parse a CUDA memory snapshot pickle into a result JSON")
     p.add_argument("snapshot", help="snapshot pickle (optionally .gz), as written by _dump_snapshot")

@@ -204,6 +204,19 @@ def _parse_ddp_timeline(args) -> int:
     return 0
 
 
+def _parse_fsdp_forward(args) -> int:
+    from ..parsers.nsys_columns import NsysParseError
+    from ..steps.fsdp_forward import parse_forward
+
+    try:
+        record = parse_forward(args.stats_dir, args.run, args.out, name=args.name)
+    except (NsysParseError, FileNotFoundError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
+    return 0
+
+
 def _missing(args) -> int:
     from ..steps.publish import missing_targets
 

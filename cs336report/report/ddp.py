@@ -256,8 +256,9 @@ def overlap_of(profile: dict | None) -> dict | None:
     return hidden_fraction(profile["kernels"])
 
 
-def timeline_plot(profiles: list[tuple[str, dict]]):
-    """One panel per profiled variant: each stream's kernels over one step, NCCL kernels apart."""
+def timeline_plot(profiles: list[tuple[str, dict]], xlabel: str = "time from the step's first kernel (ms)"):
+    """One panel per profile (a DDP variant's step, a rank's FSDP forward pass): each stream's kernels,
+    NCCL kernels apart."""
     fig, axes = plt.subplots(len(profiles), 1, figsize=(10, 1.6 + 1.1 * len(profiles)), squeeze=False, sharex=True)
     for ax, (label, profile) in zip(axes[:, 0], profiles):
         kernels = profile["kernels"]
@@ -275,7 +276,7 @@ def timeline_plot(profiles: list[tuple[str, dict]]):
         ax.set_yticks(range(len(streams)), [f"stream {s}: {kind(s, n)}" for s, n in streams])
         ax.set_title(label, fontsize="small", loc="left")
         ax.grid(True, axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("time from the step's first kernel (ms)")
+    axes[-1, 0].set_xlabel(xlabel)
     return fig
 
 

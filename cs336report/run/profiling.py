@@ -1,11 +1,13 @@
 """The tool-facing steps of nsys_profile: the profiled run and the stats export.
 
-:func:`profile_cell` (rule ``ddp_overlap_profile``) runs one cell and leaves in its folder the
-cell's result record ``run.json``, the profile (``profile.nsys-rep``, or ``trace.json.gz`` from
-torch.profiler) and ``launch.json`` (the command, its exit code and wall time, and for each nsys
-attempt the last lines of its output). :func:`profile_job` (rule ``nsys_profile``) runs the cells
-of one job (the contexts of a size) in one process and leaves the same files in a folder per cell,
-each cell's report from a capture range of its own. With ``profiler: nsys`` the cells run in a
+:func:`profile_cell` (rules ``ddp_overlap_profile``, ``fsdp_accounting_profile``) runs one cell and
+leaves in its folder the cell's result record ``run.json``, the profile (``profile.nsys-rep``, or
+``trace.json.gz`` from torch.profiler) and ``launch.json`` (the command, its exit code and wall time,
+and for each nsys attempt the last lines of its output); a cell of more NCCL ranks than GPUs, or one
+to run under nsys where no nsys executable is found, is recorded as not run without starting it.
+:func:`profile_job` (rule ``nsys_profile``) runs the cells of one job (the contexts of a size) in one
+process and leaves the same files in a folder per cell, each cell's report from a capture range of
+its own. With ``profiler: nsys`` the cells run in a
 child process under
 
     nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none
@@ -134,6 +136,11 @@ def profile_cell(experiment: str, name: str, cell: dict, out_dir: str | Path) ->
 
         launch.update(command=["not profiled: too few GPUs"], returncode=0)
         run_cell(experiment, name, cell, run_path)
+    elif cell["profiler"] == "nsys" and shutil.which(cell.get("nsys", "nsys")) is None:
+        # no profiler to run it under: a result, not a crash of the job
+        launch.update(command=["not profiled: no nsys"], returncode=0)
+        save({**_failed_record(experiment, name, cell, f"not run: needs Nsight Systems, and no executable "
+                               f"{cell.get('nsys', 'nsys')!r} was found"), "status": "not_run"}, run_path)
     elif cell["profiler"] == "nsys":
         child = [sys.executable, "-m", "cs336report", "run", experiment, "--name", name,
                  "--cell", json.dumps(cell, sort_keys=True), "--out", str(run_path)]

@@ -44,13 +44,13 @@ def step_kernels(trace, ranges, rank: int, device: int, source: str = "") -> lis
              "nccl" in str(r.name).lower()] for r in on.itertuples()]
 
 
-def _export(stats_dir: Path, report: str) -> Path:
+def export_file(stats_dir: Path, report: str) -> Path:
     """The CSV nsys stats wrote for ``report`` (``stats_<report>.csv``, or gzipped where it was kept)."""
     path = stats_dir / f"{STATS_PREFIX}_{report}.csv"
     return path if path.exists() or not path.with_suffix(".csv.gz").exists() else path.with_suffix(".csv.gz")
 
 
-def _is_empty(path: Path) -> bool:
+def is_empty_export(path: Path) -> bool:
     """True where nsys wrote an export with nothing in it (its way of saying the profile holds no
     such data); a missing file is not empty (the reader says it is missing)."""
     if not path.exists():
@@ -68,14 +68,14 @@ def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path,
     export = read_step_file(stats_dir / EXPORT_FILE)
     launch = read_step_file(run_path.parent / LAUNCH_FILE)
     status, error, data = run["status"], run.get("error"), {}
-    trace_csv, ranges_csv = (_export(stats_dir, r) for r in REPORTS)
+    trace_csv, ranges_csv = (export_file(stats_dir, r) for r in REPORTS)
     profile = (run.get("data") or {}).get("profile") or {}
     if status == "ok" and profile.get("kernels") is not None:  # torch.profiler, in the run itself
         data = {"tool": "torch.profiler", "ranks": {"0": {"kernels": profile["kernels"],
                                                           "overlap": hidden_fraction(profile["kernels"])}}}
     elif status == "ok" and export.get("reason"):
         status, error = "error", export["reason"]
-    elif status == "ok" and _is_empty(trace_csv):
+    elif status == "ok" and is_empty_export(trace_csv):
         status, error = "error", (f"{trace_csv} is empty: nsys recorded no GPU kernel of the ranks (a process it "
                                   "did not trace?)")
     elif status == "ok":

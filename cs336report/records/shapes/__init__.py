@@ -29,8 +29,8 @@ from .attention import Attention, CallOverhead
 from .calculations import CommunicationAccounting, Derivation
 from .cells import ModelInfo, Provenance, StepConfig
 from .checking import ShapeError, check
-from .distributed import (Collectives, DDPCell, DDPOverlapProfile, DDPTraining, FsdpAccounting, LeaderboardStep, Link,
-                          OptimizerSharding)
+from .distributed import (Collectives, DDPCell, DDPOverlapProfile, DDPTraining, FsdpAccounting, FsdpForwardProfile,
+                          LeaderboardStep, Link, OptimizerSharding)
 from .flash import FlashCell, FlashLeaderboard, FlashPass, FlashShape, FlashTimes, LeaderboardRow, ReferenceCheck
 from .handout_tests import ConftestFile, HandoutTests, StudentTests
 from .memory import CheckpointPeaks, MemoryCapture, MemoryParse, NsysMemory, SavedTensors, Snapshot
@@ -44,6 +44,7 @@ __all__ = [
     "Accumulation", "Attention", "AutocastDtypes", "CallOverhead", "CheckpointPeaks", "Collectives",
     "CommunicationAccounting", "ConftestFile", "DDPCell", "DDPOverlapProfile", "DDPTraining", "Derivation",
     "DeviceRun", "FlashCell", "FlashLeaderboard", "FlashPass", "FlashShape", "FlashTimes", "FsdpAccounting",
+    "FsdpForwardProfile",
     "HandoutTests", "LeaderboardRow", "LeaderboardStep", "Link", "MemoryCapture", "MemoryParse", "ModelInfo",
     "NormSensitivity", "NsysChecks", "NsysMemory", "NsysProfile", "OptimizedStep", "OptimizerSharding",
     "Provenance", "ReferenceCheck", "Roofline", "SHAPES", "SavedTensors", "ShapeError", "Snapshot", "Stats",

@@ -1,8 +1,9 @@
 """The shapes of the distributed experiments: DDP training loops and their cells (:class:`DDPTraining`,
 :class:`DDPCell`), the DDP loop profiled under nsys (:class:`DDPOverlapProfile`), the collectives
 timed alone (:class:`Collectives`), the interconnect a cell recorded (:class:`Link`), optimizer state
-sharding (:class:`OptimizerSharding`), FSDP's bytes per rank (:class:`FsdpAccounting`) and the
-leaderboard's sharded training step (:class:`LeaderboardStep`)."""
+sharding (:class:`OptimizerSharding`), FSDP's bytes per rank (:class:`FsdpAccounting`), FSDP's forward
+pass profiled under nsys (:class:`FsdpForwardProfile`) and the leaderboard's sharded training step
+(:class:`LeaderboardStep`)."""
 
 from __future__ import annotations
 
@@ -109,6 +110,23 @@ class FsdpAccounting:
     norm_params: int
     rows: list
     saving: dict
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsdpForwardProfile:
+    """fsdp_accounting (b): FSDP steps of two ranks run under nsys (the run: each rank's NVTX ranges,
+    forward gathers and memory, ``ranks`` a list) and, once parsed, each rank's last forward pass
+    (``ranks`` by rank: its kernels ``[stream, start_us, dur_us, nccl]``, ``forward_us``, the
+    all-gathers against compute, ``gathers``, and the compute stream's wait for them, ``wait``)."""
+
+    ranks: dict | list
+    tool: str | None = None
+    nvtx: dict | None = None
+    columns: list | None = None
+    nsys_version: str | None = None
+    profile_command: list | None = None
+    profile_wall_s: float | None = None
+    export_wall_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

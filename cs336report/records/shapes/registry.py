@@ -7,8 +7,8 @@ from __future__ import annotations
 from ..pair_shapes import StepPairs
 from .attention import Attention, CallOverhead
 from .calculations import CommunicationAccounting, Derivation
-from .distributed import (Collectives, DDPOverlapProfile, DDPTraining, FsdpAccounting, LeaderboardStep,
-                          OptimizerSharding)
+from .distributed import (Collectives, DDPOverlapProfile, DDPTraining, FsdpAccounting, FsdpForwardProfile,
+                          LeaderboardStep, OptimizerSharding)
 from .flash import FlashLeaderboard, FlashTimes
 from .handout_tests import HandoutTests
 from .memory import CheckpointPeaks, MemoryCapture, MemoryParse, NsysMemory, SavedTensors
@@ -33,5 +33,5 @@ SHAPES: dict[str, type] = {
     "memory_profiling_nsys": NsysMemory, "nsys_profile": NsysProfile,
     "optimizer_state_sharding_accounting": OptimizerSharding, "roofline": Roofline,
     "parallelism_calcs": Derivation, "gradient_checkpointing": CheckpointPeaks, "fsdp_accounting": FsdpAccounting,
-    "leaderboard": LeaderboardStep,
+    "fsdp_accounting_profile": FsdpForwardProfile, "leaderboard": LeaderboardStep,
 }
