@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...accounting.checkpointing import modelled_peak
 from ...records.shapes import typed
 from ..tables import Cell, Num, Table, fmt_bytes, fmt_pct, sig, status_cell
 
@@ -61,6 +62,9 @@ def analysis(df: pd.DataFrame, record: dict) -> dict:
                              for _, r in ok.iloc[[j for j in (i - 1, i + 1) if 0 <= j < len(ok)]].iterrows()]
         if len(none):
             out["saving"] = fmt_pct(1 - best["peak_bytes"] / none.iloc[0]["peak_bytes"])
+        # of the groupings that ran, the one the single-level model (N·r/k + a·k) puts lowest
+        n, r, a = d["num_layers"], d["residual_bytes"], d["analytic"]["a_bytes"]
+        out["k_model_run"] = int(min(groups, key=lambda k: modelled_peak(k, n, r, a)))
     fit = typed(record).fit or {}
     if fit.get("k_best"):
         out["k_fit"] = Num(sig(fit["k_best"], 3), src)
