@@ -25,10 +25,9 @@ REPORTS = ("cuda_gpu_trace", "nvtx_gpu_proj_trace")
 COLUMNS = ["stream", "start_us", "dur_us", "nccl"]
 
 
-def step_kernels(trace, ranges, rank: int, device: int, source: str = "") -> list[list]:
-    """Rank ``rank``'s last profiled step: the rows of ``trace`` on ``device`` inside the GPU span of
-    its last ``ddp_step rank <rank>`` range, as ``[stream, start_us, dur_us, nccl]``."""
-    name = NVTX_STEP.format(rank=rank)
+def last_range(trace, ranges, name: str, device: int, source: str = ""):
+    """The GPU span (ns) of the last NVTX range called ``name`` in ``ranges``, and the rows of
+    ``trace`` on ``device`` that start inside it, by start."""
     # nsys prefixes a range's name with its NVTX domain and a colon (":" for the default domain)
     mine = ranges[(ranges["name"] == name) | ranges["name"].str.endswith(":" + name)]
     if mine.empty:
@@ -37,11 +36,20 @@ def step_kernels(trace, ranges, rank: int, device: int, source: str = "") -> lis
     last = mine.sort_values("start").iloc[-1]
     lo, hi = float(last["start"]), float(last["start"] + last["duration"])
     on = trace[(trace["device"] == device) & (trace["start"] >= lo) & (trace["start"] < hi)].sort_values("start")
-    if on.empty:
-        return []
-    t0 = float(on["start"].iloc[0])
+    return lo, hi, on
+
+
+def kernel_rows(on, t0: float) -> list[list]:
+    """``[stream, start_us, dur_us, nccl]`` of each kernel row, its start counted from ``t0`` (ns)."""
     return [[int(r.stream) if r.stream == r.stream else -1, (float(r.start) - t0) / 1e3, float(r.duration) / 1e3,
              "nccl" in str(r.name).lower()] for r in on.itertuples()]
+
+
+def step_kernels(trace, ranges, rank: int, device: int, source: str = "") -> list[list]:
+    """Rank ``rank``'s last profiled step: the rows of ``trace`` on ``device`` inside the GPU span of
+    its last ``ddp_step rank <rank>`` range, as ``[stream, start_us, dur_us, nccl]`` from its first kernel."""
+    _, _, on = last_range(trace, ranges, NVTX_STEP.format(rank=rank), device, source)
+    return kernel_rows(on, float(on["start"].iloc[0])) if not on.empty else []
 
 
 def export_file(stats_dir: Path, report: str) -> Path:

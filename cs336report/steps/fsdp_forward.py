@@ -18,29 +18,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..accounting.overlap import NVTX_FSDP_FORWARD, gather_wait, hidden_fraction
-from ..parsers.nsys_columns import NsysParseError
 from ..parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
 from ..records.store import load, now_iso, save
 from ..run.profiling import EXPORT_FILE, LAUNCH_FILE, read_step_file
-from .ddp_timeline import COLUMNS, REPORTS, export_file, is_empty_export
+from .ddp_timeline import COLUMNS, REPORTS, export_file, is_empty_export, kernel_rows, last_range
 
 
 def forward_kernels(trace, ranges, rank: int, device: int, source: str = "") -> tuple[list[list], float]:
     """Rank ``rank``'s last profiled forward pass: the rows of ``trace`` on ``device`` that start
     inside the GPU span of its last ``fsdp_forward rank <rank>`` range, as ``[stream, start_us, dur_us,
     nccl]`` from the range's start, and the range's length (µs)."""
-    name = NVTX_FSDP_FORWARD.format(rank=rank)
-    # nsys prefixes a range's name with its NVTX domain and a colon (":" for the default domain)
-    mine = ranges[(ranges["name"] == name) | ranges["name"].str.endswith(":" + name)]
-    if mine.empty:
-        raise NsysParseError(source, 1, f"an NVTX range {name!r} in nvtx_gpu_proj_trace",
-                             ", ".join(sorted(set(ranges["name"]))[:8]) or "no ranges")
-    last = mine.sort_values("start").iloc[-1]
-    lo, hi = float(last["start"]), float(last["start"] + last["duration"])
-    on = trace[(trace["device"] == device) & (trace["start"] >= lo) & (trace["start"] < hi)].sort_values("start")
-    rows = [[int(r.stream) if r.stream == r.stream else -1, (float(r.start) - lo) / 1e3, float(r.duration) / 1e3,
-             "nccl" in str(r.name).lower()] for r in on.itertuples()]
-    return rows, (hi - lo) / 1e3
+    lo, hi, on = last_range(trace, ranges, NVTX_FSDP_FORWARD.format(rank=rank), device, source)
+    return kernel_rows(on, lo), (hi - lo) / 1e3
 
 
 def rank_forward(kernels: list[list], forward_us: float) -> dict:

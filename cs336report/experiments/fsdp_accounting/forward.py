@@ -18,16 +18,11 @@ from collections import Counter
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from ...accounting.overlap import NVTX_FSDP_FORWARD, NVTX_FSDP_STEP
-from ...distributed.fsdp import FSDP
 from ...distributed.launch import launch
-from ...lm.model import TransformerLM
-from ...names.spec import ModelSpec
 from ..ddp_training.train import rank_start_method
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+from ..leaderboard.step import fsdp_rank
 
 
 def _marker(device: torch.device, opened: Counter):
@@ -40,32 +35,14 @@ def _marker(device: torch.device, opened: Counter):
 
 def rank_profile(rank: int, world_size: int, device: torch.device, cell: dict) -> dict:
     """One rank's warm-up and profiled steps; returns what it ran (ranges, gathers, memory)."""
-    torch.manual_seed(cell["seed"])  # every rank builds the same model; FSDP broadcasts rank 0's anyway
-    spec = ModelSpec(**cell["model"])
-    batch, context = cell["batch_size"], cell["context"]
-    if batch % world_size:
-        raise ValueError(f"batch {batch} does not split over {world_size} ranks")
-    model = FSDP(TransformerLM(spec, context, impl=cell["implementation"], device=device),
-                 compute_dtype=DTYPES[cell["compute_dtype"]])
-    optimizer = torch.optim.AdamW(model.parameters())
-    generator = torch.Generator(device=device).manual_seed(cell["seed"] + rank)
-    shape = (batch // world_size, context)
-    tokens = torch.randint(0, spec.vocab_size, shape, device=device, generator=generator)
-    targets = torch.randint(0, spec.vocab_size, shape, device=device, generator=generator)
+    model, train_step = fsdp_rank(rank, world_size, device, cell)
     opened: Counter = Counter()
     mark = _marker(device, opened)
     quiet = contextlib.nullcontext
 
     def step(range_step, range_forward) -> None:
         with range_step():
-            optimizer.zero_grad(set_to_none=True)
-            with range_forward():
-                logits = model(tokens)  # (batch / ranks, seq, vocab)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
-                                   reduction="sum")
-            loss.backward()
-            model.finish_gradient_synchronization()
-            optimizer.step()
+            train_step(range_forward)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
 

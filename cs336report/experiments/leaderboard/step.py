@@ -13,6 +13,7 @@ events after a barrier (wall clock on the CPU), and the record keeps every step 
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -45,8 +46,11 @@ def _timer(device: torch.device):
     return timed
 
 
-def rank_step(rank: int, world_size: int, device: torch.device, cell: dict) -> dict:
-    """One rank's steps; returns its step times and memory."""
+def fsdp_rank(rank: int, world_size: int, device: torch.device, cell: dict):
+    """What one rank of an FSDP cell trains with (the leaderboard's, fsdp_accounting (b)'s profile):
+    the model in fp32 wrapped in our FSDP with the cell's ``compute_dtype``, AdamW over its shards,
+    and ``step(forward_range)``, one training step whose forward pass runs inside ``forward_range()``
+    on this rank's share of the global batch (random tokens and targets)."""
     torch.manual_seed(cell["seed"])  # every rank builds the same model; FSDP broadcasts rank 0's anyway
     spec = ModelSpec(**cell["model"])
     batch, context = cell["batch_size"], cell["context"]
@@ -60,13 +64,21 @@ def rank_step(rank: int, world_size: int, device: torch.device, cell: dict) -> d
     tokens = torch.randint(0, spec.vocab_size, shape, device=device, generator=generator)
     targets = torch.randint(0, spec.vocab_size, shape, device=device, generator=generator)
 
-    def step() -> None:
+    def step(forward_range=contextlib.nullcontext) -> None:
         optimizer.zero_grad(set_to_none=True)
-        logits = model(tokens)  # (batch / ranks, seq, vocab)
+        with forward_range():
+            logits = model(tokens)  # (batch / ranks, seq, vocab)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), reduction="sum")
         loss.backward()
         model.finish_gradient_synchronization()
         optimizer.step()
+
+    return model, step
+
+
+def rank_step(rank: int, world_size: int, device: torch.device, cell: dict) -> dict:
+    """One rank's steps; returns its step times and memory."""
+    model, step = fsdp_rank(rank, world_size, device, cell)
 
     timed = _timer(device)
     if device.type == "cuda":
