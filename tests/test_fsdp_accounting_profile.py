@@ -156,3 +156,14 @@ def test_the_not_run_answer_names_the_rule_and_what_it_needs(tmp_path):
     b = _answer_b(tmp_path, None)
     assert "Not run: needs 2 GPUs and Nsight Systems" in b and "fsdp_accounting_profile" in b
     assert "does not have" not in b and "this version" not in b
+
+
+def test_the_parse_commands_name_a_missing_run_file_and_exit_2(tmp_path, capsys):
+    """Both trace parses (DDP timeline, FSDP forward) answer a missing run.json with one line naming
+    it, not a traceback."""
+    from cs336report.cli import main
+
+    for command in ("parse-ddp-timeline", "parse-fsdp-forward"):
+        missing = tmp_path / command / "run.json"
+        assert main([command, str(tmp_path), "--run", str(missing), "--out", str(tmp_path / "out.json")]) == 2
+        assert f"error: {missing}: no such result file" in capsys.readouterr().err

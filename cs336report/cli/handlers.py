@@ -191,30 +191,30 @@ def _parse_nsys(args) -> int:
     return 0
 
 
-def _parse_ddp_timeline(args) -> int:
+def _parse_trace_exports(args, parse) -> int:
+    """A profiled run's nsys trace exports into its record with ``parse`` (stats folder, run.json, out)."""
     from ..parsers.nsys_columns import NsysParseError
-    from ..steps.ddp_timeline import parse_timeline
+    from ..records.store import ResultError
 
     try:
-        record = parse_timeline(args.stats_dir, args.run, args.out, name=args.name)
-    except (NsysParseError, FileNotFoundError, KeyError) as exc:
+        record = parse(args.stats_dir, args.run, args.out, name=args.name)
+    except (NsysParseError, ResultError, FileNotFoundError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
     return 0
+
+
+def _parse_ddp_timeline(args) -> int:
+    from ..steps.ddp_timeline import parse_timeline
+
+    return _parse_trace_exports(args, parse_timeline)
 
 
 def _parse_fsdp_forward(args) -> int:
-    from ..parsers.nsys_columns import NsysParseError
     from ..steps.fsdp_forward import parse_forward
 
-    try:
-        record = parse_forward(args.stats_dir, args.run, args.out, name=args.name)
-    except (NsysParseError, FileNotFoundError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"{args.out}: {record['status']}" + (f" ({record['error']})" if record["error"] else ""))
-    return 0
+    return _parse_trace_exports(args, parse_forward)
 
 
 def _missing(args) -> int:
