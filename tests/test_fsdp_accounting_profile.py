@@ -4,7 +4,6 @@ exports (tests/fixtures/fsdp_forward_synthetic, written by hand in the exports' 
 the numbers worked out by hand in its README; the answer says in time or not as those numbers do."""
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from cs336report.report.render import render_report
 from cs336report.run.profiling import LAUNCH_FILE, RUN_FILE, export_stats, profile_cell
 from cs336report.run.runner import run_cell
 from cs336report.steps.fsdp_forward import parse_forward
+from test_answers import answer_blocks
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fsdp_forward_synthetic"
 PROFILE = "fsdp_accounting_profile"
@@ -107,16 +107,6 @@ def test_a_profile_without_the_forward_ranges_is_an_error_naming_them(tmp_path):
         parse_forward(tmp_path, tmp_path / RUN_FILE, tmp_path / "out.json")
 
 
-def _blocks(md: str) -> dict[str, str]:
-    ids = re.findall(r'<a id="([a-z0-9_]+)"></a>\n## ', md)
-    parts = {}
-    for i, pid in enumerate(ids):
-        start = md.index(f'<a id="{pid}"></a>\n## ')
-        end = md.index(f'<a id="{ids[i + 1]}"></a>\n## ') if i + 1 < len(ids) else len(md)
-        parts[pid] = md[start:end]
-    return parts
-
-
 def _answer_b(tmp_path: Path, profile: dict | None) -> str:
     """(b) of fsdp_accounting, rendered from (a)'s record and ``profile`` (a record of the profiled cell)."""
     files = []
@@ -130,7 +120,7 @@ def _answer_b(tmp_path: Path, profile: dict | None) -> str:
         files.append(str(out))
     render_report(files, {"_device": "cpu", "_grid": "cpu", "_handout": 2026, "_expected": {}}, tmp_path / "out",
                   draw=False)
-    block = _blocks((tmp_path / "out" / "answers.md").read_text())["fsdp_accounting"]
+    block = answer_blocks((tmp_path / "out" / "answers.md").read_text())["fsdp_accounting"]
     return block.split('<a id="fsdp_accounting-b"></a>')[1]
 
 

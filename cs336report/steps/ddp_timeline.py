@@ -69,39 +69,66 @@ def is_empty_export(path: Path) -> bool:
     return path.stat().st_size == 0
 
 
+class ProfiledRun:
+    """A profiled cell's parse inputs: its run record, the export's and the launch's step files, the
+    two trace exports, and the status and error its record starts from (the run's, or the export's
+    failure where the run was ok but nsys left nothing to read)."""
+
+    def __init__(self, stats_dir: str | Path, run_path: str | Path):
+        stats_dir, run_path = Path(stats_dir), Path(run_path)
+        self.run = load(run_path)
+        self.export = read_step_file(stats_dir / EXPORT_FILE)
+        self.launch = read_step_file(run_path.parent / LAUNCH_FILE)
+        self.trace_csv, self.ranges_csv = (export_file(stats_dir, r) for r in REPORTS)
+        self.status, self.error = self.run["status"], self.run.get("error")
+
+    def export_failed(self) -> bool:
+        """Where the run was ok: mark it an error if nsys's export gave a reason or holds no kernel."""
+        if self.status == "ok" and self.export.get("reason"):
+            self.status, self.error = "error", self.export["reason"]
+        elif self.status == "ok" and is_empty_export(self.trace_csv):
+            self.status, self.error = "error", (f"{self.trace_csv} is empty: nsys recorded no GPU kernel of the "
+                                                "ranks (a process it did not trace?)")
+        return self.status != "ok"
+
+    def traces(self):
+        """The GPU trace and the NVTX ranges' GPU projection, read."""
+        return read_gpu_trace(self.trace_csv), read_nvtx_gpu_projection(self.ranges_csv)
+
+    def tool_fields(self) -> dict:
+        """The profile's provenance: nsys's version, the profiling command and the two steps' wall times."""
+        return {"nsys_version": self.export.get("nsys_version") or self.launch.get("nsys_version"),
+                "profile_command": self.launch.get("command"), "profile_wall_s": self.launch.get("wall_s"),
+                "export_wall_s": self.export.get("wall_s")}
+
+    def save(self, data: dict, out: str | Path, name: str | None = None) -> dict:
+        """The cell's record (the run's envelope, its config less the profile folder) with ``data``, saved."""
+        run = self.run
+        config = dict(run["config"])
+        config.pop("profile_dir", None)
+        record = {**{k: run[k] for k in ("schema", "experiment", "provenance", "started_at", "wall_s") if k in run},
+                  "cell": name or run["cell"], "status": self.status, "error": self.error, "config": config,
+                  "data": data, "finished_at": now_iso()}
+        save(record, out)
+        return record
+
+
 def parse_timeline(stats_dir: str | Path, run_path: str | Path, out: str | Path, name: str | None = None) -> dict:
     """The record of one profiled DDP cell from its stats folder and its run's ``run.json``."""
-    stats_dir, run_path = Path(stats_dir), Path(run_path)
-    run = load(run_path)
-    export = read_step_file(stats_dir / EXPORT_FILE)
-    launch = read_step_file(run_path.parent / LAUNCH_FILE)
-    status, error, data = run["status"], run.get("error"), {}
-    trace_csv, ranges_csv = (export_file(stats_dir, r) for r in REPORTS)
+    p = ProfiledRun(stats_dir, run_path)
+    run, data = p.run, {}
     profile = (run.get("data") or {}).get("profile") or {}
-    if status == "ok" and profile.get("kernels") is not None:  # torch.profiler, in the run itself
+    if p.status == "ok" and profile.get("kernels") is not None:  # torch.profiler, in the run itself
         data = {"tool": "torch.profiler", "ranks": {"0": {"kernels": profile["kernels"],
                                                           "overlap": hidden_fraction(profile["kernels"])}}}
-    elif status == "ok" and export.get("reason"):
-        status, error = "error", export["reason"]
-    elif status == "ok" and is_empty_export(trace_csv):
-        status, error = "error", (f"{trace_csv} is empty: nsys recorded no GPU kernel of the ranks (a process it "
-                                  "did not trace?)")
-    elif status == "ok":
-        trace, ranges = read_gpu_trace(trace_csv), read_nvtx_gpu_projection(ranges_csv)
+    elif not p.export_failed():
+        trace, ranges = p.traces()
         data = {"tool": "nsys", "ranks": {}}
         for r in run["data"]["ranks"]:
-            kernels = step_kernels(trace, ranges, r["rank"], r["device_index"], str(ranges_csv))
+            kernels = step_kernels(trace, ranges, r["rank"], r["device_index"], str(p.ranges_csv))
             data["ranks"][str(r["rank"])] = {"device_index": r["device_index"], "kernels": kernels,
                                              "overlap": hidden_fraction(kernels)}
     if data:
-        data.update(columns=COLUMNS, nsys_version=export.get("nsys_version") or launch.get("nsys_version"),
-                    profile_command=launch.get("command"), profile_wall_s=launch.get("wall_s"),
-                    export_wall_s=export.get("wall_s"), grad_bytes=(run.get("data") or {}).get("grad_bytes"),
+        data.update(columns=COLUMNS, **p.tool_fields(), grad_bytes=(run.get("data") or {}).get("grad_bytes"),
                     allreduce_calls=(run.get("data") or {}).get("allreduce_calls"))
-    config = dict(run["config"])
-    config.pop("profile_dir", None)
-    record = {**{k: run[k] for k in ("schema", "experiment", "provenance", "started_at", "wall_s") if k in run},
-              "cell": name or run["cell"], "status": status, "error": error, "config": config, "data": data,
-              "finished_at": now_iso()}
-    save(record, out)
-    return record
+    return p.save(data, out, name)

@@ -18,10 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..accounting.overlap import NVTX_FSDP_FORWARD, gather_wait, hidden_fraction
-from ..parsers.nsys_trace import read_gpu_trace, read_nvtx_gpu_projection
-from ..records.store import load, now_iso, save
-from ..run.profiling import EXPORT_FILE, LAUNCH_FILE, read_step_file
-from .ddp_timeline import COLUMNS, REPORTS, export_file, is_empty_export, kernel_rows, last_range
+from .ddp_timeline import COLUMNS, ProfiledRun, kernel_rows, last_range
 
 
 def forward_kernels(trace, ranges, rank: int, device: int, source: str = "") -> tuple[list[list], float]:
@@ -40,31 +37,14 @@ def rank_forward(kernels: list[list], forward_us: float) -> dict:
 
 def parse_forward(stats_dir: str | Path, run_path: str | Path, out: str | Path, name: str | None = None) -> dict:
     """The record of one profiled FSDP cell from its stats folder and its run's ``run.json``."""
-    stats_dir, run_path = Path(stats_dir), Path(run_path)
-    run = load(run_path)
-    export = read_step_file(stats_dir / EXPORT_FILE)
-    launch = read_step_file(run_path.parent / LAUNCH_FILE)
-    status, error, data = run["status"], run.get("error"), {}
-    trace_csv, ranges_csv = (export_file(stats_dir, r) for r in REPORTS)
-    if status == "ok" and export.get("reason"):
-        status, error = "error", export["reason"]
-    elif status == "ok" and is_empty_export(trace_csv):
-        status, error = "error", (f"{trace_csv} is empty: nsys recorded no GPU kernel of the ranks (a process it "
-                                  "did not trace?)")
-    elif status == "ok":
-        trace, ranges = read_gpu_trace(trace_csv), read_nvtx_gpu_projection(ranges_csv)
+    p = ProfiledRun(stats_dir, run_path)
+    data = {}
+    if not p.export_failed():
+        trace, ranges = p.traces()
         data = {"tool": "nsys", "columns": COLUMNS, "ranks": {}}
-        for r in run["data"]["ranks"]:
-            kernels, forward_us = forward_kernels(trace, ranges, r["rank"], r["device_index"], str(ranges_csv))
+        for r in p.run["data"]["ranks"]:
+            kernels, forward_us = forward_kernels(trace, ranges, r["rank"], r["device_index"], str(p.ranges_csv))
             data["ranks"][str(r["rank"])] = {"device_index": r["device_index"], "forward_gathers": r["forward_gathers"],
                                              **rank_forward(kernels, forward_us)}
-        data.update(nsys_version=export.get("nsys_version") or launch.get("nsys_version"),
-                    profile_command=launch.get("command"), profile_wall_s=launch.get("wall_s"),
-                    export_wall_s=export.get("wall_s"), nvtx=run["data"].get("nvtx"))
-    config = dict(run["config"])
-    config.pop("profile_dir", None)
-    record = {**{k: run[k] for k in ("schema", "experiment", "provenance", "started_at", "wall_s") if k in run},
-              "cell": name or run["cell"], "status": status, "error": error, "config": config, "data": data,
-              "finished_at": now_iso()}
-    save(record, out)
-    return record
+        data.update(**p.tool_fields(), nvtx=p.run["data"].get("nvtx"))
+    return p.save(data, out, name)
