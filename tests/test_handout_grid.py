@@ -171,6 +171,10 @@ def test_a_rerun_command_names_the_grid_only_where_the_device_would_not_pick_it(
 
     assert [grid_option(g, d) for g, d in (("gpu", "cuda"), ("cpu", "cpu"), ("handout", "cuda"), ("cpu", "cuda"))] == \
         ["", "", "--config grid=handout", "--config grid=cpu"]
+    # another edition than the default one is named too: without it the command would run the 2025 handout
+    assert grid_option("handout", "cuda", 2026) == "--config grid=handout handout=2026"
+    assert grid_option("cpu", "cpu", 2026) == "--config handout=2026"
+    assert grid_option("cpu", "cpu", 2025) == ""
     token = RERUN_OPTIONS.set(grid_option("handout", "cuda"))
     try:
         assert rerun_command("a", "b") == "snakemake --cores 1 --config grid=handout --forcerun a b -- report"
@@ -196,3 +200,18 @@ def test_a_cut_down_grid_is_named_in_one_order_whatever_the_order_of_its_referen
             for grids in (reference, backwards)]
     assert said[0] == said[1]
     assert said[0] == ["benchmarking_bf16_pairs not run", "compiled_attention_overhead not run"]
+
+
+def test_the_2026_report_weighs_its_grid_against_the_2026_handout_grid():
+    """A report of the 2026 handout grid is compared with 2026's handout cells, not 2025's: the whole 2026
+    grid is no cut-down of anything, while 2025's reference would call it one (its sizes differ)."""
+    from cs336report.report.checks import cut_down_grid
+    from cs336report.report.settings import RenderSettings
+
+    grids = reference_grids(2026)
+    config = {"handout": 2026, "_handout": 2026, "grid": "handout", "_grid": "handout", "_device": "cuda",
+              "device": "cuda", "grids": grids}
+    resolved = experiments.with_expected_cells(config)
+    assert resolved["_reference_grids"]["handout"] == grids["handout"] != reference_grids(2025)["handout"]
+    assert not cut_down_grid(RenderSettings.from_config(resolved))
+    assert cut_down_grid(RenderSettings.from_config({**resolved, "_reference_grids": reference_grids(2025)}))

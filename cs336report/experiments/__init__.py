@@ -131,10 +131,11 @@ def with_expected_cells(config: dict) -> dict:
     report can list what did not run without importing the experiments (nor torch); with
     ``_gpu_grid``: for each experiment it has no cells of, the GPUs its cells of the gpu grid need (the
     report's "not run" lines say which machine runs them); and with ``_reference_grids``, the default
-    config's grids, which the report's grid may be a cut-down of (the report reads no config file)."""
-    from ..config import reference_grids
+    config's grids of the config's edition, which the report's grid may be a cut-down of (the report reads no
+    config file)."""
+    from ..config import edition_id, reference_grids
 
-    config = {"_reference_grids": reference_grids(), **config}
+    config = {"_reference_grids": reference_grids(edition_id(config)), **config}
     expected = expected_cells(config)
     if expected is None:
         return config

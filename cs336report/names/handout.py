@@ -82,8 +82,14 @@ def snakemake_command(arguments: str, cores: bool = False) -> str:
     return " ".join(filter(None, ["snakemake", "--cores 1" if cores else "", options, arguments]))
 
 
-def grid_option(grid: str | None, device: str | None) -> str:
-    """``--config grid=...`` for a report of ``grid`` on ``device``, or nothing where ``grid: auto`` (the
-    default) picks that grid there: the gpu grid on a CUDA device, the cpu grid elsewhere."""
+def grid_option(grid: str | None, device: str | None, edition: int | None = None) -> str:
+    """``--config grid=... handout=...`` for a report of ``grid`` on ``device`` answering ``edition``: the grid
+    where ``grid: auto`` (the default) would not pick it there (the gpu grid on a CUDA device, the cpu grid
+    elsewhere), the edition where it is not the default one, or nothing where neither is needed."""
+    from ..editions import DEFAULT
+
     default = "gpu" if device == "cuda" else "cpu"
-    return f"--config grid={grid}" if grid and grid != default else ""
+    options = [f"grid={grid}" if grid and grid != default else "",
+               f"handout={edition}" if edition and edition != DEFAULT else ""]
+    options = [o for o in options if o]
+    return f"--config {' '.join(options)}" if options else ""

@@ -369,7 +369,7 @@ def render_report(result_paths: list[str], config: dict, out_dir: str | Path,
     records = [load(p) for p in result_paths]
     settings = RenderSettings.from_config(config, expected)
     # the report's commands rerun its own grid, and name the machine a result needs where this one cannot run it
-    token = RERUN_OPTIONS.set(grid_option(settings.grid, settings.device))
+    token = RERUN_OPTIONS.set(grid_option(settings.grid, settings.device, settings.edition))
     host = RERUN_HOST.set(rerun_host(records, settings))
     try:
         context = build_context(records, settings, figures, Path(links_from) if links_from else None, draw)
