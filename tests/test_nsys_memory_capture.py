@@ -97,18 +97,30 @@ def test_a_missing_report_or_an_unattributable_export_is_an_error_that_says_whic
 
 
 def test_the_block_ranges_open_and_close_in_order_and_change_nothing_the_model_computes(monkeypatch):
-    """The hooks that mark each block's forward and backward push and pop balanced NVTX ranges (forward
-    0, 1, backward 1, 0) and leave the loss and every gradient as they are without them."""
+    """The hooks that mark each block's forward and backward start and end NVTX ranges (forward 0, 1,
+    backward 1, 0), each ended with the id its start returned, and leave the loss and every gradient as
+    they are without them. They are start/end ranges, never pushed or popped: autograd evaluates a
+    backward hook inside a range of its own that emit_nvtx pushes, and a pop would close that one's
+    innermost range instead (the block's backward would end where the hook's node does)."""
     import torch
 
     from cs336report.experiments.memory_profiling import nsys_capture
     from cs336report.lm.model import TransformerLM, cross_entropy
     from cs336report.names.spec import ModelSpec
 
-    events = []
-    # like NVTX's own, they return the range's depth: a hook must not hand that back to the module
-    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: events.append(("push", name)) or len(events))
-    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append(("pop", None)) or len(events))
+    events, ids = [], iter(range(100, 1000))
+
+    def start(name):
+        events.append(("start", name, rid := next(ids)))
+        return rid
+
+    def stack_range(*_):
+        raise AssertionError("a block range must not use the thread's range stack")
+
+    monkeypatch.setattr(torch.cuda.nvtx, "range_start", start)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_end", lambda rid: events.append(("end", None, rid)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", stack_range)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", stack_range)
     torch.manual_seed(0)
     model = TransformerLM(ModelSpec(**TINY), 16)
     tokens = torch.randint(0, TINY["vocab_size"], (2, 16))
@@ -125,13 +137,17 @@ def test_the_block_ranges_open_and_close_in_order_and_change_nothing_the_model_c
     for handle in handles:
         handle.remove()
     assert torch.equal(loss, plain_loss) and all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
-    pushes = [name for kind, name in events if kind == "push"]
-    assert pushes == ["block 0 forward", "block 1 forward", "block 1 backward", "block 0 backward"]
-    depth = 0
-    for kind, _ in events:
-        depth += 1 if kind == "push" else -1
-        assert depth in (0, 1)  # each block's range closes before the next opens
-    assert depth == 0
+    starts = [(name, rid) for kind, name, rid in events if kind == "start"]
+    assert [name for name, _ in starts] == ["block 0 forward", "block 1 forward", "block 1 backward", "block 0 backward"]
+    open_ids = set()
+    for kind, _, rid in events:
+        if kind == "start":
+            open_ids.add(rid)
+        else:
+            assert rid in open_ids  # ends a range that was started and is still open
+            open_ids.remove(rid)
+        assert len(open_ids) <= 1  # each block's range ends before the next starts
+    assert not open_ids
 
 
 def test_the_f_answer_that_did_not_run_names_the_nsight_rule_to_rerun(tmp_path):

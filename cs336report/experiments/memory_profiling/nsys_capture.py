@@ -11,8 +11,8 @@ is what nsys's ``--pytorch=autograd-nvtx`` turns on (Nsight Systems user guide, 
 nsys. The block ranges are named ``block <i> forward`` and ``block <i> backward``
 (:data:`cs336report.parsers.nsys_memory.BLOCK`): the forward range from a forward pre-hook to a
 forward hook of the block, the backward range from a full backward pre-hook (the gradient of the
-block's output is ready) to a full backward hook (the gradient of its input is), on the thread that
-runs the block's backward.
+block's output is ready) to a full backward hook (the gradient of its input is); both are NVTX
+start/end ranges, matched by id (:func:`mark_blocks` says why).
 
     python -m cs336report capture-nsys-memory --name NAME --cell JSON --out-dir DIR --out RESULT
 """
@@ -62,29 +62,40 @@ def blocks_of(model) -> list:
     return list(layers)
 
 
-def _push(name: str):
-    """A hook that opens the NVTX range ``name`` and returns None (a hook's return value would replace
-    the module's input, output or gradient)."""
+def _start(name: str, key, open_ranges: dict):
+    """A hook that starts the NVTX range ``name`` and keeps its id under ``key`` (it returns None: a hook's
+    return value would replace the module's input, output or gradient)."""
 
     def hook(*_) -> None:
-        torch.cuda.nvtx.range_push(name)
+        open_ranges[key] = torch.cuda.nvtx.range_start(name)
 
     return hook
 
 
-def _pop(*_) -> None:
-    torch.cuda.nvtx.range_pop()
+def _end(key, open_ranges: dict):
+    """A hook that ends the NVTX range kept under ``key``."""
+
+    def hook(*_) -> None:
+        if key in open_ranges:
+            torch.cuda.nvtx.range_end(open_ranges.pop(key))
+
+    return hook
 
 
 def mark_blocks(blocks: list) -> list:
-    """NVTX ranges around each block's forward and backward; returns the hooks' handles."""
-    handles = []
+    """NVTX ranges around each block's forward and backward; returns the hooks' handles.
+
+    The ranges are start/end ranges, matched by id, not pushed and popped: autograd runs a backward hook
+    inside its own ``autograd::engine::evaluate_function`` range, which ``emit_nvtx`` pushes on the same
+    thread's stack, so a range pushed by the pre-hook would be popped when that node's evaluation ends,
+    long before the block's backward does."""
+    handles, open_ranges = [], {}
     for i, block in enumerate(blocks):
         handles += [
-            block.register_forward_pre_hook(_push(f"block {i} forward")),
-            block.register_forward_hook(_pop),
-            block.register_full_backward_pre_hook(_push(f"block {i} backward")),
-            block.register_full_backward_hook(_pop),
+            block.register_forward_pre_hook(_start(f"block {i} forward", (i, "forward"), open_ranges)),
+            block.register_forward_hook(_end((i, "forward"), open_ranges)),
+            block.register_full_backward_pre_hook(_start(f"block {i} backward", (i, "backward"), open_ranges)),
+            block.register_full_backward_hook(_end((i, "backward"), open_ranges)),
         ]
     return handles
 
