@@ -7,6 +7,7 @@ means the renderer, a template or an installed library changed the report withou
 copy being rendered again; a missing dependency fails the render itself. Both fail the check.
 
     python -m cs336report rerender-check                     # report/data against report/report.md
+    python -m cs336report rerender-check --data report/2026/data --report report/2026/report.md
     python -m cs336report rerender-check --data DIR --report FILE [--keep DIR]
 """
 
@@ -57,6 +58,18 @@ def rerender(data_dir: str | Path, out_dir: str | Path, links_from: str | Path |
     return Path(out_dir) / "report.md"
 
 
+def published_config_file(data_dir: str | Path, folder: str | Path = "workflow/config") -> str:
+    """The config file under ``folder`` that renders the published folder ``data_dir`` (its
+    ``published.dir``), or a placeholder naming the key where none does."""
+    import yaml
+
+    for path in sorted(Path(folder).glob("published*.yaml")):
+        published = (yaml.safe_load(path.read_text()) or {}).get("published") or {}
+        if Path(str(published.get("dir", ""))) == Path(data_dir):
+            return str(path)
+    return f"<a config file with published: {{dir: {data_dir}, render: true}}>"
+
+
 def check(data_dir: str | Path = "report/data", report: str | Path = "report/report.md",
           keep: str | Path | None = None, max_lines: int = 80, out=sys.stdout) -> int:
     """0 when a fresh render of ``data_dir`` matches ``report`` (masked), else 1 with the diff."""
@@ -72,7 +85,7 @@ def check(data_dir: str | Path = "report/data", report: str | Path = "report/rep
     changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
     print(f"{report}: differs from a fresh render of {data_dir} ({changed} changed lines; render it "
           f"again and commit it: snakemake --cores 1 report --configfile workflow/config/default.yaml "
-          f"workflow/config/published.yaml)", file=out)
+          f"{published_config_file(data_dir)})", file=out)
     for line in diff[:max_lines]:
         print(line, file=out)
     if len(diff) > max_lines:

@@ -68,3 +68,14 @@ def test_the_check_renders_the_text_without_drawing_the_figures(published):
     assert not list((published / "undrawn/figures").glob("*.png"))
     assert "figures/" in drawn.read_text()
     assert mask(undrawn.read_text()) == mask(drawn.read_text())
+
+
+def test_a_drifted_report_names_the_config_file_that_renders_its_folder(tmp_path):
+    """The fix a failed check prints renders the folder that was checked: 2025's and 2026's published
+    folders each have their own config file, and a folder no config file renders gets the key to set."""
+    from cs336report.rerender import published_config_file
+
+    folder = REPO / "workflow/config"
+    for data, name in (("report/data", "published.yaml"), ("report/2026/data", "published-2026.yaml")):
+        assert published_config_file(data, folder) == str(folder / name)
+    assert "published: {dir: elsewhere/data" in published_config_file("elsewhere/data", folder)

@@ -335,6 +335,7 @@ def build_context(records: list[dict], settings: RenderSettings, figures_dir: Pa
                if settings.cuda else None)
     return {
         "title": "CS336 Assignment 2 (Systems): profiling and benchmarking",
+        "handout": {"name": ctx.edition.name, "problems": len(ctx.edition.problems), "points": ctx.edition.points},
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "cpu_only": not settings.cuda, "grid": settings.grid,
         "provenance": provenance, "run": _run_line(records, provenance), "sections": sections, "targets": targets,

@@ -47,7 +47,9 @@ def analysis(df: pd.DataFrame, record: dict) -> dict:
                  "r": Num(fmt_bytes(d["residual_bytes"]), src),
                  "a": Num(fmt_bytes(d["analytic"]["a_bytes"]), src),
                  "k_model": Num(sig(d["analytic"]["k_best"], 3), src),
-                 "oom": [int(g) for g in df[df["status"] == "oom"]["group"]]}
+                 # groupings that ran out of memory; group 0 is the pass without checkpoints
+                 "oom": [int(g) for g in df[(df["status"] == "oom") & (df["group"] > 0)]["group"]],
+                 "none_oom": bool(((df["group"] == 0) & (df["status"] == "oom")).any())}
     none = df[(df["group"] == 0) & (df["status"] == "ok")]
     if len(none):
         out["none"] = Num(fmt_bytes(none.iloc[0]["peak_bytes"]), src)

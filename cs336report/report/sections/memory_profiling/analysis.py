@@ -181,7 +181,7 @@ def analysis(df: pd.DataFrame, ramps: pd.DataFrame) -> dict:
         if int(context) == top_ctx:
             prec.append({"impl": impl, "label": MODE_LABELS[label], "fp32": _gib(by["fp32"]["peak"]),
                          "bf16": _gib(by["bf16"]["peak"]), "diff": ("+" if diff > 0 else "−") + _gib(abs(diff)),
-                         "pct": _signed_pct(rel), "significant": abs(rel) >= SIGNIFICANT,
+                         "pct": _signed_pct(rel), "significant": abs(rel) >= SIGNIFICANT, "abs_rel": abs(rel),
                          "rank": MODE_ORDER.index(label)})
     out["precision_cmp"] = sorted(prec, key=lambda x: (x["impl"], x["rank"]))
     spans = [{"impl": impl, "label": MODE_LABELS[label], "rank": MODE_ORDER.index(label),
