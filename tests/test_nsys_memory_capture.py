@@ -8,6 +8,7 @@ import sys
 
 from cs336report.records.store import load
 from cs336report.report.sections.memory_profiling.nsys import nsys_memory, nsys_memory_reason
+from cs336report.report.tables import sig
 from cs336report.run.profiling import nsys_profile_command
 from cs336report.steps import nsys_memory_step
 from test_nsys_memory import MiB, _capture
@@ -78,6 +79,22 @@ def test_the_export_and_parse_give_saved_bytes_ops_and_gradients_against_the_exp
     assert shown["block_saved"] == "70.0 MiB" and shown["gradient"] == "400 MiB" and shown["expected"] == "400 MiB"
     assert [o["op"] for o in shown["largest_ops"]] == ["aten::softmax", "aten::mm"]
     assert shown["block_saved"].source == str(folder / "r.json")
+    assert shown["ratio"] == sig(400 * MiB / (104_862_720 * 4)) and not shown["unattributed"]
+
+
+def test_a_capture_that_gives_no_block_gradients_says_it_cannot_size_them():
+    """0 B in every block's backward range is a capture that missed the gradients (every step has them),
+    not a measurement of 0 B: the answer says so instead of printing 0 B against the expected bytes."""
+    from cs336report.report.sections.memory_profiling.nsys import nsys_memory
+
+    memory = {"blocks": 2, "block": 1, "block_saved_bytes": 70 * MiB, "largest_ops": [],
+              "gradient_bytes": {"0": 0, "1": 0}, "gradient_expected_bytes": 400 * MiB}
+    record = {"status": "ok", "config": {"size": "xl", "context": 128}, "data": {"nsys_memory": memory}, "_path": "r.json"}
+    shown = nsys_memory([record])
+    assert shown["unattributed"] and shown["ratio"] is None
+    memory["gradient_bytes"] = {"0": 0, "1": 200 * MiB}
+    shown = nsys_memory([record])
+    assert not shown["unattributed"] and shown["ratio"] == sig(0.5)
 
 
 def test_a_missing_report_or_an_unattributable_export_is_an_error_that_says_which(tmp_path):

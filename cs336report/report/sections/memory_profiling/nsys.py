@@ -4,7 +4,7 @@ against the bytes its parameters predict; or why there is none."""
 
 from __future__ import annotations
 
-from ...tables import Num, fmt_bytes, fmt_pct
+from ...tables import Num, fmt_bytes, fmt_pct, sig
 
 EXPERIMENT = "memory_profiling_nsys"
 
@@ -25,6 +25,10 @@ def nsys_memory(records: list[dict]) -> dict | None:
                                  "share": fmt_pct(o["share"]) if o["share"] is not None else "–"}
                                 for o in memory["largest_ops"]],
                 "gradient": Num(fmt_bytes(gradient), src) if gradient is not None else "–",
+                # no backward range held a live allocation: the ranges missed the gradients, which the step has
+                "unattributed": bool(gradients) and not any(gradients.values()),
+                "ratio": (sig(gradient / memory["gradient_expected_bytes"])
+                          if gradient and memory.get("gradient_expected_bytes") else None),
                 "expected": fmt_bytes(memory["gradient_expected_bytes"])}
     return None
 
