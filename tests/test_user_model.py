@@ -429,17 +429,23 @@ def test_cpu_workflow_runs_every_section_on_the_user_model(workdir, tmp_path):
     raw = yaml.safe_load((REPO / "workflow/config/default.yaml").read_text())
     _merge(raw, yaml.safe_load((USER_DIR / "config.yaml").read_text()))
     cfg = Config.from_dict(raw, cuda_available=False)
-    transformer = []
+    transformer, reused = [], 0
     for name in experiments.names():  # every result of this grid's cells that ran the Transformer
         for cell_name, cell in experiments.cells(name, cfg).items():
-            if "model" not in cell:
-                continue
             single = user_workdir / "results" / name / f"{cell_name}.json"
             files = [single] if single.is_file() else sorted((user_workdir / "results" / name).glob(f"**/{cell_name}/*.json"))
+            if "model" not in cell:  # the built-in run's result, not run again
+                for f in files:
+                    before = workdir / f.relative_to(user_workdir)
+                    assert f.stat().st_mtime_ns == before.stat().st_mtime_ns, f"{name}/{cell_name} ran again"
+                    assert f.read_bytes() == before.read_bytes(), f"{name}/{cell_name} ran again"
+                reused += len(files)
+                continue
             records = [json.loads(f.read_text()) for f in files]
             records = [r for r in records if isinstance(r, dict) and "status" in r]
             assert records, f"no result for {name}/{cell_name}"
             transformer += records
+    assert reused and transformer
     for r in transformer:
         assert r["status"] == "ok", (r["cell"], r["error"])
         assert r["config"]["model_source"]["factory"] == USER_MODEL["factory"], r["cell"]

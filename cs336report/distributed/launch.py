@@ -47,6 +47,9 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 START_METHOD = "forkserver"
 # Imported once by the fork server, before any rank: what every rank needs (no CUDA initialisation).
 PRELOAD = ["torch", "torch.distributed"]
+# Also where there is no CUDA at all: a rank's first optimizer imports torch._dynamo, a second or two
+# for every rank of every cell otherwise (on a CUDA host the server imports nothing more).
+PRELOAD_WITHOUT_CUDA = ["torch._dynamo"]
 BACKENDS = ("gloo", "nccl")
 
 
@@ -165,7 +168,8 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "gloo", ar
         raise NotEnoughDevices(world_size, gpus_present())
     devices = rank_devices(world_size, devices) if backend == "nccl" else None  # each rank reads its own
     outdir = Path(tempfile.mkdtemp(prefix="cs336report-launch-"))
-    mp.set_forkserver_preload(PRELOAD)  # takes effect when the server starts, at the first launch
+    # takes effect when the server starts, at the first launch
+    mp.set_forkserver_preload(PRELOAD + ([] if torch.cuda.is_available() else PRELOAD_WITHOUT_CUDA))
     try:
         context = mp.start_processes(
             _rank_entry, nprocs=world_size, join=False, start_method=start_method,

@@ -12,6 +12,7 @@ weights at construction ends up away from the reference (built with rank 0's see
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -136,11 +137,20 @@ def _rank(rank: int, world_size: int, store: str, out: str, piece: str, model_na
         dist.destroy_process_group()
 
 
+def start_ranks(fn, args: tuple, world_size: int = WORLD_SIZE) -> None:
+    """Run ``fn(rank, *args)`` in ``world_size`` processes and wait for them, one thread each.
+
+    The ranks are forked where the platform can (a spawned rank imports torch again: seconds on a
+    busy machine), after torch._dynamo is imported here once: a first optimizer imports it, which
+    otherwise costs every rank of every case a second or two."""
+    torch.set_num_threads(1)
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    if method == "fork":
+        importlib.import_module("torch._dynamo")
+    mp.start_processes(fn, args=args, nprocs=world_size, join=True, start_method=method)
+
+
 def run_ranks(tmp_path: Path, piece: str, model_name: str, bucket_size_mb: float | None = None) -> float:
     """Run ``piece`` on WORLD_SIZE gloo processes; the largest parameter deviation any rank saw."""
-    torch.set_num_threads(1)
-    args = (WORLD_SIZE, str(tmp_path / "store"), str(tmp_path), piece, model_name, bucket_size_mb)
-    # fork where there is one: a spawned rank imports torch again (seconds on a busy machine)
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    mp.start_processes(_rank, args=args, nprocs=WORLD_SIZE, join=True, start_method=method)
+    start_ranks(_rank, (WORLD_SIZE, str(tmp_path / "store"), str(tmp_path), piece, model_name, bucket_size_mb))
     return max(json.loads((tmp_path / f"rank{r}.json").read_text())["max_abs_error"] for r in range(WORLD_SIZE))

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+
+from ._distributed import start_ranks
 
 WORLD_SIZE = 2
 VOCAB, D_MODEL, D_FF = 100, 64, 128
@@ -221,8 +222,5 @@ def _rank(rank: int, world_size: int, store: str, out: str, case: str, dtype_nam
 def run_fsdp_ranks(tmp_path: Path, case: str, dtype_name: str) -> list[dict]:
     """Run ``case`` ("correctness" or "gradient_sync") with ``dtype_name`` ("fp32" or "fp16") on
     WORLD_SIZE gloo processes; what each rank wrote, in rank order."""
-    torch.set_num_threads(1)
-    args = (WORLD_SIZE, str(tmp_path / "store"), str(tmp_path), case, dtype_name)
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    mp.start_processes(_rank, args=args, nprocs=WORLD_SIZE, join=True, start_method=method)
+    start_ranks(_rank, (WORLD_SIZE, str(tmp_path / "store"), str(tmp_path), case, dtype_name), WORLD_SIZE)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]

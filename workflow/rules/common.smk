@@ -233,11 +233,17 @@ def code(*modules):
 STUDENT_CHECK = CHECK_RECORD
 
 
-def student_check():
-    """The check_student rule's output where the config names a student's checkout or a user's
-    model: the cells start once the probes passed. Their code and hash are in the cells, so a file
-    that exists does not rerun them (ancient)."""
-    return [ancient(STUDENT_CHECK)] if CFG.student or CFG.model_source else []
+def student_check(experiment):
+    """The check_student rule's output where the cells of ``experiment`` wait for it: every cell
+    where the config names a student's checkout; where it names only a user's model, the cells that
+    run the model (they carry ``model_source``), so that switching models reruns those and reuses
+    the rest. The cells start once the probes passed. Their code and hash are in the cells, so a
+    file that exists does not rerun them (ancient)."""
+    waits = CFG.student or (
+        CFG.model_source
+        and any("model_source" in c for c in CELLS[experiment].values())
+    )
+    return [ancient(STUDENT_CHECK)] if waits else []
 
 
 def cell_code(experiment, entry="run.runner"):
@@ -248,7 +254,7 @@ def cell_code(experiment, entry="run.runner"):
     modules = [
         m.removeprefix("cs336report.") for m in experiments.code_modules(experiment)
     ]
-    return code(entry, *modules) + student_check()
+    return code(entry, *modules) + student_check(experiment)
 
 
 def resolved_config():
