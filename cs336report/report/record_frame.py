@@ -37,11 +37,27 @@ def record_frame(records: list[dict], columns: Mapping[str, str], defaults: Mapp
     return pd.DataFrame(frame.to_dict("records"), columns=list(columns))
 
 
+def _flat(part: Mapping, prefix: str = "", out: dict | None = None) -> dict:
+    """``part``'s leaves by dotted path, as pandas.json_normalize names them: nested mappings are
+    walked (an empty one leaves nothing), every other value, lists included, is a leaf."""
+    out = {} if out is None else out
+    for key, value in part.items():
+        if isinstance(value, dict):
+            _flat(value, f"{prefix}{key}.", out)
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _exact_frame(parts: list[dict], columns: Mapping[str, str], defaults: Mapping) -> pd.DataFrame:
     """record_frame's ``exact`` frame: each record flattened alone, so that no column's type is
     widened to fit another record's values."""
-    rows = [pd.json_normalize(part).to_dict("records")[0] for part in parts]
-    frame = pd.DataFrame(rows, columns=list(columns.values()), dtype=object)
+    paths = list(columns.values())
+    rows = []
+    for part in parts:
+        flat = _flat(part)
+        rows.append([flat.get(path) for path in paths])
+    frame = pd.DataFrame(rows, columns=paths, dtype=object)
     frame.columns = list(columns)
     frame = frame.where(frame.notna(), None)
     for column, default in defaults.items():
