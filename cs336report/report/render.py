@@ -126,13 +126,32 @@ def heading_of(section, letter: str) -> str:
     return letter
 
 
+class _CompiledTemplates(jinja2.BytecodeCache):
+    """Each template compiled once a process: both environments generate the same code from it (the
+    same options; their finalize and filters are looked up when a template runs), and a later render
+    reuses it. Jinja keys it by the template's name and checks its source's checksum."""
+
+    def __init__(self):
+        self._compiled: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket):
+        if bucket.key in self._compiled:
+            bucket.bytecode_from_string(self._compiled[bucket.key])
+
+    def dump_bytecode(self, bucket):
+        self._compiled[bucket.key] = bucket.bytecode_to_string()
+
+
+_COMPILED = _CompiledTemplates()
+
+
 def environments(links_from: Path | None = None) -> dict[str, jinja2.Environment]:
     """Both environments escape every value; Markdown's filters add Markdown's own escaping. A value
     that carries its record (a :class:`~.tables.Num`) is written as a link to that record's file,
     relative to ``links_from`` (the folder the pages are read from)."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
     options = dict(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True,
-                   undefined=jinja2.StrictUndefined)
+                   undefined=jinja2.StrictUndefined, bytecode_cache=_COMPILED)
 
     def md_link(value):
         return md_record_link(value, links_from)
