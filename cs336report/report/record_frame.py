@@ -1,4 +1,5 @@
-"""Records as a frame: the nested fields a section reads, one column each, by pandas.json_normalize.
+"""Records as a frame: the nested fields a section reads, one column each, named as
+pandas.json_normalize names them (which flattens the records where the types are inferred).
 
 A column is named by its dotted path in the record (``data.stats_s.mean``,
 ``config.model.d_model``); a record that lacks the field, or has null on the way to it, has None
