@@ -89,6 +89,33 @@ def test_several_processes_give_each_setting_their_mean_and_spread(tmp_path):
                 f"({fmt_seconds(min(means))}–{fmt_seconds(max(means))}, ") in evidence
 
 
+@pytest.mark.parametrize("shift", [0.8, 1.2])
+def test_a_shorter_warm_up_is_called_slower_only_when_it_is(tmp_path, shift):
+    """The processes after 1 warm-up step set apart from those after 2 by far more than their spread:
+    slower reads as a warm-up effect; faster cannot be one (more warm-up slows no step), so the answer
+    and the evidence say it is the host's variation and order nothing."""
+    import json
+    paths = []
+    for p in sorted(FIXTURES.glob("*.json")):
+        record = json.loads(p.read_text())
+        means = {1: [shift, shift + 0.01, shift - 0.01], 2: [1.0, 1.01, 0.99]}.get(record["config"]["warmup_steps"])
+        if means:  # each process's mean step, and their statistics, as the record stores them
+            record["data"]["repeats"]["means_s"] = means
+            record["data"]["repeats"]["stats_s"].update(mean=statistics.mean(means), std=statistics.stdev(means))
+        dest = tmp_path / "records" / p.name
+        dest.parent.mkdir(exist_ok=True)
+        dest.write_text(json.dumps(record))
+        paths.append(dest)
+    text = render(paths, tmp_path, "cpu")
+    evidence = warmup_evidence(tmp_path)
+    slower = "all measured steps, not only the first, stay slower than after 2"
+    host = "so that gap is the host's variation between processes"
+    assert "One warm-up step already pays them" in text
+    assert (slower in text) is (shift > 1) and (host in text) is (shift < 1)
+    assert ("a warm-up effect, not one process's chance" in evidence) is (shift > 1)
+    assert ("the host's variation between processes, not a warm-up effect" in evidence) is (shift < 1)
+
+
 def test_one_process_per_setting_keeps_its_wording(tmp_path):
     paths = sorted(ONE_PROCESS.glob("*.json.gz"))
     assert len(paths) >= 3

@@ -236,8 +236,10 @@ def analysis(df: pd.DataFrame, wf: pd.DataFrame, flags: list[dict] | None = None
                 "mean": Num(fmt_seconds(mean), r["source"]), "runs": int(r["runs"]),
                 "vs_warm": f"{(mean / warm_mean - 1) * 100:+.1f} %",
                 "ordinary_first": bool(first / rest < FIRST_STEP_ORDINARY),
-                # apart from the longest warm-up's mean by more than the two settings' combined spread
-                "apart": bool(abs(mean - warm_mean) > math.hypot(spread, warm_spread))}
+                # apart from the longest warm-up's mean by more than the two settings' combined spread;
+                # slower is the way a warm-up effect can go (fewer warm-up steps, slower steps)
+                "apart": bool(abs(mean - warm_mean) > math.hypot(spread, warm_spread)),
+                "slower": bool(mean - warm_mean > math.hypot(spread, warm_spread))}
             if r["runs"] > 1:
                 item.update(runs_lo=Num(fmt_seconds(min(r["runs_s"])), r["source"]),
                             runs_hi=Num(fmt_seconds(max(r["runs_s"])), r["source"]))
