@@ -59,3 +59,17 @@ def test_a_published_2026_number_is_its_records():
     row = next(line for line in answer_blocks((FOLDER / "answers.md").read_text())["benchmarking_script"].splitlines()
                if line.startswith("| xl |"))
     assert f"[{sig(mean_ms)} ±" in row
+
+
+def test_the_published_capture_sizes_each_blocks_gradients():
+    """memory_profiling (f): every block's backward range holds its parameters' fp32 gradient bytes,
+    counted here from the model the cell ran, and the answer prints that size against the 400 MiB."""
+    record = next(r for r in _records() if r["experiment"] == "memory_profiling_nsys")
+    model = record["config"]["model"]
+    d, d_ff = model["d_model"], model["d_ff"]
+    block_bytes = 4 * (4 * d * d + 3 * d * d_ff + 2 * d)  # q, k, v, o; w1, w2, w3; two RMSNorm gains
+    grads = record["data"]["nsys_memory"]["gradient_bytes"]
+    assert len(grads) == model["num_layers"] and set(grads.values()) == {block_bytes}
+    text = answer_blocks((FOLDER / "answers.md").read_text())["memory_profiling"]
+    mib = block_bytes / 2**20
+    assert re.search(rf"Its gradients take \[{mib:.0f} MiB\]\([^)]*\), 1\.00× the 400 MiB", text)
