@@ -1,7 +1,7 @@
 """The text of an nsys stats export: its encoding, its line endings, and its lines, cut when asked for.
 
 :func:`decode` reads UTF-8 (with or without a byte-order mark), UTF-16 and UTF-32 (as a Windows
-shell's redirect writes them: with a byte-order mark, or told by the NUL bytes of ASCII text) and
+shell's redirect writes them: with a byte-order mark, or told by the reading that gives ASCII text) and
 turns ``\\r\\n`` and ``\\r`` line ends into ``\\n``; :func:`read_text` also decompresses a gzip file. Bytes that are not UTF-8 become U+FFFD: they can
 only be in names, never in numbers, which are ASCII. :class:`Lines` holds the offset of every
 line, so that a million-row export is never held as a million strings: a line is cut out of the
@@ -29,23 +29,25 @@ _BOMS = (  # longest first: UTF-32-LE's mark begins with UTF-16-LE's
 _NEWLINE = re.compile("\n")
 
 
+def _ascii_score(text: str) -> int:
+    """Printable ASCII characters (and tabs and line ends) less NULs and other control characters: high
+    for the reading of an export that puts its ASCII header and numbers back together."""
+    printable = sum(1 for ch in text if " " <= ch <= "~" or ch in "\t\n\r")
+    controls = sum(1 for ch in text if ch < " " and ch not in "\t\n\r")
+    return printable - controls
+
+
 def _sniff(head: bytes) -> str | None:
-    """The UTF-16 or UTF-32 encoding of text without a byte-order mark, told by where its NULs fall."""
+    """The UTF-16 or UTF-32 encoding of text without a byte-order mark: of UTF-8 and the four readings,
+    the one that gives the most ASCII text (an export's header and numbers are ASCII in any encoding;
+    its names need not be, and a name of many U+0100-like characters puts NULs where ASCII has none)."""
     head = head[:len(head) - len(head) % 4]
     if len(head) < 4 or b"\x00" not in head:
         return None
-    quarter = len(head) // 4
-    zeros = [head[k::4].count(0) for k in range(4)]  # ASCII in UTF-32-LE: c 0 0 0; in UTF-16-LE: c 0 c 0
-    if zeros[1] == zeros[2] == zeros[3] == quarter and zeros[0] < quarter:
-        return "utf-32-le"
-    if zeros[0] == zeros[1] == zeros[2] == quarter and zeros[3] < quarter:
-        return "utf-32-be"
-    even, odd, half = zeros[0] + zeros[2], zeros[1] + zeros[3], 2 * quarter
-    if odd >= 0.9 * half and even <= 0.1 * half:
-        return "utf-16-le"
-    if even >= 0.9 * half and odd <= 0.1 * half:
-        return "utf-16-be"
-    return None
+    readings = ("utf-8", "utf-32-le", "utf-32-be", "utf-16-le", "utf-16-be")  # a tie keeps the earlier
+    scores = [_ascii_score(head.decode(name, errors="replace")) for name in readings]
+    best = readings[scores.index(max(scores))]
+    return None if best == "utf-8" else best
 
 
 def decode(data: bytes) -> tuple[str, str]:
