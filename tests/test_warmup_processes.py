@@ -2,6 +2,7 @@
 processes (the records' ``repeats``: every process's mean step, as the published records now hold),
 and one process per setting (the earlier H200 records), whose wording stays."""
 
+import json
 import re
 import shutil
 import statistics
@@ -94,7 +95,6 @@ def test_a_shorter_warm_up_is_called_slower_only_when_it_is(tmp_path, shift):
     """The processes after 1 warm-up step set apart from those after 2 by far more than their spread:
     slower reads as a warm-up effect; faster cannot be one (more warm-up slows no step), so the answer
     and the evidence say it is the host's variation and order nothing."""
-    import json
     paths = []
     for p in sorted(FIXTURES.glob("*.json")):
         record = json.loads(p.read_text())
