@@ -218,7 +218,17 @@ def test_test_suites_by_release():
     assert len(names(E2025, "1.0.1")) == 16 and "test_flash_forward_pass_triton[True]" in names(E2025, "1.0.5")
     assert E2025.tests_release("1.0.3") == "1.0.3"
     assert len(names(E2026, None)) == 14
-    assert E2026.tests_release("26.1.4") == "26.1.1"  # newer than any known: the newest known's tests
+    assert E2026.tests_release("26.1.9") == "26.1.4"  # newer than any known: the newest known's tests
+    assert E2026.tests_release("26.1.3") == "26.1.3"
+    # 26.1.2 loosened the FSDP equality checks: the same cases, another check from that release on
+    fsdp = lambda r: {c.name: c.checks for c in E2026.suite("fsdp", r).cases}  # noqa: E731
+    assert list(fsdp("26.1.1")) == list(fsdp("26.1.2")) == [
+        "test_fsdp_correctness[fp32]", "test_fsdp_correctness[fp16]",
+        "test_fsdp_gradient_sync[fp32]", "test_fsdp_gradient_sync[fp16]"]
+    assert "torch.equal" in fsdp("26.1.1")["test_fsdp_correctness[fp32]"]
+    assert "atol = 1e-6, rtol = 1e-4" in fsdp("26.1.2")["test_fsdp_correctness[fp32]"]
+    assert "equal on both ranks" in fsdp("26.1.1")["test_fsdp_gradient_sync[fp16]"]
+    assert "within 1e-4" in fsdp("26.1.4")["test_fsdp_gradient_sync[fp16]"]
     with pytest.raises(ValueError, match="not a release of the 2025 edition"):
         E2025.test_suites("26.1.1")
     causal = E2026.suite("attention").case("test_flash_forward_pass_triton[True]")
